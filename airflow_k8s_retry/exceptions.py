@@ -1,0 +1,29 @@
+"""The two ways a pod can fail a task: retryable (an Airflow retry) and permanent (no retry).
+
+Both carry the verdict that caused them, so callbacks and tests can read the reason code.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow.exceptions import AirflowException, AirflowFailException
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry.classification import Verdict
+
+
+class PodFailure(AirflowException):
+    """The pod failed for a cause that another try may not meet: Airflow retries while tries remain."""
+
+    def __init__(self, message: str, verdict: Verdict | None = None) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+
+
+class PodFailurePermanent(AirflowFailException):
+    """The pod failed for a cause that another try would meet again: the task fails without retrying."""
+
+    def __init__(self, message: str, verdict: Verdict | None = None) -> None:
+        super().__init__(message)
+        self.verdict = verdict

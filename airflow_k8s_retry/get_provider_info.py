@@ -1,0 +1,47 @@
+"""Provider metadata read by Airflow's ``ProvidersManager`` through the ``apache_airflow_provider`` entry point.
+
+The Kubernetes connection type is the cncf provider's (``kubernetes``); it is reused, not redefined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_k8s_retry import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-k8s-retry",
+        "name": "Kubernetes pods with classified retries",
+        "description": (
+            "Deferrable Kubernetes pod operator and sensor that classify each pod failure once, "
+            "clean up the pod, and hand the failure to Airflow's own retries."
+        ),
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Kubernetes pods with classified retries",
+                "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Kubernetes pods with classified retries",
+                "python-modules": ["airflow_k8s_retry.operators"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Kubernetes pods with classified retries",
+                "python-modules": ["airflow_k8s_retry.sensors"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Kubernetes pods with classified retries",
+                "python-modules": ["airflow_k8s_retry.triggers"],
+            }
+        ],
+    }

@@ -1,0 +1,1 @@
+"""I/O with the Kubernetes API: pods, events, logs and shared watches. Never imports Airflow."""

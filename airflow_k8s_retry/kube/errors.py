@@ -1,0 +1,116 @@
+"""This package's own API errors, by HTTP status.
+
+Everything in ``kube/`` translates ``kubernetes.client.ApiException``,
+``kubernetes_asyncio.client.ApiException``, ``aiohttp`` and timeout errors into these classes with
+:func:`translate`; nothing above ``kube/`` catches a client-library exception.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class KubeError(Exception):
+    """An API call failed. ``status`` is the HTTP status, or None when no answer came back."""
+
+    status: int | None = None
+    transient = False
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str = "", body: Any = None) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+        self.reason = reason
+        self.body = body
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class BadRequest(KubeError):
+    status = 400
+
+
+class Unauthorized(KubeError):
+    status = 401
+
+
+class Forbidden(KubeError):
+    status = 403
+
+
+class NotFound(KubeError):
+    status = 404
+
+
+class Conflict(KubeError):
+    status = 409
+
+
+class Gone(KubeError):
+    status = 410
+
+
+class Invalid(KubeError):
+    status = 422
+
+
+class TooManyRequests(KubeError):
+    status = 429
+    transient = True
+
+
+class ServerError(KubeError):
+    status = 500
+    transient = True
+
+
+class TransportError(KubeError):
+    """No HTTP answer: connection refused or reset, DNS failure, timeout."""
+
+    transient = True
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+    429: TooManyRequests,
+}
+
+
+def error_for_status(status: int, message: str, *, reason: str = "", body: Any = None) -> KubeError:
+    cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else KubeError)
+    return cls(message, status=status, reason=reason, body=body)
+
+
+def _status_message(body: Any, fallback: str) -> tuple[str, str]:
+    """Pull ``message`` and ``reason`` out of a Kubernetes ``Status`` body."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return (body.strip() or fallback), ""
+    if isinstance(body, dict):
+        return str(body.get("message") or fallback), str(body.get("reason") or "")
+    return fallback, ""
+
+
+def translate(exc: BaseException) -> KubeError:
+    """Turn a client-library or transport exception into a :class:`KubeError`."""
+    if isinstance(exc, KubeError):
+        return exc
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and status > 0 and type(exc).__name__ == "ApiException":
+        body = getattr(exc, "body", None)
+        message, reason = _status_message(body, getattr(exc, "reason", None) or f"HTTP {status}")
+        return error_for_status(status, message, reason=reason, body=body)
+    return TransportError(f"{type(exc).__name__}: {exc}".rstrip(": "))
