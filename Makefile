@@ -34,7 +34,7 @@ test: $(STAMP) tools lint
 	$(BIN)/pytest
 
 demo: $(STAMP)
-	$(BIN)/python -m airflow_k8s_retry.demo
+	$(BIN)/python -m demo.run
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
