@@ -1,0 +1,239 @@
+"""Which cluster to talk to, as one frozen value, and the two ways to get a client for it.
+
+The operator runs in a worker (synchronous ``kubernetes`` client) and the trigger in a triggerer
+(``kubernetes_asyncio``); both must reach the same cluster from the same description, and the
+triggerer's watch hub must know when two triggers talk to the same cluster so they can share one
+watch. :class:`ClusterConfig` is that description and :attr:`ClusterConfig.key` its identity.
+
+Loading follows the cncf provider's ``KubernetesHook``: in-cluster, a kubeconfig file, an inline
+kubeconfig, or (when none is given) in-cluster if available, else the default kubeconfig
+(``KUBECONFIG``, then ``~/.kube/config``). Each client gets its own ``Configuration``; the
+process-wide default configuration of the client libraries is never touched.
+
+Example::
+
+    config = ClusterConfig(kube_config_path="/tmp/fake/kubeconfig")
+    api = sync_api_client(config)            # kubernetes.client.ApiClient
+    aapi = await async_api_client(config)    # kubernetes_asyncio.client.ApiClient
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import kubernetes.client
+    import kubernetes_asyncio.client
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+class ClusterConfigError(ValueError):
+    """A cluster description is contradictory or incomplete."""
+
+
+@dataclass(frozen=True, repr=False)
+class ClusterConfig:
+    """How to reach one Kubernetes cluster.
+
+    At most one of ``kube_config_path``, ``kube_config`` and ``in_cluster`` may be given; with none,
+    the default loading applies (in-cluster when running in a pod, else ``KUBECONFIG`` or
+    ``~/.kube/config``).
+
+    :param kube_config_path: path of a kubeconfig file.
+    :param kube_config: a whole kubeconfig as a mapping (never logged).
+    :param in_cluster: use the pod's service account.
+    :param cluster_context: kubeconfig context to use instead of the current one.
+    :param verify_ssl: verify the API server's certificate (``False`` only for test clusters).
+    :param namespace: the connection's default namespace, if it names one.
+    :param source: a human label for messages (e.g. the Airflow connection id); not part of the key.
+    """
+
+    kube_config_path: str | None = None
+    kube_config: Mapping[str, Any] | None = None
+    in_cluster: bool = False
+    cluster_context: str | None = None
+    verify_ssl: bool = True
+    namespace: str | None = None
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        chosen = [
+            name
+            for name, value in (
+                ("kube_config_path", self.kube_config_path),
+                ("kube_config", self.kube_config),
+                ("in_cluster", self.in_cluster),
+            )
+            if value
+        ]
+        if len(chosen) > 1:
+            raise ClusterConfigError(
+                f"cluster config{self._where()}: {' and '.join(chosen)} are mutually exclusive; "
+                "give only one of kube_config_path, kube_config and in_cluster"
+            )
+        if self.kube_config is not None and not isinstance(self.kube_config, Mapping):
+            raise ClusterConfigError(
+                f"cluster config{self._where()}: kube_config must be a mapping (a parsed kubeconfig), "
+                f"got {type(self.kube_config).__name__}"
+            )
+        if self.in_cluster and self.cluster_context:
+            raise ClusterConfigError(
+                f"cluster config{self._where()}: cluster_context has no meaning with in_cluster=True; "
+                "drop one of them"
+            )
+
+    def _where(self) -> str:
+        return f" ({self.source})" if self.source else ""
+
+    @property
+    def mode(self) -> str:
+        """How the client will be configured: ``in_cluster``, ``file``, ``inline`` or ``default``."""
+        if self.in_cluster:
+            return "in_cluster"
+        if self.kube_config_path:
+            return "file"
+        if self.kube_config:
+            return "inline"
+        return "default"
+
+    @property
+    def key(self) -> str:
+        """A stable identity: equal for configs that reach the same cluster the same way.
+
+        Contains a digest of the inline kubeconfig, never the kubeconfig itself, so it is safe to log.
+        """
+        path = self.kube_config_path
+        material = {
+            "mode": self.mode,
+            "path": os.path.abspath(os.path.expanduser(path)) if path else None,
+            "inline": json.dumps(self.kube_config, sort_keys=True, default=str) if self.kube_config else None,
+            "context": self.cluster_context,
+            "verify_ssl": self.verify_ssl,
+        }
+        if self.mode == "default":
+            material["kubeconfig_env"] = os.environ.get("KUBECONFIG", DEFAULT_KUBECONFIG)
+        digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+        return f"{self.mode}:{digest}"
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        parts = [f"mode={self.mode}"]
+        if self.kube_config_path:
+            parts.append(f"kube_config_path={self.kube_config_path!r}")
+        if self.kube_config:
+            parts.append("kube_config=<hidden>")
+        if self.cluster_context:
+            parts.append(f"cluster_context={self.cluster_context!r}")
+        if not self.verify_ssl:
+            parts.append("verify_ssl=False")
+        if self.namespace:
+            parts.append(f"namespace={self.namespace!r}")
+        if self.source:
+            parts.append(f"source={self.source!r}")
+        return f"ClusterConfig({', '.join(parts)})"
+
+
+def _default_kubeconfig_location() -> str:
+    return os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
+
+
+def _expanded_path(config: ClusterConfig) -> str:
+    return os.path.expanduser(config.kube_config_path or "")
+
+
+def _in_cluster_available() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and bool(os.environ.get("KUBERNETES_SERVICE_PORT"))
+
+
+def sync_api_client(config: ClusterConfig) -> kubernetes.client.ApiClient:
+    """A new synchronous ``kubernetes`` API client for ``config``; close it when done."""
+    from kubernetes import client
+    from kubernetes import config as kconfig
+    from kubernetes.config.config_exception import ConfigException
+
+    configuration = client.Configuration()
+    mode = config.mode
+    if mode == "default" and _in_cluster_available():
+        try:
+            kconfig.load_incluster_config(client_configuration=configuration)
+            mode = "loaded"
+        except ConfigException:
+            mode = "default"
+    if mode == "in_cluster":
+        kconfig.load_incluster_config(client_configuration=configuration)
+    elif mode == "file":
+        kconfig.load_kube_config(
+            config_file=_expanded_path(config),
+            context=config.cluster_context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    elif mode == "inline":
+        kconfig.load_kube_config_from_dict(
+            config_dict=dict(config.kube_config or {}),
+            context=config.cluster_context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    elif mode == "default":
+        kconfig.load_kube_config(
+            config_file=_default_kubeconfig_location(),
+            context=config.cluster_context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    if not config.verify_ssl:
+        configuration.verify_ssl = False
+    return client.ApiClient(configuration=configuration)
+
+
+async def async_api_client(config: ClusterConfig) -> kubernetes_asyncio.client.ApiClient:
+    """A new ``kubernetes_asyncio`` API client for ``config``, bound to the running event loop.
+
+    Close it (``await client.close()``) in the same loop when done.
+    """
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio import config as kconfig
+    from kubernetes_asyncio.config.config_exception import ConfigException
+
+    configuration = client.Configuration()
+    mode = config.mode
+    if mode == "default" and _in_cluster_available():
+        try:
+            kconfig.load_incluster_config(client_configuration=configuration)
+            mode = "loaded"
+        except ConfigException:
+            mode = "default"
+    if mode == "in_cluster":
+        kconfig.load_incluster_config(client_configuration=configuration)
+    elif mode == "file":
+        await kconfig.load_kube_config(
+            config_file=_expanded_path(config),
+            context=config.cluster_context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    elif mode == "inline":
+        await kconfig.load_kube_config_from_dict(
+            dict(config.kube_config or {}),
+            context=config.cluster_context,
+            client_configuration=configuration,
+        )
+    elif mode == "default":
+        await kconfig.load_kube_config(
+            config_file=_default_kubeconfig_location(),
+            context=config.cluster_context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    if not config.verify_ssl:
+        configuration.verify_ssl = False
+    return client.ApiClient(configuration=configuration)
