@@ -1,0 +1,151 @@
+"""Turn an Airflow connection id into a :class:`~airflow_k8s_retry.kube.config.ClusterConfig`.
+
+DAG authors already have ``kubernetes`` connections for the cncf provider's
+``KubernetesPodOperator``; this package reuses them unchanged (same connection type, same extras,
+including the old ``extra__kubernetes__`` prefixed names) so switching operators needs no new
+connection. ``kube/`` must not import Airflow, so the bridge lives here, above it.
+
+Resolution rules, as in the cncf ``KubernetesHook``: ``None`` means default loading (in-cluster
+when running in a pod, else ``KUBECONFIG`` or ``~/.kube/config``); a missing
+``kubernetes_default`` connection means the same; any other missing connection is an error.
+Connection extras and tokens are never logged or put into messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError
+
+DEFAULT_CONN_ID = "kubernetes_default"
+_PREFIX = "extra__kubernetes__"
+
+
+class ConnectionConfigError(ClusterConfigError):
+    """An Airflow connection's extras cannot describe a cluster."""
+
+
+def _field(extras: Mapping[str, Any], name: str) -> Any:
+    """An extra by its plain name, else by its ``extra__kubernetes__`` name; empty values count as unset."""
+    if name in extras:
+        return extras[name] if extras[name] not in ("", None) else None
+    value = extras.get(_PREFIX + name)
+    return value if value not in ("", None) else None
+
+
+def _flag(extras: Mapping[str, Any], name: str, conn_id: str | None) -> bool | None:
+    value = _field(extras, name)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConnectionConfigError(
+        f"connection {conn_id!r}: extra {name!r} must be true or false, got a {type(value).__name__}; "
+        "fix the connection's extras"
+    )
+
+
+def _kube_config(extras: Mapping[str, Any], conn_id: str | None) -> Mapping[str, Any] | None:
+    value = _field(extras, "kube_config")
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            import yaml
+
+            try:
+                parsed = yaml.safe_load(value)
+            except yaml.YAMLError:
+                parsed = None
+        if isinstance(parsed, Mapping):
+            return parsed
+    # The value itself may hold credentials: name the problem, never echo the content.
+    raise ConnectionConfigError(
+        f"connection {conn_id!r}: extra 'kube_config' must be a kubeconfig as a JSON or YAML mapping; "
+        "paste the whole kubeconfig file, or use 'kube_config_path' instead"
+    )
+
+
+def cluster_config_from_extras(extras: Mapping[str, Any], *, conn_id: str | None = None) -> ClusterConfig:
+    """Build a :class:`ClusterConfig` from a ``kubernetes`` connection's extras.
+
+    Example::
+
+        >>> cluster_config_from_extras({"kube_config_path": "/etc/kube/config", "namespace": "jobs"}).mode
+        'file'
+    """
+    path = _field(extras, "kube_config_path")
+    if path is not None and not isinstance(path, str):
+        raise ConnectionConfigError(f"connection {conn_id!r}: extra 'kube_config_path' must be a string path")
+    context = _field(extras, "cluster_context")
+    namespace = _field(extras, "namespace")
+    disable_verify_ssl = _flag(extras, "disable_verify_ssl", conn_id)
+    try:
+        return ClusterConfig(
+            kube_config_path=path,
+            kube_config=_kube_config(extras, conn_id),
+            in_cluster=bool(_flag(extras, "in_cluster", conn_id)),
+            cluster_context=str(context) if context is not None else None,
+            verify_ssl=disable_verify_ssl is not True,
+            namespace=str(namespace) if namespace is not None else None,
+            source=f"connection {conn_id}" if conn_id else None,
+        )
+    except ConnectionConfigError:
+        raise
+    except ClusterConfigError as exc:
+        raise ConnectionConfigError(f"{exc}; fix the extras of connection {conn_id!r}") from None
+
+
+def _not_found_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = []
+    try:
+        from airflow.sdk.exceptions import AirflowNotFoundException as SdkNotFound
+
+        types.append(SdkNotFound)
+    except ImportError:  # pragma: no cover - the task SDK ships with Airflow 3
+        pass
+    from airflow.exceptions import AirflowNotFoundException
+
+    types.append(AirflowNotFoundException)
+    return tuple(types)
+
+
+def resolve_cluster_config(conn_id: str | None) -> ClusterConfig:
+    """Resolve ``conn_id`` synchronously (in a worker, from the operator)."""
+    if not conn_id:
+        return ClusterConfig()
+    from airflow.sdk import BaseHook
+
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except _not_found_types():
+        if conn_id == DEFAULT_CONN_ID:
+            return ClusterConfig(source=f"connection {conn_id} (absent: default kubeconfig)")
+        raise
+    return cluster_config_from_extras(connection.extra_dejson or {}, conn_id=conn_id)
+
+
+async def aresolve_cluster_config(conn_id: str | None) -> ClusterConfig:
+    """Resolve ``conn_id`` from async code (the triggerer) without blocking the event loop."""
+    if not conn_id:
+        return ClusterConfig()
+    try:
+        from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
+    except ImportError:  # pragma: no cover - older compat provider
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(resolve_cluster_config)(conn_id)
+    try:
+        connection = await get_async_connection(conn_id)
+    except _not_found_types():
+        if conn_id == DEFAULT_CONN_ID:
+            return ClusterConfig(source=f"connection {conn_id} (absent: default kubeconfig)")
+        raise
+    extras = await get_async_extra_dejson(connection)
+    return cluster_config_from_extras(extras or {}, conn_id=conn_id)
