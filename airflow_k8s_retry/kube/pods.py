@@ -1,0 +1,260 @@
+"""Synchronous pod operations for the operator and the sensor, in this package's own error terms.
+
+Creating is idempotent per try: a create that meets 409 adopts the existing pod only when its
+labels name the same try (and relaunch), so a retried ``execute`` never starts a second pod and
+never takes over another try's pod. Deleting is by UID (a precondition), so a pod that was
+replaced under the same name is never deleted by mistake. Every client-library error is turned
+into a :mod:`~airflow_k8s_retry.kube.errors` class here; nothing above ``kube/`` sees one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_k8s_retry.kube.errors import Conflict, KubeError, NotFound, translate
+from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.podspec import XCOM_RESULT_PATH, XCOM_SIDECAR_NAME
+
+if TYPE_CHECKING:
+    import kubernetes.client
+
+Json = dict[str, Any]
+
+
+class PodOfAnotherTry(Conflict):
+    """A pod with the wanted name exists but belongs to another try: it is never adopted."""
+
+
+class XComReadError(KubeError):
+    """The XCom result could not be read from the sidecar, or is not valid JSON."""
+
+
+def _client_errors() -> tuple[type[BaseException], ...]:
+    import urllib3
+    from kubernetes.client.exceptions import ApiException, OpenApiException
+
+    errors: list[type[BaseException]] = [ApiException, OpenApiException, OSError]
+    errors.append(urllib3.exceptions.HTTPError)
+    try:
+        import websocket
+
+        errors.append(websocket.WebSocketException)
+    except ImportError:  # pragma: no cover - installed with kubernetes
+        pass
+    return tuple(errors)
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Client-library and transport errors leave ``kube/`` as :class:`KubeError`, nothing else."""
+    try:
+        yield
+    except KubeError:
+        raise
+    except _client_errors() as exc:
+        raise translate(exc) from exc
+
+
+@dataclass(frozen=True)
+class CreatedPod:
+    """The pod a try runs in. ``adopted`` is True when it already existed (a resumed try)."""
+
+    name: str
+    namespace: str
+    uid: str
+    adopted: bool
+    body: Json
+
+
+class PodClient:
+    """Pod operations over one ``kubernetes.client.ApiClient``.
+
+    Example::
+
+        client = PodClient(sync_api_client(config))
+        created = client.create_or_adopt(pod_json, identity, relaunch=0)
+        client.delete(created.namespace, created.name, created.uid)
+    """
+
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def _json(self, obj: Any) -> Json:
+        data = self.api_client.sanitize_for_serialization(obj)
+        return data if isinstance(data, dict) else {}
+
+    def create_or_adopt(
+        self, pod: Mapping[str, Any], identity: TryIdentity, *, relaunch: int = 0
+    ) -> CreatedPod:
+        """Create ``pod``; on 409 adopt the existing pod only if its labels name this try and relaunch."""
+        meta = pod["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            with _translated():
+                created = self._json(self.core.create_namespaced_pod(namespace=namespace, body=dict(pod)))
+            return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
+        except Conflict:
+            existing = self.read(namespace, name)
+            if existing is None:
+                # It went away between the create and the read: try once more, without adopting.
+                with _translated():
+                    created = self._json(self.core.create_namespaced_pod(namespace=namespace, body=dict(pod)))
+                return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
+            labels = existing["metadata"].get("labels") or {}
+            if not identity.owns(labels) or labels.get(RELAUNCH_LABEL, "0") != str(relaunch):
+                raise PodOfAnotherTry(
+                    f"pod {namespace}/{name} already exists but its labels name another try "
+                    f"(try_number={labels.get('try_number')!r}, relaunch={labels.get(RELAUNCH_LABEL)!r}); "
+                    "it is left alone. Delete it, or check for two DAGs sharing one dag_id/task_id.",
+                    status=409,
+                ) from None
+            return CreatedPod(name, namespace, existing["metadata"]["uid"], adopted=True, body=existing)
+
+    def read(self, namespace: str, name: str) -> Json | None:
+        """The pod as API JSON, or None when it does not exist."""
+        try:
+            with _translated():
+                return self._json(self.core.read_namespaced_pod(name=name, namespace=namespace))
+        except NotFound:
+            return None
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Json]:
+        with _translated():
+            result = self.core.list_namespaced_pod(namespace=namespace, label_selector=label_selector)
+        return [self._json(p) for p in result.items]
+
+    def stamp_verdict(self, namespace: str, name: str, uid: str, verdict: Mapping[str, Any]) -> bool:
+        """Write the verdict annotation on the pod with this UID. False when that pod is gone."""
+        pod = self.read(namespace, name)
+        if pod is None or pod["metadata"].get("uid") != uid:
+            return False
+        body = {"metadata": {"uid": uid, "annotations": {VERDICT_ANNOTATION: json.dumps(dict(verdict))}}}
+        try:
+            with _translated():
+                self.core.patch_namespaced_pod(name=name, namespace=namespace, body=body)
+        except (NotFound, Conflict):
+            return False
+        return True
+
+    def delete(self, namespace: str, name: str, uid: str, *, grace_period_seconds: int | None = None) -> bool:
+        """Delete the pod only if it still has this UID. False when it is already gone or replaced."""
+        from kubernetes import client
+
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid),
+            grace_period_seconds=grace_period_seconds,
+            propagation_policy="Background",
+        )
+        try:
+            with _translated():
+                self.core.delete_namespaced_pod(name=name, namespace=namespace, body=options)
+        except (NotFound, Conflict):
+            return False
+        return True
+
+    def events(self, namespace: str, name: str, uid: str | None = None) -> list[Json]:
+        """Events about this pod, oldest first."""
+        selector = f"involvedObject.name={name}"
+        if uid:
+            selector += f",involvedObject.uid={uid}"
+        with _translated():
+            result = self.core.list_namespaced_event(namespace=namespace, field_selector=selector)
+        events = [self._json(e) for e in result.items]
+        return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+    def log(self, namespace: str, name: str, container: str, *, tail_lines: int | None = None) -> str:
+        """A container's log (its last ``tail_lines`` lines); empty when there is none yet."""
+        try:
+            with _translated():
+                text = self.core.read_namespaced_pod_log(
+                    name=name,
+                    namespace=namespace,
+                    container=container,
+                    tail_lines=tail_lines,
+                    _preload_content=False,
+                )
+                raw = text.data
+        except (NotFound, Conflict):
+            return ""
+        except KubeError as exc:
+            if exc.status == 400:  # container not started yet: no log to read
+                return ""
+            raise
+        return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+    def exec_command(self, namespace: str, name: str, container: str, command: list[str]) -> str:
+        """Run ``command`` in a container over the exec websocket; return its stdout."""
+        from kubernetes.stream import stream
+
+        with _translated():
+            resp = stream(
+                self.core.connect_get_namespaced_pod_exec,
+                name,
+                namespace,
+                container=container,
+                command=command,
+                stdin=False,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
+            out: list[str] = []
+            try:
+                resp.run_forever(timeout=60)
+                out.append(resp.read_stdout() or "")
+            finally:
+                resp.close()
+        return "".join(out)
+
+    def read_xcom(self, namespace: str, name: str) -> Any:
+        """The cncf convention: read ``return.json`` from the sidecar, then let the sidecar exit."""
+        try:
+            raw = self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["cat", XCOM_RESULT_PATH])
+        finally:
+            self.stop_xcom_sidecar(namespace, name)
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise XComReadError(
+                f"pod {namespace}/{name} wrote {XCOM_RESULT_PATH} but it is not valid JSON: {exc}; "
+                "write the result with json.dump"
+            ) from None
+
+    def stop_xcom_sidecar(self, namespace: str, name: str) -> None:
+        # A failure means the sidecar is gone already; the pod is deleted next anyway.
+        with suppress(KubeError):
+            self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["kill", "-s", "SIGINT", "1"])
+
+
+def container_states(pod: Mapping[str, Any]) -> list[str]:
+    """One line per container: name, state and its reason/exit code, for evidence in task logs."""
+    status = pod.get("status") or {}
+    lines = []
+    for kind in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(kind) or []:
+            state = cs.get("state") or {}
+            for phase, detail in state.items():
+                if not detail:
+                    continue
+                bits = [f"{cs.get('name')}: {phase}"]
+                if detail.get("reason"):
+                    bits.append(str(detail["reason"]))
+                if "exitCode" in detail:
+                    bits.append(f"exit code {detail['exitCode']}")
+                if detail.get("message"):
+                    bits.append(str(detail["message"]))
+                lines.append(", ".join(bits))
+    return lines
