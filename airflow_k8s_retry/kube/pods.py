@@ -258,3 +258,63 @@ def container_states(pod: Mapping[str, Any]) -> list[str]:
                     bits.append(str(detail["message"]))
                 lines.append(", ".join(bits))
     return lines
+
+
+REPORT_LIMIT = 4096
+
+
+def _clip(text: str, room: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= room:
+        return text
+    marker = " [...]"
+    return data[: max(0, room - len(marker))].decode("utf-8", "ignore") + marker
+
+
+def failure_report(
+    verdict: Mapping[str, Any],
+    *,
+    pod: Mapping[str, Any] | None,
+    events: list[Json],
+    log_tail: str,
+    limit: int = REPORT_LIMIT,
+) -> str:
+    """The evidence for a task log, under ``limit`` bytes: the reason line first, then what supports
+    it (the classifier's evidence), the pod's Events, its container states and a log tail.
+
+    ``verdict`` is a verdict payload (``Verdict.to_payload()``). Env values never appear: only
+    statuses, event messages and the container's own output.
+    """
+    head = f"{verdict.get('reason')}: {verdict.get('message')}"
+    sections: list[tuple[str, list[str]]] = []
+    seen = [
+        f"[{e.get('source')}] {e.get('reason')}"
+        + (f" ({e.get('container')})" if e.get("container") else "")
+        + f": {e.get('message')}"
+        for e in verdict.get("evidence") or []
+    ]
+    sections.append(("evidence", seen))
+    event_lines = [
+        f"{e.get('type', '')} {e.get('reason', '')} x{e.get('count') or 1}: {e.get('message', '')}".strip()
+        for e in events[-10:]
+    ]
+    sections.append(("events", event_lines))
+    sections.append(("containers", container_states(pod or {})))
+    tail = [line for line in log_tail.splitlines() if line.strip()][-20:]
+    sections.append(("log tail", tail))
+    out = [_clip(head, limit // 2), f"outcome: {verdict.get('outcome')} (rule {verdict.get('rule')})"]
+    used = sum(len(line.encode()) + 1 for line in out)
+    for title, lines in sections:
+        if not lines:
+            continue
+        block = [f"{title}:"] + [f"  {line}" for line in lines]
+        for line in block:
+            size = len(line.encode()) + 1
+            if used + size > limit:
+                room = limit - used - 1
+                if room > 20:
+                    out.append(_clip(line, room))
+                return "\n".join(out)
+            out.append(line)
+            used += size
+    return "\n".join(out)
