@@ -1,0 +1,90 @@
+"""The one clock grace timers run on, injectable so tests can move time by hand.
+
+Grace timers are compared with first-seen times that are persisted on pods and in trigger kwargs,
+so they are epoch seconds, not event-loop time. Everything that needs "now" or "wake me at T" in
+the trigger goes through a :class:`Clock`; production uses :class:`WallClock`, tests use
+:class:`ManualClock` and advance it explicitly instead of sleeping.
+
+Example::
+
+    clock = ManualClock(1_000.0)
+    waiter = asyncio.create_task(clock.sleep_until(1_060.0))
+    clock.advance(60)      # waiter finishes
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Epoch seconds."""
+        ...
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Return once :meth:`now` has reached ``deadline``."""
+        ...
+
+
+class WallClock:
+    """The system clock. Sleeps in slices so a clock step (NTP) is noticed within a minute."""
+
+    max_slice = 60.0
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep_until(self, deadline: float) -> None:
+        while (left := deadline - time.time()) > 0:  # noqa: ASYNC110 - a timer, not a state wait
+            await asyncio.sleep(min(left, self.max_slice))
+
+
+class ManualClock:
+    """A clock that moves only when told to; sleepers wake when it passes their deadline."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = float(start)
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep_until(self, deadline: float) -> None:
+        if self._now >= deadline:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (deadline, waiter)
+        self._sleepers.append(entry)
+        try:
+            await waiter
+        finally:
+            self._sleepers.remove(entry)
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` (from any thread)."""
+        if seconds < 0:
+            raise ValueError(f"ManualClock.advance: time only moves forward, got {seconds}")
+        self._now += seconds
+        self._wake()
+
+    def set(self, now: float) -> None:
+        """Move time forward to ``now`` (from any thread)."""
+        if now < self._now:
+            raise ValueError(f"ManualClock.set: time only moves forward ({now} < {self._now})")
+        self._now = float(now)
+        self._wake()
+
+    def _wake(self) -> None:
+        for deadline, waiter in list(self._sleepers):
+            if self._now >= deadline and not waiter.done():
+                loop = waiter.get_loop()
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(_resolve, waiter)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -1,0 +1,700 @@
+"""One LIST+WATCH per (cluster, namespace, label selector) per event loop, shared by every trigger.
+
+A triggerer process runs hundreds of triggers in one event loop. If each watched (or polled) its
+own pod, API load would grow with the number of pods. Here the first trigger that subscribes to
+a namespace starts a *feed*: one LIST, then one WATCH resumed from the last resourceVersion, and
+the same for the namespace's pod Events. Changes fan out to subscribers by pod name and UID. The
+last subscriber out stops the feed and closes the client.
+
+Failure handling, so no change is lost and none is delivered twice:
+
+* the watch resumes from the last resourceVersion it saw (bookmarks included);
+* ``410 Gone`` re-lists and diffs against the cache: changed pods are delivered, vanished pods
+  are delivered as deleted;
+* ``5xx``, ``429`` and dropped connections reconnect after a capped, jittered backoff;
+* ``401`` reloads the cluster config (short-lived tokens) before reconnecting;
+* ``403`` on WATCH falls back to a LIST every ``poll_interval``; ``403`` on LIST to a GET per
+  subscribed pod every ``poll_interval``;
+* every delivery is de-duplicated per subscriber by resourceVersion.
+
+Feeds are keyed by the running event loop as well, because ``airflow dags test`` runs each trigger
+in its own ``asyncio.run`` and a client must never outlive its loop.
+
+Example::
+
+    hub = WatchHub.current()
+    sub = await hub.subscribe(config, "default", "my-pod", uid, label_selector=MANAGED_SELECTOR)
+    try:
+        while True:
+            await sub.wait(within=30)
+            for change in sub.drain():
+                ...
+    finally:
+        await sub.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import weakref
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from airflow_k8s_retry.kube.aio import AsyncKube, Json, Listing, WatchEvent
+from airflow_k8s_retry.kube.config import ClusterConfig
+from airflow_k8s_retry.kube.errors import Forbidden, Gone, KubeError, NotFound, Unauthorized
+
+log = logging.getLogger(__name__)
+
+POD_EVENTS_SELECTOR = "involvedObject.kind=Pod"
+#: How many Events are kept per pod (the newest win).
+EVENTS_PER_POD = 64
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _rv_newer(new: str | None, old: str | None) -> bool:
+    """True unless ``new`` is provably the same as or older than ``old``.
+
+    resourceVersions are opaque, but every real API server uses etcd revisions (integers); when both
+    look like integers they are compared, otherwise only equality counts as "not newer".
+    """
+    if not new or not old:
+        return True
+    if new == old:
+        return False
+    if new.isdigit() and old.isdigit():
+        return int(new) > int(old)
+    return True
+
+
+@dataclass(frozen=True)
+class PodChange:
+    """A new state of the subscribed pod. ``pod`` is None when it is gone and its last state unknown."""
+
+    pod: Json | None
+    deleted: bool = False
+
+    @property
+    def resource_version(self) -> str | None:
+        if self.pod is None:
+            return None
+        rv = _meta(self.pod).get("resourceVersion")
+        return str(rv) if rv else None
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter; :meth:`reset` after a success."""
+
+    def __init__(self, base: float = 0.5, cap: float = 30.0, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * (2**self.attempt))
+        self.attempt = min(self.attempt + 1, 30)
+        return self._rng.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+@dataclass
+class _Connection:
+    config: ClusterConfig
+    kube: AsyncKube
+    refs: int = 0
+
+
+class PodSubscription:
+    """One trigger's view of one pod: its changes in order, and its Events.
+
+    Read with :meth:`wait` then :meth:`drain`; :attr:`events` always holds the Events seen so far.
+    """
+
+    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str, name: str, uid: str | None) -> None:
+        self.hub = hub
+        self.namespace = namespace
+        self.name = name
+        self.uid = uid
+        self._conn = conn
+        self._changes: deque[PodChange] = deque()
+        self._events: dict[str, Json] = {}
+        self._events_changed = False
+        self._wakeup = asyncio.Event()
+        self._last_rv: str | None = None
+        self._gone = False
+        self._feeds: list[_Feed] = []
+        self.closed = False
+
+    @property
+    def kube(self) -> AsyncKube:
+        """The shared client, for the occasional direct call (last look, annotations)."""
+        return self._conn.kube
+
+    @property
+    def events(self) -> list[Json]:
+        return sorted(self._events.values(), key=_event_sort_key)
+
+    def _offer_pod(self, change: PodChange) -> None:
+        """Queue a change unless it is a duplicate, stale, or about another pod of the same name."""
+        if self.closed:
+            return
+        pod = change.pod
+        if pod is not None:
+            uid = _meta(pod).get("uid")
+            if self.uid and uid and uid != self.uid:
+                # Same name, another pod: ours was deleted and replaced.
+                if self._gone:
+                    return
+                change = PodChange(pod=None, deleted=True)
+            elif self.uid is None and uid:
+                self.uid = str(uid)
+        if change.deleted:
+            if self._gone:
+                return
+            self._gone = True
+        else:
+            if self._gone:
+                return
+            rv = change.resource_version
+            if not _rv_newer(rv, self._last_rv):
+                return
+            self._last_rv = rv
+        self._changes.append(change)
+        self._wakeup.set()
+
+    def _offer_event(self, event: Json) -> None:
+        if self.closed:
+            return
+        meta = _meta(event)
+        key = str(meta.get("name") or meta.get("uid") or id(event))
+        old = self._events.get(key)
+        if old is not None and not _rv_newer(
+            str(_meta(event).get("resourceVersion") or ""), str(_meta(old).get("resourceVersion") or "")
+        ):
+            return
+        self._events[key] = event
+        if len(self._events) > EVENTS_PER_POD:
+            oldest = sorted(self._events, key=lambda k: _event_sort_key(self._events[k]))[0]
+            del self._events[oldest]
+        self._events_changed = True
+        self._wakeup.set()
+
+    def drain(self) -> list[PodChange]:
+        """The pod changes received since the last call, oldest first."""
+        changes = list(self._changes)
+        self._changes.clear()
+        self._events_changed = False
+        self._wakeup.clear()
+        return changes
+
+    @property
+    def events_changed(self) -> bool:
+        return self._events_changed
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._changes) or self._events_changed
+
+    async def wait(self, within: float | None = None) -> bool:
+        """Wait until something new arrived, at most ``within`` seconds; False when nothing did."""
+        if self.pending:
+            return True
+        self._wakeup.clear()
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), within)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Unsubscribe; idempotent. The last subscriber of a feed stops it."""
+        if self.closed:
+            return
+        self.closed = True
+        self._wakeup.set()
+        await self.hub._unsubscribe(self)
+
+
+class _Feed:
+    """One LIST+WATCH (or its polling fallback) over one collection, fanning out to subscribers."""
+
+    kind = "objects"
+
+    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str, selector: str | None) -> None:
+        self.hub = hub
+        self.conn = conn
+        self.namespace = namespace
+        self.selector = selector
+        self.subscribers: set[PodSubscription] = set()
+        self.synced = asyncio.Event()
+        self.mode = "watch"
+        self.poll_interval = 10.0
+        self.task: asyncio.Task[None] | None = None
+        self.resource_version: str | None = None
+        self.counts: dict[str, int] = {"list": 0, "watch": 0, "get": 0, "relist_410": 0, "errors": 0}
+        self._backoff = Backoff(base=hub.backoff_base, cap=hub.backoff_cap)
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"airflow-k8s-retry {self.kind} feed {self.namespace}"
+        )
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+            self.task = None
+
+    # -- subclass hooks -----------------------------------------------------------------------
+
+    async def _list(self) -> Listing:
+        raise NotImplementedError
+
+    def _watch(self, resource_version: str) -> Any:
+        raise NotImplementedError
+
+    def _resync(self, items: list[Json]) -> None:
+        raise NotImplementedError
+
+    def _apply(self, event: WatchEvent) -> None:
+        raise NotImplementedError
+
+    async def _poll_without_list(self) -> None:
+        """Polling when even LIST is forbidden; the default gives up on this feed's data."""
+        self.synced.set()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        step = "list"
+        while True:
+            try:
+                if self.mode == "watch":
+                    if self.resource_version is None:
+                        step = "list"
+                        await self._relist()
+                    step = "watch"
+                    await self._watch_once()
+                elif self.mode == "poll-list":
+                    step = "list"
+                    await self._relist()
+                    await asyncio.sleep(self.poll_interval)
+                else:
+                    step = "get"
+                    await self._poll_without_list()
+                    await asyncio.sleep(self.poll_interval)
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                self.counts["relist_410"] += 1
+                log.info("%s watch in %s expired (410 Gone); re-listing", self.kind, self.namespace)
+                self.resource_version = None
+                if self.counts["relist_410"] > 1:
+                    await asyncio.sleep(self._backoff.next())
+            except Forbidden as exc:
+                self.counts["errors"] += 1
+                if step == "watch" and self.mode == "watch":
+                    log.warning(
+                        "watching %s in %s is forbidden (%s); polling with LIST every %.0f s instead",
+                        self.kind, self.namespace, exc, self.poll_interval,
+                    )
+                    self.mode = "poll-list"
+                elif step == "list" and self.mode != "poll-get":
+                    log.warning(
+                        "listing %s in %s is forbidden (%s); polling each pod every %.0f s instead",
+                        self.kind, self.namespace, exc, self.poll_interval,
+                    )
+                    self.mode = "poll-get"
+                else:
+                    await asyncio.sleep(max(self.poll_interval, self._backoff.next()))
+            except Unauthorized as exc:
+                self.counts["errors"] += 1
+                log.warning("%s feed in %s: %s; reloading credentials", self.kind, self.namespace, exc)
+                await asyncio.sleep(self._backoff.next())
+                await self.hub._reconnect(self.conn)
+            except KubeError as exc:
+                self.counts["errors"] += 1
+                delay = self._backoff.next()
+                log.warning(
+                    "%s %s in %s failed (%s); retrying in %.1f s", self.kind, step, self.namespace, exc, delay
+                )
+                await asyncio.sleep(delay)
+            except Exception:
+                # A bug here must not kill every trigger in the process silently.
+                self.counts["errors"] += 1
+                log.exception("%s feed in %s failed unexpectedly", self.kind, self.namespace)
+                await asyncio.sleep(self._backoff.next())
+
+    async def _relist(self) -> None:
+        self.counts["list"] += 1
+        listing = await self._list()
+        self._resync(listing.items)
+        self.resource_version = listing.resource_version or None
+        self._backoff.reset()
+        self.synced.set()
+
+    async def _watch_once(self) -> None:
+        self.counts["watch"] += 1
+        rv = self.resource_version or ""
+        stream = self._watch(rv)
+        async with contextlib.aclosing(stream):
+            async for event in stream:
+                self._backoff.reset()
+                if event.type != "BOOKMARK":
+                    self._apply(event)
+                if event.resource_version:
+                    self.resource_version = event.resource_version
+
+
+class _PodFeed(_Feed):
+    kind = "pods"
+
+    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str, selector: str | None) -> None:
+        super().__init__(hub, conn, namespace, selector)
+        self.cache: dict[str, Json] = {}
+        self.by_name: dict[str, set[PodSubscription]] = {}
+        self._confirming: set[asyncio.Task[None]] = set()
+
+    async def _list(self) -> Listing:
+        return await self.conn.kube.list_pods(self.namespace, label_selector=self.selector)
+
+    def _watch(self, resource_version: str) -> Any:
+        return self.conn.kube.watch_pods(
+            self.namespace,
+            resource_version=resource_version,
+            label_selector=self.selector,
+            timeout_seconds=random.randint(240, 360),
+        )
+
+    def _deliver(self, name: str, change: PodChange) -> None:
+        for sub in list(self.by_name.get(name, ())):
+            sub._offer_pod(change)
+
+    def _resync(self, items: list[Json]) -> None:
+        fresh = {str(_meta(p).get("name")): p for p in items if _meta(p).get("name")}
+        for name, last in list(self.cache.items()):
+            if name not in fresh:
+                self._deliver(name, PodChange(pod=last, deleted=True))
+        first = not self.synced.is_set()
+        for name, pod in fresh.items():
+            old = self.cache.get(name)
+            if old is None or _rv_newer(_meta(pod).get("resourceVersion"), _meta(old).get("resourceVersion")):
+                self._deliver(name, PodChange(pod=pod))
+        self.cache = fresh
+        if first:
+            for name in list(self.by_name):
+                if name not in fresh:
+                    self._confirm_later(name)
+
+    def _apply(self, event: WatchEvent) -> None:
+        pod = event.object
+        name = str(_meta(pod).get("name") or "")
+        if not name:
+            return
+        if event.type == "DELETED":
+            self.cache.pop(name, None)
+            self._deliver(name, PodChange(pod=pod, deleted=True))
+            return
+        old = self.cache.get(name)
+        if old is not None and not _rv_newer(
+            _meta(pod).get("resourceVersion"), _meta(old).get("resourceVersion")
+        ):
+            return
+        self.cache[name] = pod
+        self._deliver(name, PodChange(pod=pod))
+
+    async def _poll_without_list(self) -> None:
+        for name in list(self.by_name):
+            await self._get_one(name)
+        self.synced.set()
+
+    async def _get_one(self, name: str) -> None:
+        self.counts["get"] += 1
+        try:
+            pod = await self.conn.kube.read_pod(self.namespace, name)
+        except NotFound:
+            old = self.cache.pop(name, None)
+            self._deliver(name, PodChange(pod=old, deleted=True))
+            return
+        old = self.cache.get(name)
+        if old is None or _rv_newer(_meta(pod).get("resourceVersion"), _meta(old).get("resourceVersion")):
+            self.cache[name] = pod
+        self._deliver(name, PodChange(pod=pod))
+
+    def add(self, sub: PodSubscription, poll_interval: float) -> None:
+        self.subscribers.add(sub)
+        self.by_name.setdefault(sub.name, set()).add(sub)
+        self.poll_interval = min(self.poll_interval, poll_interval) if self.subscribers else poll_interval
+        if not self.synced.is_set():
+            return  # the first LIST delivers (or confirms) every subscriber's pod
+        pod = self.cache.get(sub.name)
+        if pod is not None:
+            sub._offer_pod(PodChange(pod=pod))
+        elif self.mode != "poll-get":
+            self._confirm_later(sub.name)
+
+    def _confirm_later(self, name: str) -> None:
+        """A subscribed pod the feed has not seen: the watch may just be behind. Give it a moment,
+        then GET the pod once, so a pod created a moment ago is not mistaken for a deleted one."""
+
+        async def confirm() -> None:
+            await asyncio.sleep(self.hub.confirm_delay)
+            if name in self.cache or name not in self.by_name:
+                return
+            try:
+                await self._get_one(name)
+            except KubeError as exc:
+                log.info("could not confirm pod %s/%s (%s); waiting for the watch", self.namespace, name, exc)
+
+        task = asyncio.get_running_loop().create_task(confirm())
+        self._confirming.add(task)
+        task.add_done_callback(self._confirming.discard)
+
+    def remove(self, sub: PodSubscription) -> None:
+        self.subscribers.discard(sub)
+        subs = self.by_name.get(sub.name)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self.by_name[sub.name]
+
+    async def stop(self) -> None:
+        for task in list(self._confirming):
+            task.cancel()
+        await super().stop()
+
+
+class _EventFeed(_Feed):
+    kind = "events"
+
+    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str) -> None:
+        super().__init__(hub, conn, namespace, POD_EVENTS_SELECTOR)
+        self.by_pod: dict[str, dict[str, Json]] = {}
+
+    async def _list(self) -> Listing:
+        return await self.conn.kube.list_events(self.namespace, field_selector=self.selector)
+
+    def _watch(self, resource_version: str) -> Any:
+        return self.conn.kube.watch_events(
+            self.namespace,
+            resource_version=resource_version,
+            field_selector=self.selector,
+            timeout_seconds=random.randint(240, 360),
+        )
+
+    @staticmethod
+    def _pod_key(event: Mapping[str, Any]) -> str | None:
+        involved = event.get("involvedObject") or {}
+        if involved.get("kind") not in (None, "Pod"):
+            return None
+        name = involved.get("name")
+        return str(name) if name else None
+
+    def _keep(self, event: Json) -> str | None:
+        key = self._pod_key(event)
+        if key is None:
+            return None
+        bucket = self.by_pod.setdefault(key, {})
+        bucket[str(_meta(event).get("name") or id(event))] = event
+        if len(bucket) > EVENTS_PER_POD:
+            oldest = min(bucket, key=lambda k: _event_sort_key(bucket[k]))
+            del bucket[oldest]
+        return key
+
+    def _deliver(self, key: str, event: Json) -> None:
+        for sub in list(self.subscribers):
+            if sub.name == key and _event_matches(event, sub.uid):
+                sub._offer_event(event)
+
+    def _resync(self, items: list[Json]) -> None:
+        self.by_pod = {}
+        for event in sorted(items, key=_event_sort_key):
+            key = self._keep(event)
+            if key is not None:
+                self._deliver(key, event)
+
+    def _apply(self, event: WatchEvent) -> None:
+        if event.type == "DELETED":
+            return  # Events expire; what a pod went through stays evidence.
+        key = self._keep(event.object)
+        if key is not None:
+            self._deliver(key, event.object)
+
+    def add(self, sub: PodSubscription, poll_interval: float) -> None:
+        self.subscribers.add(sub)
+        self.poll_interval = min(self.poll_interval, poll_interval)
+        for event in sorted(self.by_pod.get(sub.name, {}).values(), key=_event_sort_key):
+            if _event_matches(event, sub.uid):
+                sub._offer_event(event)
+
+    def remove(self, sub: PodSubscription) -> None:
+        self.subscribers.discard(sub)
+        if not any(s.name == sub.name for s in self.subscribers):
+            self.by_pod.pop(sub.name, None)
+
+
+def _event_matches(event: Mapping[str, Any], uid: str | None) -> bool:
+    event_uid = (event.get("involvedObject") or {}).get("uid")
+    return not uid or not event_uid or event_uid == uid
+
+
+def _event_sort_key(event: Mapping[str, Any]) -> tuple[str, str]:
+    stamp = (
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+        or _meta(event).get("creationTimestamp")
+        or ""
+    )
+    return str(stamp), str(_meta(event).get("resourceVersion") or "")
+
+
+@dataclass
+class FeedStats:
+    """What a feed has done, for tests and logs."""
+
+    namespace: str
+    selector: str | None
+    kind: str
+    mode: str
+    subscribers: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class WatchHub:
+    """The feeds and clients of one event loop. Get it with :meth:`current`."""
+
+    _hubs: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchHub]] = (
+        weakref.WeakKeyDictionary()
+    )
+    #: Reconnect backoff bounds, in seconds.
+    backoff_base: ClassVar[float] = 0.5
+    backoff_cap: ClassVar[float] = 30.0
+    #: How long a subscribed pod may be missing from the watch before it is fetched once.
+    confirm_delay: ClassVar[float] = 2.0
+
+    def __init__(self) -> None:
+        self._connections: dict[str, _Connection] = {}
+        self._pod_feeds: dict[tuple[str, str, str | None], _PodFeed] = {}
+        self._event_feeds: dict[tuple[str, str], _EventFeed] = {}
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def current(cls) -> WatchHub:
+        """The hub of the running event loop (created on first use)."""
+        loop = asyncio.get_running_loop()
+        hub = cls._hubs.get(loop)
+        if hub is None:
+            hub = cls._hubs[loop] = cls()
+        return hub
+
+    async def subscribe(
+        self,
+        config: ClusterConfig,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        *,
+        label_selector: str | None,
+        poll_interval: float = 10.0,
+        events: bool = True,
+    ) -> PodSubscription:
+        """Follow one pod (and its Events) through the shared feed of its namespace."""
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        async with self._lock:
+            conn = await self._acquire(config)
+            sub = PodSubscription(self, conn, namespace, name, uid)
+            pod_key = (config.key, namespace, label_selector)
+            pod_feed = self._pod_feeds.get(pod_key)
+            if pod_feed is None:
+                pod_feed = self._pod_feeds[pod_key] = _PodFeed(self, conn, namespace, label_selector)
+                pod_feed.poll_interval = poll_interval
+                pod_feed.start()
+            pod_feed.add(sub, poll_interval)
+            sub._feeds.append(pod_feed)
+            if events:
+                event_key = (config.key, namespace)
+                event_feed = self._event_feeds.get(event_key)
+                if event_feed is None:
+                    event_feed = self._event_feeds[event_key] = _EventFeed(self, conn, namespace)
+                    event_feed.poll_interval = poll_interval
+                    event_feed.start()
+                event_feed.add(sub, poll_interval)
+                sub._feeds.append(event_feed)
+        return sub
+
+    async def _unsubscribe(self, sub: PodSubscription) -> None:
+        stopping: list[_Feed] = []
+        async with self._lock:
+            for feed in sub._feeds:
+                if isinstance(feed, _PodFeed | _EventFeed):
+                    feed.remove(sub)
+                if not feed.subscribers:
+                    stopping.append(feed)
+                    self._pod_feeds = {k: f for k, f in self._pod_feeds.items() if f is not feed}
+                    self._event_feeds = {k: f for k, f in self._event_feeds.items() if f is not feed}
+            sub._feeds.clear()
+        for feed in stopping:
+            await feed.stop()
+        await self._release(sub._conn)
+
+    async def _acquire(self, config: ClusterConfig) -> _Connection:
+        conn = self._connections.get(config.key)
+        if conn is None:
+            conn = self._connections[config.key] = _Connection(config, await AsyncKube.connect(config))
+        conn.refs += 1
+        return conn
+
+    async def _release(self, conn: _Connection) -> None:
+        conn.refs -= 1
+        if conn.refs <= 0 and self._connections.get(conn.config.key) is conn:
+            del self._connections[conn.config.key]
+            await conn.kube.close()
+
+    async def _reconnect(self, conn: _Connection) -> None:
+        """Reload credentials in place (every feed and subscription shares ``conn``)."""
+        try:
+            fresh = await AsyncKube.connect(conn.config)
+        except KubeError as exc:
+            log.warning("reloading cluster config %r failed: %s", conn.config, exc)
+            return
+        old, conn.kube = conn.kube, fresh
+        await old.close()
+
+    @contextlib.asynccontextmanager
+    async def client(self, config: ClusterConfig) -> Any:
+        """Borrow the loop's shared client for ``config`` (for calls outside a subscription)."""
+        async with self._lock:
+            conn = await self._acquire(config)
+        try:
+            yield conn.kube
+        finally:
+            await self._release(conn)
+
+    def stats(self) -> list[FeedStats]:
+        feeds: list[_Feed] = [*self._pod_feeds.values(), *self._event_feeds.values()]
+        return [
+            FeedStats(
+                namespace=f.namespace,
+                selector=f.selector,
+                kind=f.kind,
+                mode=f.mode,
+                subscribers=len(f.subscribers),
+                counts=dict(f.counts),
+            )
+            for f in feeds
+        ]
