@@ -1,10 +1,19 @@
 """The pure failure classifier: a pod's JSON, its Events and a per-pod history in, one verdict out.
 
-Imports nothing from Airflow, the Kubernetes clients or the other layers of this package.
+Imports nothing from Airflow, the Kubernetes clients or the other layers of this package, so DAG
+files, the trigger, the CLI and tests can all use it cheaply.
+
+Example:
+    >>> from airflow_k8s_retry.classification import classify, FailurePolicy
+    >>> pod = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "containerStatuses": [
+    ...     {"name": "base", "state": {"waiting": {"reason": "InvalidImageName"}}}]}}
+    >>> classify(pod, now=0.0).outcome.value
+    'fail'
 """
 
 from __future__ import annotations
 
+from airflow_k8s_retry.classification.classifier import classify, rule_grace
 from airflow_k8s_retry.classification.model import (
     FAILURE_OUTCOMES,
     Evidence,
@@ -13,5 +22,24 @@ from airflow_k8s_retry.classification.model import (
     Reason,
     Verdict,
 )
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy, PolicyError
+from airflow_k8s_retry.classification.registry_messages import pull_cause
+from airflow_k8s_retry.classification.rules import RULES, Rule, rule_named
 
-__all__ = ["FAILURE_OUTCOMES", "Evidence", "History", "Outcome", "Reason", "Verdict"]
+__all__ = [
+    "DEFAULT_POLICY",
+    "FAILURE_OUTCOMES",
+    "RULES",
+    "Evidence",
+    "FailurePolicy",
+    "History",
+    "Outcome",
+    "PolicyError",
+    "Reason",
+    "Rule",
+    "Verdict",
+    "classify",
+    "pull_cause",
+    "rule_grace",
+    "rule_named",
+]

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """What the caller should do with a pod."""
 
     WAIT = "wait"
@@ -36,7 +36,7 @@ class Outcome(str, Enum):
 FAILURE_OUTCOMES = frozenset({Outcome.RETRY, Outcome.FAIL})
 
 
-class Reason(str, Enum):
+class Reason(StrEnum):
     """Stable reason codes. Values are part of the public contract: never rename one."""
 
     SUCCEEDED = "pod.succeeded"

@@ -1,0 +1,157 @@
+"""``classify``: one observation of a pod in, one verdict out.
+
+This is a pure function: no I/O, no clock, no global state. The caller passes the time (``now``,
+epoch seconds on its own clock) and the ``History`` returned by the previous call, so grace timers
+run on the caller's clock, start when a signal is first seen and survive restarts, and the
+strongest image-pull cause seen so far is never forgotten when kubelet messages decay.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from airflow_k8s_retry.classification.model import History, Outcome, Reason, Verdict
+from airflow_k8s_retry.classification.observation import observe
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy
+from airflow_k8s_retry.classification.rules import RULES, Match, Rule
+
+#: Reasons that carry a container exit code the exit-code lists of a policy apply to.
+EXIT_CODE_REASONS = frozenset({Reason.CONTAINER_EXIT_CODE})
+
+
+def classify(
+    pod: Mapping[str, Any] | None,
+    events: Sequence[Mapping[str, Any]] | Mapping[str, Any] = (),
+    history: History | None = None,
+    *,
+    now: float,
+    policy: FailurePolicy | None = None,
+    relaunches: int = 0,
+) -> Verdict:
+    """Classify one observation of a pod.
+
+    :param pod: the pod as the API returns it as JSON (camelCase keys), or ``None`` when the pod
+        no longer exists (404 or a watch ``DELETED`` event).
+    :param events: the pod's core/v1 Events as JSON (a list, or an EventList with ``items``).
+    :param history: the ``history`` of the previous verdict for this pod (``None`` the first time).
+    :param now: the current time, epoch seconds, on the caller's clock.
+    :param policy: the DAG author's changes to the default rules.
+    :param relaunches: fresh pods already started in this try after disruptions.
+    :return: the verdict of the first rule in ``RULES`` that matches; its ``history`` is what to
+        pass to the next call.
+
+    Example:
+        >>> pod = {"metadata": {"name": "p"}, "status": {"phase": "Running"}}
+        >>> v = classify(pod, now=1000.0)
+        >>> (v.outcome.value, v.reason.value, v.deadline)
+        ('wait', 'pod.running', 1600.0)
+    """
+    if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+        raise ValueError(f"classify(now=...) must be finite epoch seconds, got {now!r}")
+    now = float(now)
+    policy = policy if policy is not None else DEFAULT_POLICY
+    obs = observe(pod, events, history if history is not None else History(), now)
+    updated = obs.history
+    if obs.exists and obs.phase == "Pending":
+        updated = updated.seen("pod.pending", now)
+    for rule in RULES:
+        match = rule.match(obs)
+        if match is not None:
+            return decide(rule, match, updated, now=now, policy=policy, relaunches=relaunches)
+    raise AssertionError("the last rule of RULES matches everything")  # pragma: no cover
+
+
+def rule_grace(rule: Rule, policy: FailurePolicy) -> float | None:
+    """The grace ``rule`` gets under ``policy`` (seconds), or ``None`` when it acts at once."""
+    if rule.grace is None:
+        return None
+    if rule.outcome is not Outcome.WAIT:
+        override = policy.grace_for(rule.reason)
+        if override is not None:
+            return override
+    if isinstance(rule.grace, str):
+        return float(getattr(policy, rule.grace))
+    return float(rule.grace)
+
+
+def decide(
+    rule: Rule, match: Match, history: History, *, now: float, policy: FailurePolicy, relaunches: int
+) -> Verdict:
+    """Turn a rule's match into a verdict: grace, policy overrides, exit-code lists, budget."""
+    evidence = tuple(e if e.seen_at else replace(e, seen_at=now) for e in match.evidence)
+    grace = rule_grace(rule, policy)
+    message = match.message
+    if rule.outcome is Outcome.WAIT:
+        period = grace if grace is not None else policy.running_recheck
+        return Verdict(
+            Outcome.WAIT,
+            rule.waiting_reason or rule.reason,
+            f"{message}; next re-check in {duration(period)}",
+            rule.name,
+            deadline=now + period,
+            evidence=evidence,
+            history=history,
+        )
+    outcome = policy.outcome_for(rule.reason) or rule.outcome
+    if grace is not None and grace > 0:
+        history = history.seen(match.key, now)
+        for key in match.extension_keys:
+            history = history.seen(key, now)
+        start = history.since(match.key)
+        assert start is not None
+        deadline = start + grace
+        if rule.extension is not None and match.extension_keys:
+            extra = float(getattr(policy, rule.extension))
+            latest = max(history.since(k) or start for k in match.extension_keys)
+            deadline = min(max(deadline, latest + extra), start + grace + extra)
+        if now < deadline:
+            waited = f"seen for {duration(now - start)}" if now > start else "first seen now"
+            return Verdict(
+                Outcome.WAIT,
+                rule.waiting_reason or rule.reason,
+                f"{message}; {waited}, will {outcome.value} in {duration(deadline - now)} unless it clears",
+                rule.name,
+                deadline=deadline,
+                evidence=evidence,
+                history=history,
+            )
+        message += (
+            f" (still so after {duration(now - start)}, past its grace of {duration(deadline - start)})"
+        )
+    if rule.reason in EXIT_CODE_REASONS and match.exit_code is not None:
+        if match.exit_code in _codes(policy.skip_on_exit_codes):
+            outcome = Outcome.SKIP
+            message += f"; exit code {match.exit_code} is in skip_on_exit_codes, so the task is skipped"
+        elif match.exit_code in _codes(policy.fail_on_exit_codes):
+            outcome = Outcome.FAIL
+            message += (
+                f"; exit code {match.exit_code} is in fail_on_exit_codes, so the task fails without retrying"
+            )
+    if outcome is Outcome.RELAUNCH and relaunches >= policy.relaunch_budget:
+        outcome = Outcome.RETRY
+        message += (
+            f"; the relaunch budget is spent ({relaunches} of {policy.relaunch_budget} relaunches used), "
+            "so this costs a try"
+        )
+    return Verdict(outcome, rule.reason, message, rule.name, evidence=evidence, history=history)
+
+
+def _codes(value: object) -> frozenset[int]:
+    if isinstance(value, int):
+        return frozenset({value})
+    return frozenset(value) if isinstance(value, tuple | list | set | frozenset) else frozenset()
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a short human duration: ``90s``, ``15m``, ``1h05m``."""
+    total = max(0, round(seconds))
+    if total < 120:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s" if secs else f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

@@ -1,0 +1,316 @@
+"""A tolerant, flattened view of a pod's JSON and its Events, for the rules to read.
+
+The rules should say what they look for, not how to dig it out of nested, optional, camelCase
+JSON. Everything here accepts whatever it is given (missing keys, ``null``, wrong types) and
+falls back to empty values, so that a malformed or half-written pod never makes the classifier
+raise. Containers are listed init containers first, in spec order, because an init container
+that cannot start is why the main containers wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_k8s_retry.classification.model import Evidence, History, Reason
+from airflow_k8s_retry.classification.registry_messages import CAUSE_RANK, pull_cause
+
+#: Waiting reasons of the kubelet that mean an image pull failed.
+PULL_WAITING_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "ErrImagePullBackOff", "RegistryUnavailable"}
+)
+#: Waiting reasons that are a normal part of starting.
+BENIGN_WAITING_REASONS = frozenset({"", "ContainerCreating", "PodInitializing"})
+#: Event reasons the kubelet uses for image pull trouble.
+PULL_EVENT_REASONS = frozenset({"Failed", "BackOff", "ErrImagePull", "ImagePullBackOff", "InspectFailed"})
+
+
+def mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def sequence(value: object) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+def text(value: object) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+def integer(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class Termination:
+    reason: str
+    message: str
+    exit_code: int | None
+    signal: int | None
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    name: str
+    init: bool
+    sidecar: bool  # an init container with restartPolicy Always
+    image: str
+    memory_limit: str
+    waiting_reason: str
+    waiting_message: str
+    running: bool
+    terminated: Termination | None
+    last_terminated: Termination | None
+
+    @property
+    def label(self) -> str:
+        return f"init container {self.name!r}" if self.init else f"container {self.name!r}"
+
+    @property
+    def field_path(self) -> str:
+        return f"spec.{'initContainers' if self.init else 'containers'}{{{self.name}}}"
+
+
+@dataclass(frozen=True)
+class Condition:
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class EventView:
+    reason: str
+    message: str
+    type: str
+    count: int
+    stamp: str
+    field_path: str
+
+    @property
+    def identity(self) -> str:
+        """Stable across observations for one occurrence, different for a new one."""
+        return f"{self.reason}|{self.stamp}|{self.count}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    exists: bool
+    name: str
+    namespace: str
+    phase: str
+    reason: str
+    message: str
+    deleting: bool
+    restart_policy: str
+    node_name: str
+    conditions: Mapping[str, Condition]
+    containers: tuple[ContainerView, ...]
+    events: tuple[EventView, ...]
+    pull_causes: Mapping[str, Evidence]  # container name -> cause to act on
+    history: History
+
+    @property
+    def title(self) -> str:
+        return f"pod {self.namespace}/{self.name}" if self.namespace else f"pod {self.name}"
+
+    def condition(self, kind: str) -> Condition | None:
+        return self.conditions.get(kind)
+
+    def events_named(self, *reasons: str) -> tuple[EventView, ...]:
+        return tuple(e for e in self.events if e.reason in reasons)
+
+
+def _termination(value: object) -> Termination | None:
+    data = mapping(value)
+    if not data:
+        return None
+    return Termination(
+        reason=text(data.get("reason")),
+        message=text(data.get("message")).strip(),
+        exit_code=integer(data.get("exitCode")),
+        signal=integer(data.get("signal")),
+    )
+
+
+def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[ContainerView, ...]:
+    views: list[ContainerView] = []
+    for init, spec_key, status_key in (
+        (True, "initContainers", "initContainerStatuses"),
+        (False, "containers", "containerStatuses"),
+    ):
+        specs = {text(mapping(c).get("name")): mapping(c) for c in sequence(spec.get(spec_key))}
+        order = list(specs)
+        statuses: dict[str, Mapping[str, Any]] = {}
+        for raw in sequence(status.get(status_key)):
+            entry = mapping(raw)
+            name = text(entry.get("name"))
+            statuses[name] = entry
+            if name not in specs:
+                order.append(name)
+        for name in order:
+            cspec = specs.get(name, {})
+            cstat = statuses.get(name, {})
+            state = mapping(cstat.get("state"))
+            waiting = mapping(state.get("waiting"))
+            limits = mapping(mapping(cspec.get("resources")).get("limits"))
+            views.append(
+                ContainerView(
+                    name=name,
+                    init=init,
+                    sidecar=init and text(cspec.get("restartPolicy")) == "Always",
+                    image=text(cstat.get("image")) or text(cspec.get("image")),
+                    memory_limit=text(limits.get("memory")),
+                    waiting_reason=text(waiting.get("reason")) if "waiting" in state else "",
+                    waiting_message=text(waiting.get("message")).strip(),
+                    running="running" in state and state.get("running") is not None,
+                    terminated=_termination(state.get("terminated")),
+                    last_terminated=_termination(mapping(cstat.get("lastState")).get("terminated")),
+                )
+            )
+    return tuple(views)
+
+
+def _events(events: object, uid: str) -> tuple[EventView, ...]:
+    items: object = events
+    if isinstance(events, Mapping):  # an EventList
+        items = events.get("items")
+    views: list[EventView] = []
+    for raw in sequence(items):
+        event = mapping(raw)
+        involved = mapping(event.get("involvedObject") or event.get("regarding"))
+        other_uid = text(involved.get("uid"))
+        if uid and other_uid and other_uid != uid:
+            continue  # an event of an earlier pod with the same name
+        series = mapping(event.get("series"))
+        stamp = (
+            text(event.get("lastTimestamp"))
+            or text(series.get("lastObservedTime"))
+            or text(event.get("eventTime"))
+            or text(event.get("firstTimestamp"))
+        )
+        views.append(
+            EventView(
+                reason=text(event.get("reason")),
+                message=text(event.get("message") or event.get("note")).strip(),
+                type=text(event.get("type")),
+                count=integer(event.get("count")) or integer(series.get("count")) or 1,
+                stamp=stamp,
+                field_path=text(involved.get("fieldPath")),
+            )
+        )
+    views.sort(key=lambda e: e.stamp)  # RFC 3339 strings sort in time order
+    return tuple(views)
+
+
+def _pull_evidence(
+    containers: tuple[ContainerView, ...], events: tuple[EventView, ...], history: History, stamp: float
+) -> tuple[dict[str, Evidence], History]:
+    """Decide the pull cause per failing container and remember the strongest cause seen."""
+    causes: dict[str, Evidence] = {}
+    strongest = history.strongest
+
+    def stronger(candidate: Evidence, current: Evidence | None) -> bool:
+        # Strictly stronger only: the first sighting of a cause keeps its time.
+        return current is None or CAUSE_RANK[candidate.reason] > CAUSE_RANK[current.reason]
+
+    # Events first: they carry the full error text even after the status decayed.
+    for event in events:
+        if event.reason not in PULL_EVENT_REASONS:
+            continue
+        cause = pull_cause(event.message)
+        if cause is None:
+            continue
+        owner = next(
+            (
+                c.name
+                for c in containers
+                if (event.field_path and event.field_path == c.field_path)
+                or (not event.field_path and c.image and f'"{c.image}"' in event.message)
+            ),
+            None,
+        )
+        found = Evidence(cause, "event", f"{event.reason}: {event.message}", owner, stamp)
+        if stronger(found, strongest):
+            strongest = found
+    for container in containers:
+        if container.waiting_reason not in PULL_WAITING_REASONS:
+            continue
+        cause = pull_cause(container.waiting_message)
+        if cause is not None:
+            current = Evidence(
+                cause,
+                "status",
+                f"{container.waiting_reason}: {container.waiting_message}",
+                container.name,
+                stamp,
+            )
+            causes[container.name] = current
+            if stronger(current, strongest):
+                strongest = current
+    for container in containers:
+        pulling = container.waiting_reason in PULL_WAITING_REASONS and container.name not in causes
+        if pulling and strongest is not None and strongest.container in (None, container.name):
+            causes[container.name] = strongest
+    if strongest is not history.strongest:
+        history = History(first_seen=history.first_seen, strongest=strongest)
+    return causes, history
+
+
+def observe(pod: Mapping[str, Any] | None, events: object, history: History, now: float) -> Observation:
+    """Flatten ``pod`` and ``events``; ``history`` comes back with the strongest pull cause."""
+    data = mapping(pod)
+    meta = mapping(data.get("metadata"))
+    spec = mapping(data.get("spec"))
+    status = mapping(data.get("status"))
+    conditions: dict[str, Condition] = {}
+    for raw in sequence(status.get("conditions")):
+        cond = mapping(raw)
+        kind = text(cond.get("type"))
+        if kind:
+            conditions[kind] = Condition(
+                status=text(cond.get("status")),
+                reason=text(cond.get("reason")),
+                message=text(cond.get("message")).strip(),
+            )
+    containers = _containers(spec, status)
+    event_views = _events(events, text(meta.get("uid")))
+    causes, history = _pull_evidence(containers, event_views, history, now)
+    return Observation(
+        exists=pod is not None,
+        name=text(meta.get("name")) or "<unnamed>",
+        namespace=text(meta.get("namespace")),
+        phase=text(status.get("phase")),
+        reason=text(status.get("reason")),
+        message=text(status.get("message")).strip(),
+        deleting=bool(meta.get("deletionTimestamp")),
+        restart_policy=text(spec.get("restartPolicy")) or "Always",
+        node_name=text(spec.get("nodeName")),
+        conditions=conditions,
+        containers=containers,
+        events=event_views,
+        pull_causes=causes,
+        history=history,
+    )
+
+
+__all__ = [
+    "BENIGN_WAITING_REASONS",
+    "PULL_WAITING_REASONS",
+    "Condition",
+    "ContainerView",
+    "EventView",
+    "Observation",
+    "Reason",
+    "Termination",
+    "observe",
+]

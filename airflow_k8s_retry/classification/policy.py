@@ -1,0 +1,217 @@
+"""What a DAG author may change about the default rules, checked when the DAG file is parsed.
+
+``FailurePolicy`` is a frozen value that travels in trigger kwargs, so it converts to and from a
+JSON-safe payload. Every check happens in the constructor: a typo in a reason code or a negative
+grace fails the DAG import with a message naming the field, not a task run hours later.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_k8s_retry.classification.model import Outcome, Reason
+
+
+class PolicyError(ValueError):
+    """A ``FailurePolicy`` value is invalid; the message names the field and how to fix it."""
+
+
+#: Outcomes a DAG author may give a reason code. ``wait`` is never an outcome of its own (use a
+#: grace instead) and ``succeed`` would turn a failed pod into a success (use ``skip``).
+OVERRIDE_OUTCOMES = frozenset({Outcome.RETRY, Outcome.FAIL, Outcome.RELAUNCH, Outcome.SKIP})
+
+_NUMBER_FIELDS = ("startup_timeout", "schedule_timeout", "running_recheck", "scale_up_extension")
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """Per-operator changes to the default classification rules.
+
+    :param grace: seconds to wait before acting on a reason, by reason code, e.g.
+        ``{"image.not_found": 5}``. Only reasons that have a grace by default accept one.
+    :param outcomes: outcome for a reason code once its grace is over: ``"retry"``, ``"fail"``,
+        ``"relaunch"`` or ``"skip"``, e.g. ``{"image.unauthorized": "fail"}``.
+    :param fail_on_exit_codes: container exit codes that fail the task without retrying.
+    :param skip_on_exit_codes: container exit codes that mark the task skipped.
+    :param relaunch_budget: fresh pods a try may start after infrastructure took its pod away
+        (preemption, drain, eviction, lost node); past it a disruption costs a try.
+    :param startup_timeout: seconds a pod may stay pending without another explanation.
+    :param schedule_timeout: seconds a pod may stay unschedulable.
+    :param running_recheck: seconds between safety re-checks of a running pod.
+    :param scale_up_extension: extra seconds an unschedulable pod gets while the cluster
+        autoscaler has just triggered a scale-up for it.
+
+    Example:
+        >>> FailurePolicy(grace={"image.not_found": 5}, outcomes={"image.unauthorized": "fail"},
+        ...               fail_on_exit_codes=[3], relaunch_budget=1).outcome_for(Reason.IMAGE_UNAUTHORIZED)
+        <Outcome.FAIL: 'fail'>
+    """
+
+    grace: Mapping[Reason | str, float] = field(default_factory=dict)
+    outcomes: Mapping[Reason | str, Outcome | str] = field(default_factory=dict)
+    fail_on_exit_codes: Collection[int] | int = ()
+    skip_on_exit_codes: Collection[int] | int = ()
+    relaunch_budget: int = 3
+    startup_timeout: float = 900.0
+    schedule_timeout: float = 600.0
+    running_recheck: float = 600.0
+    scale_up_extension: float = 600.0
+
+    def __post_init__(self) -> None:
+        from airflow_k8s_retry.classification.rules import graceable_reasons, overridable_reasons
+
+        set_ = object.__setattr__
+        set_(self, "grace", _check_grace(self.grace, graceable_reasons()))
+        set_(self, "outcomes", _check_outcomes(self.outcomes, overridable_reasons()))
+        fail = _check_exit_codes("fail_on_exit_codes", self.fail_on_exit_codes)
+        skip = _check_exit_codes("skip_on_exit_codes", self.skip_on_exit_codes)
+        both = sorted(set(fail) & set(skip))
+        if both:
+            raise PolicyError(
+                f"FailurePolicy: exit code(s) {both} are in both fail_on_exit_codes and "
+                "skip_on_exit_codes; keep each code in one list only"
+            )
+        set_(self, "fail_on_exit_codes", fail)
+        set_(self, "skip_on_exit_codes", skip)
+        budget = self.relaunch_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise PolicyError(
+                f"FailurePolicy.relaunch_budget must be a whole number >= 0, got {budget!r}; "
+                "use 0 to turn every disruption into a retry"
+            )
+        for name in _NUMBER_FIELDS:
+            set_(self, name, _seconds(f"FailurePolicy.{name}", getattr(self, name), positive=True))
+
+    def grace_for(self, reason: Reason) -> float | None:
+        """The grace the policy sets for ``reason``, or ``None`` to keep the rule's default."""
+        value = self.grace.get(reason)
+        return None if value is None else float(value)
+
+    def outcome_for(self, reason: Reason) -> Outcome | None:
+        """The outcome the policy sets for ``reason``, or ``None`` to keep the rule's default."""
+        value = self.outcomes.get(reason)
+        return None if value is None else Outcome(value)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "grace": {Reason(k).value: float(v) for k, v in sorted(self.grace.items())},
+            "outcomes": {Reason(k).value: Outcome(v).value for k, v in sorted(self.outcomes.items())},
+            "fail_on_exit_codes": list(_as_codes(self.fail_on_exit_codes)),
+            "skip_on_exit_codes": list(_as_codes(self.skip_on_exit_codes)),
+            "relaunch_budget": self.relaunch_budget,
+            "startup_timeout": self.startup_timeout,
+            "schedule_timeout": self.schedule_timeout,
+            "running_recheck": self.running_recheck,
+            "scale_up_extension": self.scale_up_extension,
+        }
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any] | None) -> FailurePolicy:
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise PolicyError(f"a FailurePolicy payload must be a mapping, got {type(data).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise PolicyError(
+                f"FailurePolicy payload has unknown field(s) {unknown}; valid fields: {sorted(known)}"
+            )
+        return cls(**dict(data))
+
+
+
+def _as_codes(value: Collection[int] | int) -> tuple[int, ...]:
+    return (value,) if isinstance(value, int) else tuple(value)
+
+
+def _reason(field_name: str, key: object, valid: frozenset[Reason]) -> Reason:
+    choices = ", ".join(sorted(r.value for r in valid))
+    try:
+        if not isinstance(key, str):
+            raise ValueError(key)
+        reason = Reason(key)
+    except ValueError:
+        raise PolicyError(
+            f"FailurePolicy.{field_name}: unknown reason code {key!r}; valid codes: {choices}"
+        ) from None
+    if reason not in valid:
+        raise PolicyError(
+            f"FailurePolicy.{field_name}: reason code {reason.value!r} cannot be set here; "
+            f"valid codes: {choices}"
+        )
+    return reason
+
+
+def _seconds(name: str, value: object, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PolicyError(f"{name} must be a finite number of seconds, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise PolicyError(f"{name} must be {bound} seconds, got {value!r}")
+    return float(value)
+
+
+def _check_grace(value: object, valid: frozenset[Reason]) -> dict[Reason, float]:
+    if not isinstance(value, Mapping):
+        raise PolicyError(
+            f"FailurePolicy.grace must map reason codes to seconds, e.g. {{'image.not_found': 30}}, "
+            f"got {type(value).__name__}"
+        )
+    result: dict[Reason, float] = {}
+    for key, seconds in value.items():
+        reason = _reason("grace", key, valid)
+        result[reason] = _seconds(f"FailurePolicy.grace[{reason.value!r}]", seconds)
+    return result
+
+
+def _check_outcomes(value: object, valid: frozenset[Reason]) -> dict[Reason, Outcome]:
+    if not isinstance(value, Mapping):
+        raise PolicyError(
+            "FailurePolicy.outcomes must map reason codes to outcomes, e.g. "
+            f"{{'image.unauthorized': 'fail'}}, got {type(value).__name__}"
+        )
+    allowed = ", ".join(sorted(o.value for o in OVERRIDE_OUTCOMES))
+    result: dict[Reason, Outcome] = {}
+    for key, raw in value.items():
+        reason = _reason("outcomes", key, valid)
+        try:
+            outcome = Outcome(raw)
+        except ValueError:
+            raise PolicyError(
+                f"FailurePolicy.outcomes[{reason.value!r}]: unknown outcome {raw!r}; use one of: {allowed}"
+            ) from None
+        if outcome not in OVERRIDE_OUTCOMES:
+            hint = "set a grace instead" if outcome is Outcome.WAIT else "use 'skip' instead"
+            raise PolicyError(
+                f"FailurePolicy.outcomes[{reason.value!r}]: {outcome.value!r} is not allowed as an "
+                f"override ({hint}); use one of: {allowed}"
+            )
+        result[reason] = outcome
+    return result
+
+
+def _check_exit_codes(name: str, value: object) -> tuple[int, ...]:
+    codes: Collection[object]
+    if isinstance(value, int) and not isinstance(value, bool):
+        codes = (value,)
+    elif isinstance(value, Collection) and not isinstance(value, str | bytes | Mapping):
+        codes = value
+    else:
+        raise PolicyError(f"FailurePolicy.{name} must be a list of exit codes, got {value!r}")
+    result: set[int] = set()
+    for code in codes:
+        if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
+            raise PolicyError(
+                f"FailurePolicy.{name}: {code!r} is not a failing exit code; use whole numbers "
+                "from 1 to 255 (0 means success and never reaches an exit-code rule)"
+            )
+        result.add(code)
+    return tuple(sorted(result))
+
+
+#: The defaults of DESIGN's table, used when no policy is given.
+DEFAULT_POLICY = FailurePolicy()

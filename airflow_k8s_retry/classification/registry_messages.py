@@ -1,0 +1,92 @@
+"""Read an image-pull error message and say what the registry meant.
+
+Kubelets, container runtimes and registries word the same failure in many ways (dockershim's
+"Error response from daemon", containerd's "failed to pull and unpack image", Docker Hub,
+GHCR, ECR, Artifact Registry and Quay each with their own text), and the kubelet later replaces
+the useful text with the generic "Back-off pulling image". This module turns one message into one
+cause, and ranks causes so that the strongest one seen can stand in for a decayed message.
+
+Docker Hub answers an anonymous pull of a private repository and a pull of a repository that does
+not exist with the same sentence ("pull access denied, repository does not exist or may require
+authorization"). That sentence is read as *not found*: a wrong name is the more common cause, both
+causes get a short confirmation grace and then a retry, and the verdict message names both
+possibilities so the reader checks the image name and the pull secret.
+"""
+
+from __future__ import annotations
+
+import re
+
+from airflow_k8s_retry.classification.model import Reason
+
+# Checked in this order: the first family with a match names the cause.
+_RATE_LIMITED = re.compile(
+    r"toomanyrequests|too many requests|\b429\b|rate limit|rate exceeded|pull qps exceeded"
+    r"|quota exceeded|exceeded .*quota",
+)
+_UNAVAILABLE = re.compile(
+    r"\b50[0-4]\b|internal server error|bad gateway|service unavailable|gateway timeout"
+    r"|i/o timeout|timeout exceeded|timed out|deadline exceeded|tls handshake timeout"
+    r"|connection refused|connection reset|no such host|network is unreachable|no route to host"
+    r"|temporary failure in name resolution|server misbehaving|unexpected eof",
+)
+_NOT_FOUND = re.compile(
+    r"manifest unknown|not found|repository does not exist|name unknown|no such image"
+    r"|does not exist|name_unknown|manifest_unknown",
+)
+_UNAUTHORIZED = re.compile(
+    r"unauthorized|denied|authentication required|\b401\b|\b403\b|forbidden"
+    r"|no basic auth credentials|authorization failed|invalid username/password"
+    r"|insufficient_scope|not authorized",
+)
+
+_FAMILIES: tuple[tuple[Reason, re.Pattern[str]], ...] = (
+    (Reason.IMAGE_RATE_LIMITED, _RATE_LIMITED),
+    (Reason.IMAGE_REGISTRY_UNAVAILABLE, _UNAVAILABLE),
+    (Reason.IMAGE_NOT_FOUND, _NOT_FOUND),
+    (Reason.IMAGE_UNAUTHORIZED, _UNAUTHORIZED),
+)
+
+#: How strongly a cause speaks about the image itself (higher wins when messages decay): a
+#: definitive answer about the image beats a transient complaint about the transport.
+CAUSE_RANK: dict[Reason, int] = {
+    Reason.IMAGE_PULL_BACKOFF: 0,
+    Reason.IMAGE_REGISTRY_UNAVAILABLE: 1,
+    Reason.IMAGE_RATE_LIMITED: 2,
+    Reason.IMAGE_UNAUTHORIZED: 3,
+    Reason.IMAGE_NOT_FOUND: 4,
+}
+
+#: Text the kubelet uses once it only remembers that pulling is backing off.
+_GENERIC = re.compile(r"back-?off pulling image|^\s*$|errimagepull\s*$|imagepullbackoff\s*$")
+
+
+def pull_cause(message: str) -> Reason | None:
+    """Return the cause a pull error message states, or ``None`` when it states none.
+
+    Example:
+        >>> pull_cause('failed to resolve reference "ghcr.io/acme/app:1": ghcr.io/acme/app:1: not found')
+        <Reason.IMAGE_NOT_FOUND: 'image.not_found'>
+        >>> pull_cause('Back-off pulling image "ghcr.io/acme/app:1"') is None
+        True
+    """
+    text = message.lower()
+    # Newer kubelets append the last error to the back-off text ("Back-off pulling image "x":
+    # ErrImagePull: <cause>"): look at the part after the image name only.
+    for reason, pattern in _FAMILIES:
+        if pattern.search(_strip_image_refs(text)):
+            return reason
+    return None
+
+
+def is_generic(message: str) -> bool:
+    """True when the message only says that pulling is backing off."""
+    return pull_cause(message) is None and bool(_GENERIC.search(message.lower()))
+
+
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+def _strip_image_refs(text: str) -> str:
+    # An image reference in quotes ("registry/notfound-app:404") must not look like a cause.
+    return _QUOTED.sub('""', text)
