@@ -18,6 +18,9 @@ GROUP = "airflow-k8s-retry.io"
 MANAGED_LABEL = f"{GROUP}/managed"
 RELAUNCH_LABEL = f"{GROUP}/relaunch"
 VERDICT_ANNOTATION = f"{GROUP}/verdict"
+#: The classifier history (first-seen times, strongest evidence) of a pod being watched, as JSON,
+#: so grace timers survive a triggerer restart.
+HISTORY_ANNOTATION = f"{GROUP}/history"
 MANAGED_SELECTOR = f"{MANAGED_LABEL}=true"
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
