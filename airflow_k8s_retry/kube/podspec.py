@@ -274,13 +274,10 @@ def _merge(base: Any, override: Any) -> Any:
     return copy.deepcopy(override)
 
 
-def _prune(value: Any) -> Any:
-    """Drop None values and empty dicts/lists the operator added, so the JSON stays minimal."""
-    if isinstance(value, dict):
-        return {k: _prune(v) for k, v in value.items() if v is not None and v not in ({}, [])}
-    if isinstance(value, list):
-        return [_prune(v) for v in value]
-    return value
+def _compact(value: dict[str, Any]) -> dict[str, Any]:
+    """Drop the fields the operator left unset (None, empty), one level deep: user content such as
+    ``emptyDir: {}`` inside a volume is kept as given."""
+    return {k: v for k, v in value.items() if v is not None and v not in ({}, [])}
 
 
 def _base_container_name(template: Mapping[str, Any], preferred: str) -> str:
@@ -355,7 +352,7 @@ def build_pod(
     if affinity is not None and not isinstance(affinity, dict):
         raise PodSpecError("affinity must be a V1Affinity or a dict")
     spec: dict[str, Any] = {
-        "containers": [container],
+        "containers": [],
         "initContainers": _named_list(args.init_containers, "init_containers"),
         "volumes": volumes,
         "nodeSelector": _string_map(args.node_selector, "node_selector"),
@@ -383,7 +380,8 @@ def build_pod(
         "labels": labels,
         "annotations": {**_string_map(args.annotations, "annotations"), **dict(annotations or {})},
     }
-    ours = _prune({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+    spec["containers"] = [_compact(container)]
+    ours = {"apiVersion": "v1", "kind": "Pod", "metadata": _compact(metadata), "spec": _compact(spec)}
     pod: dict[str, Any] = _merge(template, ours)
     # Identity is not negotiable: a template cannot rename the pod or move it.
     pod["metadata"]["name"] = name

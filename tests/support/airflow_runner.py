@@ -1,0 +1,206 @@
+"""Run DAGs under real Airflow (``airflow dags test``) in a throw-away ``AIRFLOW_HOME``.
+
+End-to-end tests, the demo and the benchmarks all need the same thing: a fresh metadata database,
+a dags folder, a ``kubernetes_default`` connection pointing at a kubeconfig (usually the
+simulator's), one ``airflow dags test`` subprocess per DAG run, and afterwards the tries and states
+from the metadata database. ``airflow db migrate`` costs seconds, so it runs once per template
+and every home starts from a copy of the migrated database file.
+
+Example::
+
+    template = MigratedDatabase.create(tmp / "template")
+    home = AirflowHome.create(tmp / "home", dags_folder=dags, database=template)
+    result = home.run_dag("01_basic", kubeconfig=cluster.kubeconfig)
+    assert result.tries("hello") == [TryRecord("hello", 1, "success")]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+
+
+def base_env(home: Path, dags_folder: Path) -> dict[str, str]:
+    """Environment for an Airflow subprocess confined to ``home``; nothing from the user's home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+@dataclass(frozen=True)
+class MigratedDatabase:
+    """A migrated, empty metadata database to copy into each home."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, directory: Path, *, timeout: float = 300) -> MigratedDatabase:
+        directory.mkdir(parents=True, exist_ok=True)
+        dags = directory / "dags"
+        dags.mkdir(exist_ok=True)
+        db = directory / "airflow.db"
+        if not db.exists():
+            proc = subprocess.run(
+                [AIRFLOW, "db", "migrate"],
+                env=base_env(directory, dags),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(
+                    f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+                )
+        return cls(db)
+
+
+@dataclass(frozen=True)
+class TryRecord:
+    """One try of one task instance, as the metadata database has it."""
+
+    task_id: str
+    try_number: int
+    state: str | None
+    map_index: int = -1
+
+
+@dataclass(frozen=True)
+class DagRunResult:
+    dag_id: str
+    returncode: int
+    output: str  # stdout and stderr together, in order
+    seconds: float
+    database: Path
+
+    def tries(self, task_id: str | None = None) -> list[TryRecord]:
+        """Every try of every task instance (history and current), ordered by task and try."""
+        return read_tries(self.database, self.dag_id, task_id)
+
+    def final_state(self, task_id: str) -> str | None:
+        rows = [
+            r for r in self.tries(task_id) if r.try_number == max(t.try_number for t in self.tries(task_id))
+        ]
+        return rows[-1].state if rows else None
+
+    def dag_run_state(self) -> str | None:
+        with sqlite3.connect(self.database) as db:
+            row = db.execute(
+                "select state from dag_run where dag_id = ? order by id desc", (self.dag_id,)
+            ).fetchone()
+        return row[0] if row else None
+
+    def xcom(self, task_id: str, key: str = "return_value") -> object:
+        with sqlite3.connect(self.database) as db:
+            row = db.execute(
+                "select value from xcom where dag_id = ? and task_id = ? and key = ? order by id desc",
+                (self.dag_id, task_id, key),
+            ).fetchone()
+        if row is None:
+            return None
+        value = row[0]
+        if isinstance(value, bytes):
+            value = value.decode()
+        return json.loads(value) if isinstance(value, str) else value
+
+
+def read_tries(database: Path, dag_id: str, task_id: str | None = None) -> list[TryRecord]:
+    query = (
+        "select task_id, try_number, state, map_index from task_instance_history where dag_id = ? "
+        "union all select task_id, try_number, state, map_index from task_instance where dag_id = ?"
+    )
+    with sqlite3.connect(database) as db:
+        rows = db.execute(query, (dag_id, dag_id)).fetchall()
+    records = {(r[0], r[3], r[1]): TryRecord(r[0], r[1], r[2], r[3]) for r in rows}
+    out = sorted(records.values(), key=lambda r: (r.task_id, r.map_index, r.try_number))
+    return [r for r in out if task_id is None or r.task_id == task_id]
+
+
+def kubernetes_connection(kubeconfig: Path, namespace: str | None = None) -> str:
+    """``AIRFLOW_CONN_KUBERNETES_DEFAULT`` in the JSON form both this package and the cncf provider read."""
+    extra: dict[str, str] = {"kube_config_path": str(kubeconfig)}
+    if namespace:
+        extra["namespace"] = namespace
+    return json.dumps({"conn_type": "kubernetes", "extra": extra})
+
+
+@dataclass(frozen=True)
+class AirflowHome:
+    """One ``AIRFLOW_HOME`` with its own copy of the metadata database."""
+
+    home: Path
+    dags_folder: Path
+
+    @classmethod
+    def create(cls, home: Path, *, dags_folder: Path, database: MigratedDatabase) -> AirflowHome:
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(database.path, home / "airflow.db")
+        return cls(home, dags_folder)
+
+    @property
+    def database(self) -> Path:
+        return self.home / "airflow.db"
+
+    def env(self, kubeconfig: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = base_env(self.home, self.dags_folder)
+        if kubeconfig is not None:
+            env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = kubernetes_connection(kubeconfig)
+        env.update(extra or {})
+        return env
+
+    def start_dag(
+        self, dag_id: str, *, kubeconfig: Path | None = None, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        """Start ``airflow dags test DAG_ID``; wait on it with :meth:`finish`."""
+        return subprocess.Popen(
+            [AIRFLOW, "dags", "test", dag_id],
+            env=self.env(kubeconfig, extra_env),
+            cwd=self.home,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def finish(
+        self, dag_id: str, proc: subprocess.Popen[str], started: float, timeout: float
+    ) -> DagRunResult:
+        try:
+            output, _ = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+            raise TimeoutError(
+                f"airflow dags test {dag_id} ran over {timeout} s:\n{output[-5000:]}"
+            ) from None
+        return DagRunResult(dag_id, proc.returncode, output, time.monotonic() - started, self.database)
+
+    def run_dag(
+        self,
+        dag_id: str,
+        *,
+        kubeconfig: Path | None = None,
+        timeout: float = 180,
+        extra_env: dict[str, str] | None = None,
+    ) -> DagRunResult:
+        started = time.monotonic()
+        proc = self.start_dag(dag_id, kubeconfig=kubeconfig, extra_env=extra_env)
+        return self.finish(dag_id, proc, started, timeout)
