@@ -146,7 +146,7 @@ class PodSubscription:
     def events(self) -> list[Json]:
         return sorted(self._events.values(), key=_event_sort_key)
 
-    def _offer_pod(self, change: PodChange) -> None:
+    def offer(self, change: PodChange) -> None:
         """Queue a change unless it is a duplicate, stale, or about another pod of the same name."""
         if self.closed:
             return
@@ -381,7 +381,7 @@ class _PodFeed(_Feed):
 
     def _deliver(self, name: str, change: PodChange) -> None:
         for sub in list(self.by_name.get(name, ())):
-            sub._offer_pod(change)
+            sub.offer(change)
 
     def _resync(self, items: list[Json]) -> None:
         fresh = {str(_meta(p).get("name")): p for p in items if _meta(p).get("name")}
@@ -442,7 +442,7 @@ class _PodFeed(_Feed):
             return  # the first LIST delivers (or confirms) every subscriber's pod
         pod = self.cache.get(sub.name)
         if pod is not None:
-            sub._offer_pod(PodChange(pod=pod))
+            sub.offer(PodChange(pod=pod))
         elif self.mode != "poll-get":
             self._confirm_later(sub.name)
 
