@@ -470,7 +470,7 @@ class RetryingPodOperator(BaseOperator):
     def _finish(
         self, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict, relaunch: int
     ) -> Any:
-        from airflow.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from airflow_k8s_retry.classification.model import Outcome
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
@@ -155,7 +155,7 @@ class PodCompletionSensor(BaseOperator):
 
     def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> None:
         """Act on the verdict. A relaunch is not ours to do: the sensor reports it as a retry."""
-        from airflow.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from airflow_k8s_retry.classification.model import Outcome
         from airflow_k8s_retry.kube.errors import KubeError
