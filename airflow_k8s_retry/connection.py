@@ -47,11 +47,15 @@ def _flag(extras: Mapping[str, Any], name: str, conn_id: str | None) -> bool | N
     )
 
 
+def _looks_like_kubeconfig(value: Mapping[str, Any]) -> bool:
+    return "clusters" in value or "contexts" in value
+
+
 def _kube_config(extras: Mapping[str, Any], conn_id: str | None) -> Mapping[str, Any] | None:
     value = _field(extras, "kube_config")
     if value is None:
         return None
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and _looks_like_kubeconfig(value):
         return value
     if isinstance(value, str):
         try:
@@ -63,7 +67,7 @@ def _kube_config(extras: Mapping[str, Any], conn_id: str | None) -> Mapping[str,
                 parsed = yaml.safe_load(value)
             except yaml.YAMLError:
                 parsed = None
-        if isinstance(parsed, Mapping):
+        if isinstance(parsed, Mapping) and _looks_like_kubeconfig(parsed):
             return parsed
     # The value itself may hold credentials: name the problem, never echo the content.
     raise ConnectionConfigError(

@@ -1,0 +1,48 @@
+"""Shared set-up for the watching tests: a throw-away Airflow home, kubeconfig files, a manual clock."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+# Airflow reads its home when first imported; point it somewhere disposable before any test module
+# imports the trigger (which imports Airflow).
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-k8s-retry-watching-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+import pytest
+
+from airflow_k8s_retry.kube.clock import ManualClock
+
+KUBECONFIG_TEMPLATE = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {{server: "{server}"}}
+contexts:
+- name: ctx
+  context: {{cluster: c, user: u}}
+- name: other
+  context: {{cluster: c, user: u2}}
+current-context: ctx
+users:
+- name: u
+  user: {{token: token-one}}
+- name: u2
+  user: {{token: token-two}}
+"""
+
+
+@pytest.fixture
+def kubeconfig_file(tmp_path: Path) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG_TEMPLATE.format(server="http://127.0.0.1:9"))
+    return path
+
+
+@pytest.fixture
+def manual_clock() -> Iterator[ManualClock]:
+    yield ManualClock(1_800_000_000.0)
