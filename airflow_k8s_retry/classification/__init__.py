@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from airflow_k8s_retry.classification.classifier import classify, rule_grace
+from airflow_k8s_retry.classification.classifier import classify, classify_seen_for, rule_grace
 from airflow_k8s_retry.classification.model import (
     FAILURE_OUTCOMES,
     Evidence,
@@ -39,6 +39,7 @@ __all__ = [
     "Rule",
     "Verdict",
     "classify",
+    "classify_seen_for",
     "pull_cause",
     "rule_grace",
     "rule_named",

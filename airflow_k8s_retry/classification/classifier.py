@@ -155,3 +155,31 @@ def duration(seconds: float) -> str:
         return f"{minutes}m{secs:02d}s" if secs else f"{minutes}m"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def classify_seen_for(
+    pod: Mapping[str, Any] | None,
+    events: Sequence[Mapping[str, Any]] | Mapping[str, Any] = (),
+    *,
+    elapsed: float,
+    now: float,
+    policy: FailurePolicy | None = None,
+    relaunches: int = 0,
+) -> Verdict:
+    """Classify one observation as if every signal in it had been seen ``elapsed`` seconds ago.
+
+    This answers "what would the verdict be if the pod had looked like this for ten minutes?"
+    without a history: used by ``airflow-k8s-retry explain --elapsed`` and the corpus tests.
+    """
+    if isinstance(elapsed, bool) or not isinstance(elapsed, int | float) or not math.isfinite(elapsed):
+        raise ValueError(f"elapsed must be a finite number of seconds, got {elapsed!r}")
+    if elapsed < 0:
+        raise ValueError(f"elapsed must be >= 0 seconds, got {elapsed!r}")
+    first = classify(pod, events, None, now=now, policy=policy, relaunches=relaunches)
+    start = float(now) - float(elapsed)
+    strongest = first.history.strongest
+    backdated = History(
+        first_seen={key: start for key in first.history.first_seen},
+        strongest=replace(strongest, seen_at=start) if strongest is not None else None,
+    )
+    return classify(pod, events, backdated, now=now, policy=policy, relaunches=relaunches)

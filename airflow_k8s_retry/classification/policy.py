@@ -23,7 +23,7 @@ class PolicyError(ValueError):
 #: grace instead) and ``succeed`` would turn a failed pod into a success (use ``skip``).
 OVERRIDE_OUTCOMES = frozenset({Outcome.RETRY, Outcome.FAIL, Outcome.RELAUNCH, Outcome.SKIP})
 
-_NUMBER_FIELDS = ("startup_timeout", "schedule_timeout", "running_recheck", "scale_up_extension")
+_NUMBER_FIELDS = ("startup_timeout", "schedule_timeout", "running_recheck", "scale_up_timeout")
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,9 @@ class FailurePolicy:
     :param startup_timeout: seconds a pod may stay pending without another explanation.
     :param schedule_timeout: seconds a pod may stay unschedulable.
     :param running_recheck: seconds between safety re-checks of a running pod.
-    :param scale_up_extension: extra seconds an unschedulable pod gets while the cluster
-        autoscaler has just triggered a scale-up for it.
+    :param scale_up_timeout: seconds an unschedulable pod may wait after cluster-autoscaler
+        triggered a scale-up for it (a node usually takes minutes to join); never more than
+        ``schedule_timeout + scale_up_timeout`` in all.
 
     Example:
         >>> FailurePolicy(grace={"image.not_found": 5}, outcomes={"image.unauthorized": "fail"},
@@ -58,7 +59,7 @@ class FailurePolicy:
     startup_timeout: float = 900.0
     schedule_timeout: float = 600.0
     running_recheck: float = 600.0
-    scale_up_extension: float = 600.0
+    scale_up_timeout: float = 900.0
 
     def __post_init__(self) -> None:
         from airflow_k8s_retry.classification.rules import graceable_reasons, overridable_reasons
@@ -105,7 +106,7 @@ class FailurePolicy:
             "startup_timeout": self.startup_timeout,
             "schedule_timeout": self.schedule_timeout,
             "running_recheck": self.running_recheck,
-            "scale_up_extension": self.scale_up_extension,
+            "scale_up_timeout": self.scale_up_timeout,
         }
 
     @classmethod

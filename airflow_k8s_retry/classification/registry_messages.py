@@ -32,7 +32,7 @@ _UNAVAILABLE = re.compile(
 )
 _NOT_FOUND = re.compile(
     r"manifest unknown|not found|repository does not exist|name unknown|no such image"
-    r"|does not exist|name_unknown|manifest_unknown",
+    r"|does not exist|name_unknown|manifest_unknown|code = notfound",
 )
 _UNAUTHORIZED = re.compile(
     r"unauthorized|denied|authentication required|\b401\b|\b403\b|forbidden"

@@ -760,7 +760,7 @@ RULES: tuple[Rule, ...] = (
         _unschedulable,
         "capacity may appear (autoscaler, finishing pods); a fresh scale-up extends the wait",
         waiting_reason=Reason.UNSCHEDULABLE,
-        extension="scale_up_extension",
+        extension="scale_up_timeout",
     ),
     Rule(
         "volume_mount_failed",
