@@ -44,24 +44,43 @@ from airflow_k8s_retry.testing.store import (
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 REASONS = {
-    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-    409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
     500: "InternalError",
 }
 SUBRESOURCES = {"log", "exec", "status", "eviction"}
 VERSION_INFO = {
-    "major": "1", "minor": "32", "gitVersion": "v1.32.0-fake", "gitCommit": "0" * 40, "gitTreeState": "clean",
-    "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.4", "compiler": "gc", "platform": "linux/amd64",
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0-fake",
+    "gitCommit": "0" * 40,
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.23.4",
+    "compiler": "gc",
+    "platform": "linux/amd64",
 }
 
 
 class ApiError(Exception):
     """Answer the request with a Status body."""
 
-    def __init__(self, code: int, message: str, *, reason: str | None = None, details: Obj | None = None) -> None:
+    def __init__(
+        self, code: int, message: str, *, reason: str | None = None, details: Obj | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -70,8 +89,15 @@ class ApiError(Exception):
 
 
 def status_body(code: int, message: str, reason: str, details: Obj | None = None) -> Obj:
-    body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-                 "reason": reason, "code": code}
+    body: Obj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details is not None:
         body["details"] = details
     return body
@@ -174,7 +200,9 @@ def _parse_path(method: str, path: str, query: Mapping[str, str]) -> RequestInfo
         verb = "delete" if name is not None else "deletecollection"
     else:
         verb = method.lower()
-    return RequestInfo(verb=verb, resource=resource, namespace=namespace, name=name, subresource=sub, watch=watch)
+    return RequestInfo(
+        verb=verb, resource=resource, namespace=namespace, name=name, subresource=sub, watch=watch
+    )
 
 
 class ApiServer:
@@ -211,7 +239,7 @@ class ApiServer:
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer "):
             raise ApiError(401, "Unauthorized")
-        token = header[len("Bearer "):].strip()
+        token = header[len("Bearer ") :].strip()
         if token == self.token:
             return "system:admin"
         rule = self.rules.get(token)
@@ -228,7 +256,8 @@ class ApiServer:
         subject = f'{info.resource} "{info.name}"' if info.name else info.resource
         raise ApiError(
             403,
-            f'{subject} is forbidden: User "{user}" cannot {info.verb} resource "{resource}" in API group ""{where}',
+            f'{subject} is forbidden: User "{user}" cannot {info.verb} resource "{resource}" '
+            f'in API group ""{where}',
             details={"name": info.name, "kind": info.resource} if info.name else {"kind": info.resource},
         )
 
@@ -245,9 +274,16 @@ class ApiServer:
             return
         info.audited = True
         record: Obj = {
-            "t": time.time(), "kind": "request", "verb": info.verb, "resource": info.full_resource,
-            "namespace": info.namespace, "name": info.name, "uid": info.uid, "status": status,
-            "user_agent": request.headers.get("User-Agent", ""), "watch": info.verb == "watch",
+            "t": time.time(),
+            "kind": "request",
+            "verb": info.verb,
+            "resource": info.full_resource,
+            "namespace": info.namespace,
+            "name": info.name,
+            "uid": info.uid,
+            "status": status,
+            "user_agent": request.headers.get("User-Agent", ""),
+            "watch": info.verb == "watch",
         }
         if info.labels is not None:
             record["labels"] = info.labels
@@ -260,7 +296,7 @@ class ApiServer:
         started = time.perf_counter()
         info = _parse_path(request.method, request.path, request.query)
         try:
-            token = request.headers.get("Authorization", "")[len("Bearer "):].strip()
+            token = request.headers.get("Authorization", "")[len("Bearer ") :].strip()
             user = self.authenticate(request)
             if info is None:
                 return self.non_resource(request)
@@ -299,7 +335,7 @@ class ApiServer:
             500: "Internal error occurred: injected fault",
             429: "Too many requests, please try again later.",
             410: "The provided continue parameter is too old to display a consistent list result. "
-                 "You can start a new list without the continue parameter.",
+            "You can start a new list without the continue parameter.",
         }
         raise ApiError(status, messages[status])
 
@@ -308,10 +344,13 @@ class ApiServer:
         if path == "/version":
             return web.json_response(VERSION_INFO)
         if path == "/api":
-            return web.json_response({
-                "kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.host}],
-            })
+            return web.json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.host}],
+                }
+            )
         if path == "/api/v1":
             return web.json_response(api_resource_list())
         if path == "/apis":
@@ -323,10 +362,13 @@ class ApiServer:
     async def route(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         if info.resource not in KINDS:
             raise ApiError(404, "the server could not find the requested resource", details={})
-        if info.namespace is not None and info.resource not in CLUSTER_SCOPED:
-            if self.store.get("namespaces", "", info.namespace) is None and info.verb != "create":
-                if info.name is not None:
-                    raise not_found("namespaces", info.namespace)
+        if (
+            info.namespace is not None
+            and info.resource not in CLUSTER_SCOPED
+            and info.name is not None
+            and self.store.get("namespaces", "", info.namespace) is None
+        ):
+            raise not_found("namespaces", info.namespace)
         if info.subresource is not None:
             if info.resource != "pods" or info.subresource not in SUBRESOURCES or info.name is None:
                 raise ApiError(404, "the server could not find the requested resource", details={})
@@ -336,7 +378,9 @@ class ApiServer:
                 return await self.pod_exec(request, info)
             if info.subresource == "status" and info.verb == "get":
                 return web.json_response(self.get_object(info))
-            raise ApiError(405, f"the server does not allow this method on the requested resource ({info.verb})")
+            raise ApiError(
+                405, f"the server does not allow this method on the requested resource ({info.verb})"
+            )
         if info.verb == "get":
             return web.json_response(self.get_object(info))
         if info.verb == "list":
@@ -369,8 +413,9 @@ class ApiServer:
         info.uid = obj["metadata"].get("uid")
         return obj
 
-    def matchers(self, request: web.Request, resource: str) -> tuple[Callable[[Mapping[str, Any]], bool],
-                                                                     Callable[[Mapping[str, Any]], bool], bool]:
+    def matchers(
+        self, request: web.Request, resource: str
+    ) -> tuple[Callable[[Mapping[str, Any]], bool], Callable[[Mapping[str, Any]], bool], bool]:
         try:
             labels = parse_label_selector(request.query.get("labelSelector"))
             field_text = request.query.get("fieldSelector")
@@ -391,8 +436,9 @@ class ApiServer:
                 raise ApiError(410, str(exc), reason="Expired") from None
         namespace = None if info.resource in CLUSTER_SCOPED else info.namespace
         items = [
-            obj for obj in self.store.items(info.resource, namespace)
-            if labels((obj["metadata"].get("labels") or {})) and fields(obj)
+            obj
+            for obj in self.store.items(info.resource, namespace)
+            if labels(obj["metadata"].get("labels") or {}) and fields(obj)
         ]
         items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         meta: Obj = {"resourceVersion": str(self.store.rv)}
@@ -441,7 +487,9 @@ class ApiServer:
         if rv_param in ("", "0") or initial_end:
             for obj in self.store.items(info.resource, namespace):
                 if labels(obj["metadata"].get("labels") or {}) and fields(obj):
-                    backlog.append(json.dumps({"type": "ADDED", "object": obj}, separators=(",", ":")).encode() + b"\n")
+                    backlog.append(
+                        json.dumps({"type": "ADDED", "object": obj}, separators=(",", ":")).encode() + b"\n"
+                    )
         else:
             try:
                 since = int(rv_param)
@@ -475,13 +523,22 @@ class ApiServer:
         meta: Obj = {"resourceVersion": str(rv)}
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        event = {"type": "BOOKMARK", "object": {"kind": KINDS[resource], "apiVersion": "v1", "metadata": meta}}
+        event = {
+            "type": "BOOKMARK",
+            "object": {"kind": KINDS[resource], "apiVersion": "v1", "metadata": meta},
+        }
         return json.dumps(event).encode() + b"\n"
 
-    async def pump(self, response: web.StreamResponse, watcher: Watcher, resource: str, timeout: int | None,
-                   bookmarks: bool) -> None:
+    async def pump(
+        self,
+        response: web.StreamResponse,
+        watcher: Watcher,
+        resource: str,
+        timeout_seconds: int | None,
+        bookmarks: bool,
+    ) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout if timeout else None
+        deadline = loop.time() + timeout_seconds if timeout_seconds else None
         next_bookmark = loop.time() + self.bookmark_interval
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
@@ -493,7 +550,9 @@ class ApiServer:
                     break
                 if watcher.queue.empty():
                     getter = asyncio.ensure_future(watcher.queue.get())
-                    done, _ = await asyncio.wait({getter, stop}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                    done, _ = await asyncio.wait(
+                        {getter, stop}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                    )
                     if stop in done:
                         getter.cancel()
                         break
@@ -536,13 +595,19 @@ class ApiServer:
             raise ApiError(400, "the body of the request must be a JSON object")
         kind = KINDS[info.resource]
         if obj.get("kind") not in (None, kind):
-            raise ApiError(400, f"the API version in the data (v1) does not match the expected kind: got {obj.get('kind')}, expected {kind}")
+            raise ApiError(
+                400,
+                f"the API version in the data (v1) does not match the expected kind: "
+                f"got {obj.get('kind')}, expected {kind}",
+            )
         namespace = self.ensure_namespace(info)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
         if meta.get("namespace") not in (None, "", namespace) and info.resource not in CLUSTER_SCOPED:
-            raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
+            raise ApiError(
+                400, "the namespace of the provided object does not match the namespace sent on the request"
+            )
         if not meta.get("name") and meta.get("generateName"):
             suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
             meta["name"] = f"{meta['generateName']}{suffix}"
@@ -552,8 +617,12 @@ class ApiServer:
         if causes:
             raise invalid(kind, meta.get("name") or "", causes)
         if self.store.get(info.resource, namespace, meta["name"]) is not None:
-            raise ApiError(409, f'{info.resource} "{meta["name"]}" already exists', reason="AlreadyExists",
-                           details={"name": meta["name"], "kind": info.resource})
+            raise ApiError(
+                409,
+                f'{info.resource} "{meta["name"]}" already exists',
+                reason="AlreadyExists",
+                details={"name": meta["name"], "kind": info.resource},
+            )
         obj["kind"] = kind
         obj["apiVersion"] = "v1"
         if info.resource not in CLUSTER_SCOPED:
@@ -588,14 +657,19 @@ class ApiServer:
             elif content_type == "application/strategic-merge-patch+json":
                 patched = strategic_merge_patch(current, document)
             else:
-                raise ApiError(415, f"the body of the request was in an unknown format - accepted media types "
-                                    f"include: application/json-patch+json, application/merge-patch+json, "
-                                    f"application/strategic-merge-patch+json (got {content_type})")
+                raise ApiError(
+                    415,
+                    f"the body of the request was in an unknown format - accepted media types "
+                    f"include: application/json-patch+json, application/merge-patch+json, "
+                    f"application/strategic-merge-patch+json (got {content_type})",
+                )
         except PatchError as exc:
             raise ApiError(422 if content_type != "application/json-patch+json" else 500, str(exc)) from None
         if not isinstance(patched, dict):
             raise ApiError(422, "the patch turned the object into something that is not an object")
-        wanted_rv = ((document.get("metadata") or {}) if isinstance(document, dict) else {}).get("resourceVersion")
+        wanted_rv = ((document.get("metadata") or {}) if isinstance(document, dict) else {}).get(
+            "resourceVersion"
+        )
         return self.store_update(info, current, patched, wanted_rv)
 
     async def update(self, request: web.Request, info: RequestInfo) -> Obj:
@@ -610,12 +684,21 @@ class ApiServer:
         kind = KINDS[info.resource]
         name = current["metadata"]["name"]
         if wanted_rv and wanted_rv != current["metadata"].get("resourceVersion"):
-            raise ApiError(409, f'Operation cannot be fulfilled on {info.resource} "{name}": the object has been '
-                                f"modified; please apply your changes to the latest version and try again",
-                           details={"name": name, "kind": info.resource})
+            raise ApiError(
+                409,
+                f'Operation cannot be fulfilled on {info.resource} "{name}": the object has been '
+                f"modified; please apply your changes to the latest version and try again",
+                details={"name": name, "kind": info.resource},
+            )
         meta = new.setdefault("metadata", {})
-        for fixed in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
-                      "deletionGracePeriodSeconds"):
+        for fixed in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ):
             if fixed in current["metadata"]:
                 meta[fixed] = current["metadata"][fixed]
             else:
@@ -646,26 +729,51 @@ class ApiServer:
         name = current["metadata"]["name"]
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
-            raise ApiError(409, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
-                                f"{current['metadata']['uid']}", details={"name": name, "kind": info.resource})
+            raise ApiError(
+                409,
+                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
+                f"{current['metadata']['uid']}",
+                details={"name": name, "kind": info.resource},
+            )
         if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                                f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}",
-                           details={"name": name, "kind": info.resource})
+            raise ApiError(
+                409,
+                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}",
+                details={"name": name, "kind": info.resource},
+            )
         policy = options.get("propagationPolicy") or request.query.get("propagationPolicy")
         if policy not in (None, "Orphan", "Background", "Foreground"):
-            raise invalid("DeleteOptions", "", [("FieldValueNotSupported", "propagationPolicy",
-                                                 f'Unsupported value: "{policy}": supported values: '
-                                                 f'"Foreground", "Background", "Orphan", "nil"')])
+            raise invalid(
+                "DeleteOptions",
+                "",
+                [
+                    (
+                        "FieldValueNotSupported",
+                        "propagationPolicy",
+                        f'Unsupported value: "{policy}": supported values: '
+                        f'"Foreground", "Background", "Orphan", "nil"',
+                    )
+                ],
+            )
         grace_raw = options.get("gracePeriodSeconds")
         if grace_raw is None:
             grace_raw = _int_param(request, "gracePeriodSeconds")
         if info.resource != "pods":
             removed = self.store.remove(info.resource, self.key_namespace(info), name)
             assert removed is not None
-            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                    "details": {"name": name, "kind": info.resource, "uid": removed["metadata"]["uid"]}}
-        grace = int(grace_raw) if grace_raw is not None else int(current["spec"].get("terminationGracePeriodSeconds", 30))
+            return {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "kind": info.resource, "uid": removed["metadata"]["uid"]},
+            }
+        grace = (
+            int(grace_raw)
+            if grace_raw is not None
+            else int(current["spec"].get("terminationGracePeriodSeconds", 30))
+        )
         grace = max(grace, 0)
         phase = (current.get("status") or {}).get("phase")
         if not current["spec"].get("nodeName") or phase in ("Succeeded", "Failed"):
@@ -686,8 +794,12 @@ class ApiServer:
     async def delete_collection(self, request: web.Request, info: RequestInfo) -> Obj:
         listed = self.list_objects(request, info)
         for obj in listed["items"]:
-            sub = RequestInfo(verb="delete", resource=info.resource, namespace=obj["metadata"].get("namespace"),
-                              name=obj["metadata"]["name"])
+            sub = RequestInfo(
+                verb="delete",
+                resource=info.resource,
+                namespace=obj["metadata"].get("namespace"),
+                name=obj["metadata"]["name"],
+            )
             try:
                 await self.delete(request, sub)
             except ApiError as exc:
@@ -701,22 +813,30 @@ class ApiServer:
         pod = self.get_object(info)
         run = self.kubelet.runs.get(pod["metadata"]["uid"])
         names = [c["name"] for c in pod["spec"].get("initContainers") or []] + [
-            c["name"] for c in pod["spec"]["containers"]]
+            c["name"] for c in pod["spec"]["containers"]
+        ]
         container_name = request.query.get("container")
         if not container_name:
             if len(pod["spec"]["containers"]) != 1:
-                raise ApiError(400, f"a container name must be specified for pod {info.name}, choose one of: "
-                                    f"[{' '.join(c['name'] for c in pod['spec']['containers'])}]")
+                raise ApiError(
+                    400,
+                    f"a container name must be specified for pod {info.name}, choose one of: "
+                    f"[{' '.join(c['name'] for c in pod['spec']['containers'])}]",
+                )
             container_name = pod["spec"]["containers"][0]["name"]
         if container_name not in names or run is None:
             raise ApiError(400, f"container {container_name} is not valid for pod {info.name}")
         container = run.container(container_name)
         assert container is not None
         if _bool(request.query.get("previous")):
-            raise ApiError(400, f'previous terminated container "{container_name}" in pod "{info.name}" not found')
+            raise ApiError(
+                400, f'previous terminated container "{container_name}" in pod "{info.name}" not found'
+            )
         if not container.started:
             reason = (container.state.get("waiting") or {}).get("reason", "ContainerCreating")
-            raise ApiError(400, f'container "{container_name}" in pod "{info.name}" is waiting to start: {reason}')
+            raise ApiError(
+                400, f'container "{container_name}" in pod "{info.name}" is waiting to start: {reason}'
+            )
         tail = _int_param(request, "tailLines")
         since = _int_param(request, "sinceSeconds")
         limit = _int_param(request, "limitBytes")
@@ -788,20 +908,24 @@ class ApiServer:
         container_name = request.query.get("container")
         if not container_name:
             if len(pod["spec"]["containers"]) != 1:
-                raise ApiError(400, f"a container name must be specified for pod {info.name}, choose one of: "
-                                    f"[{' '.join(c['name'] for c in pod['spec']['containers'])}]")
+                raise ApiError(
+                    400,
+                    f"a container name must be specified for pod {info.name}, choose one of: "
+                    f"[{' '.join(c['name'] for c in pod['spec']['containers'])}]",
+                )
             container_name = pod["spec"]["containers"][0]["name"]
         container = run.container(container_name) if run is not None else None
         if run is None or container is None:
-            raise ApiError(400, f'container {container_name} is not valid for pod {info.name}')
+            raise ApiError(400, f"container {container_name} is not valid for pod {info.name}")
         if not container.running or run.frozen:
-            raise ApiError(400, f"unable to upgrade connection: container not found (\"{container_name}\")")
+            raise ApiError(400, f'unable to upgrade connection: container not found ("{container_name}")')
         ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io", "channel.k8s.io"), autoping=True)
         await ws.prepare(request)
         self.audit(request, info, 101)
         try:
-            await run_exec_session(ws, self.kubelet, run, container, command,
-                                   stdin=_bool(request.query.get("stdin")))
+            await run_exec_session(
+                ws, self.kubelet, run, container, command, stdin=_bool(request.query.get("stdin"))
+            )
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -812,23 +936,34 @@ class ApiServer:
 
 def api_resource_list() -> Obj:
     def res(name: str, kind: str, namespaced: bool, verbs: list[str], short: list[str] | None = None) -> Obj:
-        out: Obj = {"name": name, "singularName": "" if "/" in name else kind.lower(), "namespaced": namespaced,
-                    "kind": kind, "verbs": verbs}
+        out: Obj = {
+            "name": name,
+            "singularName": "" if "/" in name else kind.lower(),
+            "namespaced": namespaced,
+            "kind": kind,
+            "verbs": verbs,
+        }
         if short:
             out["shortNames"] = short
         return out
 
     full = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
     return {
-        "kind": "APIResourceList", "groupVersion": "v1",
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
         "resources": [
             res("pods", "Pod", True, full, ["po"]),
             res("pods/log", "Pod", True, ["get"]),
             res("pods/exec", "PodExecOptions", True, ["create", "get"]),
             res("pods/status", "Pod", True, ["get"]),
             res("events", "Event", True, full, ["ev"]),
-            res("namespaces", "Namespace", False, ["create", "delete", "get", "list", "patch", "update", "watch"],
-                ["ns"]),
+            res(
+                "namespaces",
+                "Namespace",
+                False,
+                ["create", "delete", "get", "list", "patch", "update", "watch"],
+                ["ns"],
+            ),
             res("secrets", "Secret", True, full),
             res("configmaps", "ConfigMap", True, full, ["cm"]),
             res("nodes", "Node", False, ["get", "list", "watch"], ["no"]),
@@ -845,8 +980,11 @@ def invalid(kind: str, name: str, causes: list[Cause]) -> ApiError:
     return ApiError(
         422,
         f'{kind} "{name}" is invalid: {summary}',
-        details={"name": name, "kind": kind.lower() + "s" if kind[0].isupper() else kind,
-                 "causes": [{"reason": r, "message": m, "field": f} for r, f, m in causes]},
+        details={
+            "name": name,
+            "kind": kind.lower() + "s" if kind[0].isupper() else kind,
+            "causes": [{"reason": r, "message": m, "field": f} for r, f, m in causes],
+        },
     )
 
 
@@ -854,33 +992,58 @@ def validate_metadata(meta: Obj, kind: str) -> list[Cause]:
     causes: list[Cause] = []
     name = meta.get("name")
     if not name:
-        causes.append(("FieldValueRequired", "metadata.name", "Required value: name or generateName is required"))
+        causes.append(
+            ("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")
+        )
     elif kind != "Namespace" and (len(name) > 253 or not _DNS_SUBDOMAIN.match(name)):
-        causes.append(("FieldValueInvalid", "metadata.name",
-                       f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-                       f"alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
-                       f"(e.g. 'example.com', regex used for validation is "
-                       f"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"))
+        causes.append(
+            (
+                "FieldValueInvalid",
+                "metadata.name",
+                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
+                f"alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
+                f"(e.g. 'example.com', regex used for validation is "
+                f"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            )
+        )
     elif kind == "Namespace" and (len(name) > 63 or not _DNS_LABEL.match(name)):
-        causes.append(("FieldValueInvalid", "metadata.name",
-                       f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
-                       f"alphanumeric characters or '-', and must start and end with an alphanumeric character"))
+        causes.append(
+            (
+                "FieldValueInvalid",
+                "metadata.name",
+                f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
+                f"alphanumeric characters or '-', and must start and end with an alphanumeric character",
+            )
+        )
     labels = meta.get("labels") or {}
     if not isinstance(labels, dict):
         causes.append(("FieldValueInvalid", "metadata.labels", "Invalid value: labels must be a map"))
         return causes
     for key, value in labels.items():
         if not _LABEL_KEY.match(str(key)) or len(str(key).split("/")[-1]) > 63:
-            causes.append(("FieldValueInvalid", "metadata.labels",
-                           f'Invalid value: "{key}": name part must consist of alphanumeric characters, \'-\', '
-                           f"'_' or '.', and must start and end with an alphanumeric character"))
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    "metadata.labels",
+                    f"Invalid value: \"{key}\": name part must consist of alphanumeric characters, '-', "
+                    f"'_' or '.', and must start and end with an alphanumeric character",
+                )
+            )
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-            causes.append(("FieldValueInvalid", f"metadata.labels", f'Invalid value: "{value}": a valid label must be '
-                           f"an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start "
-                           f"and end with an alphanumeric character"))
+            causes.append(
+                (
+                    "FieldValueInvalid",
+                    "metadata.labels",
+                    f'Invalid value: "{value}": a valid label must be '
+                    f"an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start "
+                    f"and end with an alphanumeric character",
+                )
+            )
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict) or any(not isinstance(v, str) for v in annotations.values()):
-        causes.append(("FieldValueInvalid", "metadata.annotations", "Invalid value: annotation values must be strings"))
+        causes.append(
+            ("FieldValueInvalid", "metadata.annotations", "Invalid value: annotation values must be strings")
+        )
     return causes
 
 
@@ -903,10 +1066,15 @@ def validate_pod_spec(spec: Any) -> list[Cause]:
             if not name:
                 causes.append(("FieldValueRequired", f"{where}.name", "Required value"))
             elif not _DNS_LABEL.match(name) or len(name) > 63:
-                causes.append(("FieldValueInvalid", f"{where}.name",
-                               f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
-                               f"alphanumeric characters or '-', and must start and end with an alphanumeric "
-                               f"character"))
+                causes.append(
+                    (
+                        "FieldValueInvalid",
+                        f"{where}.name",
+                        f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
+                        f"alphanumeric characters or '-', and must start and end with an alphanumeric "
+                        f"character",
+                    )
+                )
             elif name in seen:
                 causes.append(("FieldValueDuplicate", f"{where}.name", f'Duplicate value: "{name}"'))
             else:
@@ -915,8 +1083,13 @@ def validate_pod_spec(spec: Any) -> list[Cause]:
                 causes.append(("FieldValueRequired", f"{where}.image", "Required value"))
     policy = spec.get("restartPolicy")
     if policy not in (None, "Always", "OnFailure", "Never"):
-        causes.append(("FieldValueNotSupported", "spec.restartPolicy",
-                       f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"'))
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                "spec.restartPolicy",
+                f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"',
+            )
+        )
     return causes
 
 
@@ -931,11 +1104,16 @@ def pod_spec_immutable(old: Obj, new: Obj) -> list[Cause]:
         return spec
 
     if strip(old) != strip(new):
-        return [("FieldValueForbidden", "spec",
-                 "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-                 "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
-                 "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
-                 "(allow it to be set to 1 if it was previously negative)")]
+        return [
+            (
+                "FieldValueForbidden",
+                "spec",
+                "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+                "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                "(allow it to be set to 1 if it was previously negative)",
+            )
+        ]
     return []
 
 
@@ -955,14 +1133,18 @@ def default_pod(pod: Obj) -> None:
     tolerations = spec.setdefault("tolerations", [])
     for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
         if not any(t.get("key") == key for t in tolerations):
-            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+            tolerations.append(
+                {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            )
     guaranteed = True
     any_resources = False
     for group in ("initContainers", "containers"):
         for c in spec.get(group) or []:
             image = c.get("image", "")
             tagless = ":" not in image.rsplit("/", 1)[-1] and "@" not in image
-            c.setdefault("imagePullPolicy", "Always" if tagless or image.endswith(":latest") else "IfNotPresent")
+            c.setdefault(
+                "imagePullPolicy", "Always" if tagless or image.endswith(":latest") else "IfNotPresent"
+            )
             c.setdefault("terminationMessagePath", "/dev/termination-log")
             c.setdefault("terminationMessagePolicy", "File")
             resources = c.setdefault("resources", {})

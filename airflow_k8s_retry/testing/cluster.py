@@ -69,7 +69,9 @@ class FakeCluster:
         self.token = token or token_source.token_urlsafe(24)
         self.audit_path = Path(audit) if audit is not None else None
         self._kubeconfig_target = Path(kubeconfig) if kubeconfig is not None else None
-        self.bookmark_interval = bookmark_interval if bookmark_interval is not None else 60.0 * self.time_scale
+        self.bookmark_interval = (
+            bookmark_interval if bookmark_interval is not None else 60.0 * self.time_scale
+        )
         self.history = history
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -145,8 +147,13 @@ class FakeCluster:
         self.clock = Clock(loop, self.time_scale)
         self.kubelet = Kubelet(self.store, self.scenario, self.clock)
         self._faults = [FaultSlot(f, f.times) for f in self.scenario.faults]
-        self.api = ApiServer(self.store, self.kubelet, token=self.token, bookmark_interval=self.bookmark_interval,
-                             faults=self._faults)
+        self.api = ApiServer(
+            self.store,
+            self.kubelet,
+            token=self.token,
+            bookmark_interval=self.bookmark_interval,
+            faults=self._faults,
+        )
         self._seed()
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
@@ -168,8 +175,11 @@ class FakeCluster:
             if self.store.get("namespaces", "", name) is None:
                 self._put_namespace(name)
         for node in self.kubelet.nodes:
-            self.store.put("nodes", self._node_object(node.spec.name, node.spec.cpu, node.spec.memory,
-                                                      node.spec.pods), "ADDED")
+            self.store.put(
+                "nodes",
+                self._node_object(node.spec.name, node.spec.cpu, node.spec.memory, node.spec.pods),
+                "ADDED",
+            )
             self.store.objects["nodes"][("", node.spec.name)]["metadata"].pop("namespace", None)
         for spec in self.scenario.secrets:
             self._put_data("secrets", spec.name, spec.namespace, spec.data)
@@ -182,12 +192,21 @@ class FakeCluster:
 
         alloc = {"cpu": f"{int(cpu * 1000)}m", "memory": f"{int(memory / 1024)}Ki", "pods": str(pods)}
         return {
-            "kind": "Node", "apiVersion": "v1",
-            "metadata": {"name": name, "namespace": "", "uid": f"node-{name}", "creationTimestamp": now_iso(),
-                         "labels": {"kubernetes.io/hostname": name}},
+            "kind": "Node",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "namespace": "",
+                "uid": f"node-{name}",
+                "creationTimestamp": now_iso(),
+                "labels": {"kubernetes.io/hostname": name},
+            },
             "spec": {},
-            "status": {"capacity": alloc, "allocatable": alloc,
-                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+            "status": {
+                "capacity": alloc,
+                "allocatable": alloc,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            },
         }
 
     def _put_namespace(self, name: str) -> None:
@@ -195,12 +214,23 @@ class FakeCluster:
 
         from airflow_k8s_retry.testing.store import now_iso
 
-        self.store.put("namespaces", {
-            "kind": "Namespace", "apiVersion": "v1",
-            "metadata": {"name": name, "namespace": "", "uid": str(uuid.uuid4()), "creationTimestamp": now_iso(),
-                         "labels": {"kubernetes.io/metadata.name": name}},
-            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"},
-        }, "ADDED")
+        self.store.put(
+            "namespaces",
+            {
+                "kind": "Namespace",
+                "apiVersion": "v1",
+                "metadata": {
+                    "name": name,
+                    "namespace": "",
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": now_iso(),
+                    "labels": {"kubernetes.io/metadata.name": name},
+                },
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            },
+            "ADDED",
+        )
         self.store.objects["namespaces"][("", name)]["metadata"].pop("namespace", None)
 
     def _put_data(self, resource: str, name: str, namespace: str, data: Mapping[str, str] | None) -> None:
@@ -214,9 +244,14 @@ class FakeCluster:
             self._put_namespace(namespace)
         values = dict(data or {})
         obj: dict[str, Any] = {
-            "kind": kind, "apiVersion": "v1",
-            "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
-                         "creationTimestamp": now_iso()},
+            "kind": kind,
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": str(uuid.uuid4()),
+                "creationTimestamp": now_iso(),
+            },
         }
         if resource == "secrets":
             obj["type"] = "Opaque"
@@ -250,7 +285,9 @@ class FakeCluster:
 
     # -- kubeconfig ----------------------------------------------------------------------------
 
-    def write_kubeconfig(self, path: str | Path, *, token: str | None = None, namespace: str = "default") -> Path:
+    def write_kubeconfig(
+        self, path: str | Path, *, token: str | None = None, namespace: str = "default"
+    ) -> Path:
         """Write a kubeconfig for this cluster (with the admin token unless ``token`` is given)."""
         import yaml
 
@@ -261,8 +298,12 @@ class FakeCluster:
             "kind": "Config",
             "clusters": [{"name": "fake-cluster", "cluster": {"server": self.url}}],
             "users": [{"name": "fake-user", "user": {"token": token or self.token}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake-cluster", "user": "fake-user",
-                                                      "namespace": namespace}}],
+            "contexts": [
+                {
+                    "name": "fake",
+                    "context": {"cluster": "fake-cluster", "user": "fake-user", "namespace": namespace},
+                }
+            ],
             "current-context": "fake",
             "preferences": {},
         }
@@ -296,6 +337,7 @@ class FakeCluster:
 
     def logs(self, name: str, container: str | None = None, namespace: str = "default") -> str:
         """The log text a container has written so far."""
+
         def read() -> str:
             pod = self.store.get("pods", namespace, name)
             if pod is None:
@@ -345,22 +387,27 @@ class FakeCluster:
         cond = self.store.changed
         while True:
             with cond:
-                generation = self.store.generation
+                seen = self.store.generation
             if predicate(self):
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             with cond:
-                cond.wait_for(lambda: self.store.generation != generation, timeout=remaining)
+                if self.store.generation == seen:
+                    cond.wait(timeout=remaining)
 
     # -- changing the world -------------------------------------------------------------------
 
-    def add_fault(self, verb: str = "*", resource: str = "*", status: int | str = 500, times: int | None = 1) -> None:
+    def add_fault(
+        self, verb: str = "*", resource: str = "*", status: int | str = 500, times: int | None = 1
+    ) -> None:
         """Fail the next ``times`` requests matching verb/resource (``*`` for any) with ``status``."""
         from airflow_k8s_retry.testing.api import FaultSlot
 
-        fault = Fault.from_dict({"verb": verb, "resource": resource, "status": status, "times": times}, "add_fault")
+        fault = Fault.from_dict(
+            {"verb": verb, "resource": resource, "status": status, "times": times}, "add_fault"
+        )
         self._call(lambda: self._faults.append(FaultSlot(fault, fault.times)))
 
     def clear_faults(self) -> None:
@@ -379,11 +426,15 @@ class FakeCluster:
 
         self._call(act)
 
-    def add_secret(self, name: str, namespace: str = "default", data: Mapping[str, str] | None = None) -> None:
+    def add_secret(
+        self, name: str, namespace: str = "default", data: Mapping[str, str] | None = None
+    ) -> None:
         """Create (or replace) a Secret; ``data=None`` means any key looked up in it exists."""
         self._call(lambda: self._put_data("secrets", name, namespace, data))
 
-    def add_configmap(self, name: str, namespace: str = "default", data: Mapping[str, str] | None = None) -> None:
+    def add_configmap(
+        self, name: str, namespace: str = "default", data: Mapping[str, str] | None = None
+    ) -> None:
         """Create (or replace) a ConfigMap; ``data=None`` means any key looked up in it exists."""
         self._call(lambda: self._put_data("configmaps", name, namespace, data))
 

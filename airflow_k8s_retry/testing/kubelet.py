@@ -30,7 +30,7 @@ from airflow_k8s_retry.testing.scenario import (
     Scenario,
     parse_quantity,
 )
-from airflow_k8s_retry.testing.store import Obj, Store, now_iso, now_micro
+from airflow_k8s_retry.testing.store import Obj, Store, now_iso
 
 SIDECAR = "airflow-xcom-sidecar"
 XCOM_PATH = "/airflow/xcom/return.json"
@@ -60,7 +60,7 @@ _IMAGE_REF = re.compile(
 
 def normalize_image(ref: str) -> str:
     """``busybox`` -> ``docker.io/library/busybox:latest``, as containerd names images."""
-    name, digest = (ref.split("@", 1) + [""])[:2]
+    name, _, digest = ref.partition("@")
     first = name.split("/", 1)[0]
     if "/" not in name:
         name = f"docker.io/library/{name}"
@@ -270,8 +270,16 @@ class Kubelet:
         if len(run.timers) > 64:
             run.timers = [t for t in run.timers if not t.cancelled() and t.when() >= self.clock.loop.time()]
 
-    def event(self, run: PodRun, reason: str, message: str, *, warning: bool = False,
-              component: str = "kubelet", container: ContainerRun | None = None) -> None:
+    def event(
+        self,
+        run: PodRun,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        component: str = "kubelet",
+        container: ContainerRun | None = None,
+    ) -> None:
         pod = self.pod(run)
         if pod is None:
             return
@@ -281,12 +289,18 @@ class Kubelet:
             field_path = f"spec.{kind}{{{container.name}}}"
         host = run.node.spec.name if run.node is not None and component == "kubelet" else None
         self.store.record_event(
-            pod, reason, message, type_="Warning" if warning else "Normal",
-            component=component, host=host, field_path=field_path,
+            pod,
+            reason,
+            message,
+            type_="Warning" if warning else "Normal",
+            component=component,
+            host=host,
+            field_path=field_path,
         )
 
-    def condition(self, run: PodRun, type_: str, status: bool, reason: str | None = None,
-                  message: str | None = None) -> None:
+    def condition(
+        self, run: PodRun, type_: str, status: bool, reason: str | None = None, message: str | None = None
+    ) -> None:
         value = "True" if status else "False"
         current = run.conditions.get(type_)
         if current is not None and current["status"] == value and current.get("reason") == reason:
@@ -307,8 +321,14 @@ class Kubelet:
             return
         pod = copy.deepcopy(pod)
         status: Obj = {"phase": run.phase}
-        order = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled",
-                 "DisruptionTarget"]
+        order = [
+            "PodReadyToStartContainers",
+            "Initialized",
+            "Ready",
+            "ContainersReady",
+            "PodScheduled",
+            "DisruptionTarget",
+        ]
         status["conditions"] = [run.conditions[t] for t in order if t in run.conditions]
         if run.reason:
             status["reason"] = run.reason
@@ -348,15 +368,28 @@ class Kubelet:
 
         def make(c: Obj, init: bool) -> ContainerRun:
             behaviour = self.scenario.image(c.get("image", "")) or ImageBehaviour()
-            return ContainerRun(name=c["name"], image=c.get("image", ""), init=init, spec=c, run=behaviour.run,
-                                xcom=behaviour.run.xcom)
+            return ContainerRun(
+                name=c["name"],
+                image=c.get("image", ""),
+                init=init,
+                spec=c,
+                run=behaviour.run,
+                xcom=behaviour.run.xcom,
+            )
 
         init = [make(c, True) for c in spec.get("initContainers") or []]
         main = [make(c, False) for c in spec.get("containers") or []]
         cpu, memory = _requests(spec.get("containers") or [])
         init_cpu, init_memory = _requests(spec.get("initContainers") or [])
-        run = PodRun(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
-                     cpu=max(cpu, init_cpu), memory=max(memory, init_memory), init=init, main=main)
+        run = PodRun(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            uid=meta["uid"],
+            cpu=max(cpu, init_cpu),
+            memory=max(memory, init_memory),
+            init=init,
+            main=main,
+        )
         for c in main:
             c.state = {"waiting": {"reason": "PodInitializing" if init else "ContainerCreating"}}
         for c in init:
@@ -410,17 +443,24 @@ class Kubelet:
             return
         template = Node(autoscaler.node)
         if template.fits(run.cpu, run.memory):
-            self.event(run, "NotTriggerScaleUp",
-                       "pod didn't trigger scale-up: 1 node(s) didn't have enough resources in node group",
-                       component="cluster-autoscaler")
+            self.event(
+                run,
+                "NotTriggerScaleUp",
+                "pod didn't trigger scale-up: 1 node(s) didn't have enough resources in node group",
+                component="cluster-autoscaler",
+            )
             return
         if self.scale_ups_pending or self.autoscaled >= autoscaler.max_nodes:
             return
         self.scale_ups_pending += 1
         before = self.autoscaled
-        self.event(run, "TriggeredScaleUp",
-                   f"pod triggered scale-up: [{{autoscaled-pool {before}->{before + 1} (max: {autoscaler.max_nodes})}}]",
-                   component="cluster-autoscaler")
+        self.event(
+            run,
+            "TriggeredScaleUp",
+            f"pod triggered scale-up: [{{autoscaled-pool {before}->{before + 1} "
+            f"(max: {autoscaler.max_nodes})}}]",
+            component="cluster-autoscaler",
+        )
         self.clock.later(autoscaler.scale_up_after_seconds, self._add_autoscaled_node)
 
     def _add_autoscaled_node(self) -> None:
@@ -428,8 +468,13 @@ class Kubelet:
         self.scale_ups_pending -= 1
         self.autoscaled += 1
         spec = self.scenario.autoscaler.node
-        self.nodes.append(Node(NodeSpec(name=f"{spec.name}-{self.autoscaled}", cpu=spec.cpu,
-                                        memory=spec.memory, pods=spec.pods)))
+        self.nodes.append(
+            Node(
+                NodeSpec(
+                    name=f"{spec.name}-{self.autoscaled}", cpu=spec.cpu, memory=spec.memory, pods=spec.pods
+                )
+            )
+        )
         self.retry_unschedulable()
 
     def retry_unschedulable(self) -> None:
@@ -446,8 +491,12 @@ class Kubelet:
         node.memory_used += run.memory
         node.pods += 1
         self.condition(run, "PodScheduled", True)
-        self.event(run, "Scheduled", f"Successfully assigned {run.namespace}/{run.name} to {node.spec.name}",
-                   component="default-scheduler")
+        self.event(
+            run,
+            "Scheduled",
+            f"Successfully assigned {run.namespace}/{run.name} to {node.spec.name}",
+            component="default-scheduler",
+        )
         self.publish(run, "scheduled", node=node.spec.name)
         self.after(run, KUBELET_ADMIT_DELAY, self.start_pod, run)
 
@@ -470,8 +519,13 @@ class Kubelet:
         self.condition(run, "PodReadyToStartContainers", False)
         if run.init:
             names = " ".join(c.name for c in run.init)
-            self.condition(run, "Initialized", False, "ContainersNotInitialized",
-                           f"containers with incomplete status: [{names}]")
+            self.condition(
+                run,
+                "Initialized",
+                False,
+                "ContainersNotInitialized",
+                f"containers with incomplete status: [{names}]",
+            )
         else:
             self.condition(run, "Initialized", True)
         self.not_ready(run)
@@ -514,8 +568,12 @@ class Kubelet:
         missing = self.missing_volume(run)
         if missing is not None:
             volume, why = missing
-            self.event(run, "FailedMount", f'MountVolume.SetUp failed for volume "{volume}" : {why}', warning=True)
-            self.store.lifecycle(self.pod(run) or {"metadata": {}}, "failed_mount", volume=volume, message=why)
+            self.event(
+                run, "FailedMount", f'MountVolume.SetUp failed for volume "{volume}" : {why}', warning=True
+            )
+            self.store.lifecycle(
+                self.pod(run) or {"metadata": {}}, "failed_mount", volume=volume, message=why
+            )
             self.after(run, retry, self.check_volumes, run, min(retry * 2, MOUNT_RETRY_CAP))
             return
         self.condition(run, "PodReadyToStartContainers", True)
@@ -558,11 +616,16 @@ class Kubelet:
 
     @staticmethod
     def image_id(full: str) -> str:
-        return f"{full.rsplit(':', 1)[0] if '@' not in full else full.split('@')[0]}@sha256:" + hashlib.sha256(
-            full.encode()).hexdigest()
+        return (
+            f"{full.rsplit(':', 1)[0] if '@' not in full else full.split('@', maxsplit=1)[0]}@sha256:"
+            + hashlib.sha256(full.encode()).hexdigest()
+        )
 
     def invalid_image(self, run: PodRun, c: ContainerRun) -> None:
-        message = f'Failed to apply default image tag "{c.image}": couldn\'t parse image name "{c.image}": invalid reference format'
+        message = (
+            f'Failed to apply default image tag "{c.image}": '
+            f'couldn\'t parse image name "{c.image}": invalid reference format'
+        )
         c.state = {"waiting": {"reason": "InvalidImageName", "message": message}}
         self.event(run, "InspectFailed", message, warning=True, container=c)
         self.event(run, "Failed", "Error: InvalidImageName", warning=True, container=c)
@@ -575,8 +638,13 @@ class Kubelet:
         c.image_id = self.image_id(full)
         took = int(PULL_SECONDS * 1000)
         size = int(hashlib.sha256(full.encode()).hexdigest()[:6], 16) * 7
-        self.event(run, "Pulled", f'Successfully pulled image "{c.image}" in {took}ms ({took}ms including waiting). '
-                                  f"Image size: {size} bytes.", container=c)
+        self.event(
+            run,
+            "Pulled",
+            f'Successfully pulled image "{c.image}" in {took}ms ({took}ms including waiting). '
+            f"Image size: {size} bytes.",
+            container=c,
+        )
         self.create_container(run, c)
 
     def pull_failed(self, run: PodRun, c: ContainerRun, behaviour: str) -> None:
@@ -602,8 +670,10 @@ class Kubelet:
         spec = c.spec
         for env in spec.get("env") or []:
             source = env.get("valueFrom") or {}
-            for kind, resource, label in (("secretKeyRef", "secrets", "Secret"),
-                                          ("configMapKeyRef", "configmaps", "ConfigMap")):
+            for kind, resource, label in (
+                ("secretKeyRef", "secrets", "Secret"),
+                ("configMapKeyRef", "configmaps", "ConfigMap"),
+            ):
                 ref = source.get(kind)
                 if not ref or ref.get("optional"):
                     continue
@@ -666,11 +736,12 @@ class Kubelet:
             groups = min(len(lines), 50)
             per = -(-len(lines) // groups)
             for g in range(groups):
-                chunk = lines[g * per:(g + 1) * per]
+                chunk = lines[g * per : (g + 1) * per]
                 if chunk:
                     self.after(run, duration * g / groups, self.emit_log, c, chunk)
-        self.after(run, duration, self.container_exited, run, c, c.run.exit_code,
-                   "OOMKilled" if c.run.oom else None)
+        self.after(
+            run, duration, self.container_exited, run, c, c.run.exit_code, "OOMKilled" if c.run.oom else None
+        )
 
     @staticmethod
     def emit_log(c: ContainerRun, lines: list[str]) -> None:
@@ -678,14 +749,25 @@ class Kubelet:
         c.logs.extend((now, line) for line in lines)
         c.touch()
 
-    def container_exited(self, run: PodRun, c: ContainerRun, exit_code: int, reason: str | None = None,
-                         message: str | None = None) -> None:
+    def container_exited(
+        self,
+        run: PodRun,
+        c: ContainerRun,
+        exit_code: int,
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> None:
         if not c.running:
             return
         started = c.state["running"]["startedAt"]
         reason = reason or ("Completed" if exit_code == 0 else "Error")
-        terminated: Obj = {"exitCode": exit_code, "reason": reason, "startedAt": started,
-                           "finishedAt": now_iso(), "containerID": c.container_id}
+        terminated: Obj = {
+            "exitCode": exit_code,
+            "reason": reason,
+            "startedAt": started,
+            "finishedAt": now_iso(),
+            "containerID": c.container_id,
+        }
         if message:
             terminated["message"] = message
         c.state = {"terminated": terminated}
@@ -733,16 +815,27 @@ class Kubelet:
             self.not_ready(run)
         self.publish(run, *changes, **extra)
 
-    def schedule_restart(self, run: PodRun, c: ContainerRun, changes: list[str], extra: dict[str, Any]) -> None:
+    def schedule_restart(
+        self, run: PodRun, c: ContainerRun, changes: list[str], extra: dict[str, Any]
+    ) -> None:
         c.last_state = c.state
         c.restart_count += 1
         delay = c.crash_backoff
         c.crash_backoff = min(c.crash_backoff * 2, 300.0)
-        c.state = {"waiting": {"reason": "CrashLoopBackOff",
-                               "message": f"back-off {int(delay)}s restarting failed container={c.name} "
-                                          f"pod={run.name}_{run.namespace}({run.uid})"}}
-        self.event(run, "BackOff", f"Back-off restarting failed container {c.name} in pod "
-                                   f"{run.name}_{run.namespace}({run.uid})", warning=True, container=c)
+        c.state = {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {int(delay)}s restarting failed container={c.name} "
+                f"pod={run.name}_{run.namespace}({run.uid})",
+            }
+        }
+        self.event(
+            run,
+            "BackOff",
+            f"Back-off restarting failed container {c.name} in pod {run.name}_{run.namespace}({run.uid})",
+            warning=True,
+            container=c,
+        )
         self.not_ready(run)
         self.publish(run, *changes, "waiting:CrashLoopBackOff", **extra)
         self.after(run, delay, self.create_container, run, c)
@@ -751,10 +844,8 @@ class Kubelet:
         """Signal a container's main process from exec; returns its exit code if it stopped."""
         if not c.running or run.frozen:
             return None
-        if c.name == SIDECAR and signal == 2:
-            code = 0  # the sidecar traps SIGINT and exits 0
-        else:
-            code = 128 + signal
+        # The XCom sidecar traps SIGINT and exits 0; anything else dies of the signal.
+        code = 0 if c.name == SIDECAR and signal == 2 else 128 + signal
         self.clock.later(0.0, self.container_exited, run, c, code)
         return code
 
@@ -789,18 +880,29 @@ class Kubelet:
         for c in run.containers:
             if c.running:
                 started = c.state["running"]["startedAt"]
-                c.state = {"terminated": {"exitCode": 143, "reason": "Error", "startedAt": started,
-                                          "finishedAt": now_iso(), "containerID": c.container_id}}
+                c.state = {
+                    "terminated": {
+                        "exitCode": 143,
+                        "reason": "Error",
+                        "startedAt": started,
+                        "finishedAt": now_iso(),
+                        "containerID": c.container_id,
+                    }
+                }
                 c.ready = False
                 c.touch()
                 changes.append(f"terminated:Error:{c.name}")
             elif "waiting" in c.state:
-                c.state = {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown",
-                                          "message": "The container could not be located when the pod was terminated",
-                                          "startedAt": None, "finishedAt": None}}
-        failed = any(
-            (x.state.get("terminated") or {}).get("exitCode", 1) != 0 for x in run.main
-        )
+                c.state = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was terminated",
+                        "startedAt": None,
+                        "finishedAt": None,
+                    }
+                }
+        failed = any((x.state.get("terminated") or {}).get("exitCode", 1) != 0 for x in run.main)
         changes += self.set_phase(run, "Failed" if failed else "Succeeded")
         self.not_ready(run, "PodFailed" if failed else "PodCompleted")
         self.release(run)
@@ -819,8 +921,13 @@ class Kubelet:
         run = self.runs.get(pod["metadata"]["uid"])
         if run is None or not run.deleting or pod["metadata"].get("finalizers"):
             return
-        if run.frozen or run.stopped or run.node is None or not run.start_time or run.phase in (
-                "Succeeded", "Failed", "Unknown"):
+        if (
+            run.frozen
+            or run.stopped
+            or run.node is None
+            or not run.start_time
+            or run.phase in ("Succeeded", "Failed", "Unknown")
+        ):
             self.clock.later(0.0, self.finish_delete, run)
 
     def remove(self, run: PodRun) -> None:
@@ -845,12 +952,21 @@ class Kubelet:
             self.publish(run, "disruption:EvictionByEvictionAPI")
             self.after(run, 0.1, self._evicted, run)
         elif kind == "preempt":
-            self.condition(run, "DisruptionTarget", True, "PreemptionByScheduler",
-                           "default-scheduler: preempting to accommodate a higher priority pod")
+            self.condition(
+                run,
+                "DisruptionTarget",
+                True,
+                "PreemptionByScheduler",
+                "default-scheduler: preempting to accommodate a higher priority pod",
+            )
             self.publish(run, "disruption:PreemptionByScheduler")
             node = run.node.spec.name if run.node else "fake-node-1"
-            self.event(run, "Preempted", f"Preempted by pod {uuid.uuid4()} on node {node}",
-                       component="default-scheduler")
+            self.event(
+                run,
+                "Preempted",
+                f"Preempted by pod {uuid.uuid4()} on node {node}",
+                component="default-scheduler",
+            )
             self.store.lifecycle(pod, "preempted")
             grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
             self.mark_deleted(run, grace)
@@ -881,8 +997,15 @@ class Kubelet:
         for c in run.containers:
             if c.running:
                 started = c.state["running"]["startedAt"]
-                c.state = {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": started,
-                                          "finishedAt": now_iso(), "containerID": c.container_id}}
+                c.state = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "Error",
+                        "startedAt": started,
+                        "finishedAt": now_iso(),
+                        "containerID": c.container_id,
+                    }
+                }
                 c.ready = False
                 c.touch()
         run.reason = "Evicted"
@@ -907,18 +1030,33 @@ class Kubelet:
     def _taint_evict(self, run: PodRun) -> None:
         if run.gone:
             return
-        self.condition(run, "DisruptionTarget", True, "DeletionByTaintManager",
-                       "Taint manager: deleting due to NoExecute taint")
+        self.condition(
+            run,
+            "DisruptionTarget",
+            True,
+            "DeletionByTaintManager",
+            "Taint manager: deleting due to NoExecute taint",
+        )
         for c in run.containers:
             if not c.terminated:
-                c.state = {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown",
-                                          "message": "The container could not be located when the pod was "
-                                                     "deleted.  The container used to be Running",
-                                          "startedAt": None, "finishedAt": None}}
+                c.state = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was "
+                        "deleted.  The container used to be Running",
+                        "startedAt": None,
+                        "finishedAt": None,
+                    }
+                }
                 c.ready = False
                 c.touch()
-        self.event(run, "TaintManagerEviction", f"Marking for deletion Pod {run.namespace}/{run.name}",
-                   component="taint-eviction-controller")
+        self.event(
+            run,
+            "TaintManagerEviction",
+            f"Marking for deletion Pod {run.namespace}/{run.name}",
+            component="taint-eviction-controller",
+        )
         self.publish(run, "disruption:DeletionByTaintManager", "terminated:ContainerStatusUnknown")
         pod = self.pod(run)
         if pod is not None:

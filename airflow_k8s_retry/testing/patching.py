@@ -70,8 +70,11 @@ def strategic_merge_patch(target: Any, patch: Any, key: str | None = None) -> An
             if not isinstance(item, dict) or merge_key not in item:
                 raise PatchError(f"map: {item!r} does not contain declared merge key: {merge_key}")
             index = next(
-                (i for i, existing in enumerate(result_list)
-                 if isinstance(existing, dict) and existing.get(merge_key) == item[merge_key]),
+                (
+                    i
+                    for i, existing in enumerate(result_list)
+                    if isinstance(existing, dict) and existing.get(merge_key) == item[merge_key]
+                ),
                 None,
             )
             if item.get("$patch") == "delete":
@@ -111,7 +114,8 @@ def json_patch(target: Any, operations: Any) -> Any:
     if not isinstance(operations, list):
         raise PatchError("a JSON patch must be a list of operations")
     doc = copy.deepcopy(target)
-    for op in operations:
+    for raw_op in operations:
+        op = raw_op
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise PatchError(f"invalid JSON patch operation {op!r}: needs 'op' and 'path'")
         kind, path = op["op"], op["path"]

@@ -24,8 +24,20 @@ FAULT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "d
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _FACTORS = {
-    None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+    None: 1.0,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
 }
 
 
@@ -38,7 +50,9 @@ def parse_quantity(value: object, where: str) -> float:
     text = str(value).strip()
     match = _QUANTITY.match(text)
     if not match:
-        raise ScenarioError(f"{where}: {value!r} is not a Kubernetes quantity (examples: 500m, 2, 128Mi, 1Gi)")
+        raise ScenarioError(
+            f"{where}: {value!r} is not a Kubernetes quantity (examples: 500m, 2, 128Mi, 1Gi)"
+        )
     return float(match.group(1)) * _FACTORS[match.group(2)]
 
 
@@ -114,7 +128,9 @@ class RunSpec:
         except (TypeError, ValueError) as exc:
             raise ScenarioError(f"{where}.xcom: must be JSON-serializable ({exc})") from None
         assert duration is not None
-        return cls(exit_code=137 if oom else exit_code, duration_seconds=duration, log=log, oom=oom, xcom=xcom)
+        return cls(
+            exit_code=137 if oom else exit_code, duration_seconds=duration, log=log, oom=oom, xcom=xcom
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"exit_code": self.exit_code, "duration_seconds": self.duration_seconds}
@@ -315,8 +331,15 @@ class Autoscaler:
 
 DEFAULT_NODES = (NodeSpec(name="fake-node-1"),)
 TOP_LEVEL_KEYS = (
-    "images", "secrets", "configmaps", "disruptions", "faults", "time_scale",
-    "nodes", "namespaces", "autoscaler",
+    "images",
+    "secrets",
+    "configmaps",
+    "disruptions",
+    "faults",
+    "time_scale",
+    "nodes",
+    "namespaces",
+    "autoscaler",
 )
 
 
@@ -384,10 +407,19 @@ class Scenario:
             for i, item in enumerate(_list(data.get("namespaces") or [], f"{where}.namespaces"))
         )
         autoscaler_raw = data.get("autoscaler")
-        autoscaler = None if autoscaler_raw is None else Autoscaler.from_dict(autoscaler_raw, f"{where}.autoscaler")
+        autoscaler = (
+            None if autoscaler_raw is None else Autoscaler.from_dict(autoscaler_raw, f"{where}.autoscaler")
+        )
         return cls(
-            images=images, secrets=secrets, configmaps=configmaps, disruptions=disruptions, faults=faults,
-            time_scale=time_scale, nodes=nodes, namespaces=namespaces, autoscaler=autoscaler,
+            images=images,
+            secrets=secrets,
+            configmaps=configmaps,
+            disruptions=disruptions,
+            faults=faults,
+            time_scale=time_scale,
+            nodes=nodes,
+            namespaces=namespaces,
+            autoscaler=autoscaler,
         )
 
     @classmethod
@@ -421,7 +453,9 @@ class Scenario:
             return cls.from_dict(value)
         if isinstance(value, str | Path):
             return cls.load(value)
-        raise ScenarioError(f"scenario: expected a Scenario, a dict or a file path, got {type(value).__name__}")
+        raise ScenarioError(
+            f"scenario: expected a Scenario, a dict or a file path, got {type(value).__name__}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -13,19 +13,38 @@ from typing import Any
 
 Matcher = Callable[[Mapping[str, Any]], bool]
 
-_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 POD_FIELDS = (
-    "metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "spec.restartPolicy",
-    "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP",
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
     "status.nominatedNodeName",
 )
 EVENT_FIELDS = (
-    "metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace",
-    "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion",
-    "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent",
-    "source", "type",
+    "metadata.name",
+    "metadata.namespace",
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
 )
 GENERIC_FIELDS = ("metadata.name", "metadata.namespace")
 FIELDS_BY_RESOURCE = {"pods": POD_FIELDS, "events": EVENT_FIELDS}
@@ -55,20 +74,22 @@ def _split_top(text: str) -> list[str]:
 
 
 def _check_key(key: str, text: str) -> None:
-    if not _KEY.match(key) or len(key.split("/")[-1]) > 63:
+    if not _KEY.match(key) or len(key.rsplit("/", maxsplit=1)[-1]) > 63:
         raise SelectorError(f'unable to parse requirement: invalid label key "{key}" in selector "{text}"')
 
 
 def _check_value(value: str, text: str) -> None:
     if len(value) > 63 or not _VALUE.match(value):
-        raise SelectorError(f'unable to parse requirement: invalid label value: "{value}" in selector "{text}"')
+        raise SelectorError(
+            f'unable to parse requirement: invalid label value: "{value}" in selector "{text}"'
+        )
 
 
 def parse_label_selector(text: str | None) -> Matcher:
     """Compile ``a=b,c!=d,e in (f,g),h notin (i),j,!k`` into a predicate over a labels mapping."""
     if not text or not text.strip():
         return lambda _labels: True
-    tests: list[Matcher] = []
+    requirements: list[tuple[str, str, frozenset[str]]] = []  # (key, in|notin|exists|absent, values)
     for part in _split_top(text):
         set_match = re.match(r"^(\S+)\s+(in|notin)\s*\((.*)\)$", part)
         if set_match:
@@ -77,29 +98,36 @@ def parse_label_selector(text: str | None) -> Matcher:
             values = frozenset(v.strip() for v in raw.split(",") if v.strip())
             for value in values:
                 _check_value(value, text)
-            if op == "in":
-                tests.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                tests.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+            requirements.append((key, op, values))
             continue
         eq_match = re.match(r"^([^=!\s]+)\s*(==|=|!=)\s*(\S*)$", part)
         if eq_match:
             key, op, value = eq_match.group(1), eq_match.group(2), eq_match.group(3)
             _check_key(key, text)
             _check_value(value, text)
-            if op == "!=":
-                tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
-            else:
-                tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            requirements.append((key, "notin" if op == "!=" else "in", frozenset([value])))
             continue
         if part.startswith("!"):
             key = part[1:].strip()
             _check_key(key, text)
-            tests.append(lambda labels, k=key: k not in labels)
+            requirements.append((key, "absent", frozenset()))
             continue
         _check_key(part, text)
-        tests.append(lambda labels, k=part: k in labels)
-    return lambda labels: all(test(labels) for test in tests)
+        requirements.append((part, "exists", frozenset()))
+
+    def matches(labels: Mapping[str, Any]) -> bool:
+        for key, op, values in requirements:
+            if op == "in" and labels.get(key) not in values:
+                return False
+            if op == "notin" and labels.get(key) in values:
+                return False
+            if op == "exists" and key not in labels:
+                return False
+            if op == "absent" and key in labels:
+                return False
+        return True
+
+    return matches
 
 
 def field_value(obj: Mapping[str, Any], path: str) -> str:
@@ -123,16 +151,17 @@ def parse_field_selector(text: str | None, resource: str) -> Matcher:
     if not text or not text.strip():
         return lambda _obj: True
     allowed = FIELDS_BY_RESOURCE.get(resource, GENERIC_FIELDS)
-    tests: list[Matcher] = []
+    requirements: list[tuple[str, bool, str]] = []  # (field, equal?, value)
     for part in _split_top(text):
         match = re.match(r"^([^=!\s]+)\s*(==|=|!=)\s*(.*)$", part)
         if not match:
             raise SelectorError(f"invalid selector: '{text}'; can't understand '{part}'")
         key, op, value = match.group(1), match.group(2), match.group(3).strip()
         if key not in allowed:
-            raise SelectorError(f'field label not supported: {key}')
-        if op == "!=":
-            tests.append(lambda obj, k=key, v=value: field_value(obj, k) != v)
-        else:
-            tests.append(lambda obj, k=key, v=value: field_value(obj, k) == v)
-    return lambda obj: all(test(obj) for test in tests)
+            raise SelectorError(f"field label not supported: {key}")
+        requirements.append((key, op != "!=", value))
+
+    def matches(obj: Mapping[str, Any]) -> bool:
+        return all((field_value(obj, key) == value) == equal for key, equal, value in requirements)
+
+    return matches

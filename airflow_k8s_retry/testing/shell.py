@@ -55,15 +55,19 @@ def interpret(script: str, kubelet: Kubelet, run: PodRun, container: ContainerRu
     xcom = kubelet.xcom(run)
     if re.search(r"(^|[;&|\s])kill(\s|$)", script):
         # Whatever the target expression (pid 1, $(pgrep ...), a /proc loop), it hits the main process.
-        args = shlex.split(script.split("kill", 1)[1].split(";", 1)[0].split("$(", 1)[0]) if "kill" in script else []
+        args = (
+            shlex.split(script.split("kill", 1)[1].split(";", 1)[0].split("$(", 1)[0])
+            if "kill" in script
+            else []
+        )
         code = kubelet.kill(run, container, _signal(args))
         out.killed = code is not None
         return out
     if "return.json" in script and "[ -s" in script:
         out.stdout = xcom if xcom else EMPTY_MARKER + "\n"
         return out
-    for part in re.split(r";|&&|\n", script):
-        part = part.strip()
+    for raw_part in re.split(r";|&&|\n", script):
+        part = raw_part.strip()
         if not part:
             continue
         try:
@@ -104,8 +108,10 @@ def _status(code: int, command: list[str]) -> bytes:
         body: dict[str, Any] = {"metadata": {}, "status": "Success"}
     else:
         body = {
-            "metadata": {}, "status": "Failure",
-            "message": f"command terminated with non-zero exit code: error executing command {command}, exit code {code}",
+            "metadata": {},
+            "status": "Failure",
+            "message": f"command terminated with non-zero exit code: error executing command {command}, "
+            f"exit code {code}",
             "reason": "NonZeroExitCode",
             "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
         }
@@ -120,8 +126,13 @@ async def _send(ws: web.WebSocketResponse, outcome: Outcome) -> None:
 
 
 async def run_exec_session(
-    ws: web.WebSocketResponse, kubelet: Kubelet, run: PodRun, container: ContainerRun, command: list[str],
-    *, stdin: bool,
+    ws: web.WebSocketResponse,
+    kubelet: Kubelet,
+    run: PodRun,
+    container: ContainerRun,
+    command: list[str],
+    *,
+    stdin: bool,
 ) -> None:
     """Serve one exec: a one-shot command, or a shell reading command lines from stdin."""
     interactive = command[0] in SHELLS and "-c" not in command[1:]

@@ -31,8 +31,12 @@ Key = tuple[str, str]  # (namespace, name)
 
 RESOURCES = ("pods", "events", "namespaces", "secrets", "configmaps", "nodes")
 KINDS = {
-    "pods": "Pod", "events": "Event", "namespaces": "Namespace", "secrets": "Secret",
-    "configmaps": "ConfigMap", "nodes": "Node",
+    "pods": "Pod",
+    "events": "Event",
+    "namespaces": "Namespace",
+    "secrets": "Secret",
+    "configmaps": "ConfigMap",
+    "nodes": "Node",
 }
 CLUSTER_SCOPED = frozenset({"namespaces", "nodes"})
 
