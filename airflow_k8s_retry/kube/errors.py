@@ -109,7 +109,9 @@ def translate(exc: BaseException) -> KubeError:
     if isinstance(exc, KubeError):
         return exc
     status = getattr(exc, "status", None)
-    if isinstance(status, int) and status > 0 and type(exc).__name__ == "ApiException":
+    # kubernetes>=32 raises subclasses such as NotFoundException; match the whole hierarchy.
+    is_api_exception = any(cls.__name__ == "ApiException" for cls in type(exc).__mro__)
+    if isinstance(status, int) and status > 0 and is_api_exception:
         body = getattr(exc, "body", None)
         message, reason = _status_message(body, getattr(exc, "reason", None) or f"HTTP {status}")
         return error_for_status(status, message, reason=reason, body=body)

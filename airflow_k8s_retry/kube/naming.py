@@ -54,7 +54,10 @@ class TryIdentity:
     try_number: int = 1
 
     def labels(self, relaunch: int = 0) -> dict[str, str]:
-        return {
+        """The pod's identifying labels. ``map_index`` is set only for mapped tasks, as
+        ``KubernetesPodOperator`` does: ``-1`` is not a valid label value (it must start with an
+        alphanumeric character), so the API server rejects it."""
+        labels = {
             "dag_id": safe_label_value(self.dag_id),
             "task_id": safe_label_value(self.task_id),
             "run_id": safe_label_value(self.run_id),
@@ -63,6 +66,9 @@ class TryIdentity:
             MANAGED_LABEL: "true",
             RELAUNCH_LABEL: str(relaunch),
         }
+        if self.map_index < 0:
+            del labels["map_index"]
+        return labels
 
     def pod_name(self, relaunch: int = 0) -> str:
         """A DNS-1123 name of at most 63 characters, unique per try and relaunch."""
@@ -78,6 +84,8 @@ class TryIdentity:
         """True when a pod's labels name exactly this try (any relaunch)."""
         labels = dict(pod_labels or {})
         expected = self.labels()
+        if self.map_index < 0 and "map_index" in labels:
+            return False  # a mapped task's pod is never an unmapped try's
         return all(labels.get(k) == v for k, v in expected.items() if k != RELAUNCH_LABEL)
 
     def to_payload(self) -> dict[str, Any]:
