@@ -394,9 +394,10 @@ class RetryingPodOperator(BaseOperator):
             )
             self._push_verdict(context, verdict)
             self.log.error("%s: %s", verdict.reason.value, verdict.message)
+            message = f"{verdict.reason.value}: {verdict.message}"
             if outcome is Outcome.FAIL:
-                raise PodFailurePermanent(verdict.message, verdict) from None
-            raise PodFailure(verdict.message, verdict) from None
+                raise PodFailurePermanent(message, verdict) from None
+            raise PodFailure(message, verdict) from None
         self._pod = created
         ti = context["ti"]
         ti.xcom_push(key="pod_name", value=created.name)
@@ -580,7 +581,7 @@ class RetryingPodOperator(BaseOperator):
 
         identity = self._identity(context)
         labels = identity.labels()
-        keys = ("dag_id", "task_id", "run_id", "map_index", "try_number")
+        keys = [k for k in ("dag_id", "task_id", "run_id", "map_index", "try_number") if k in labels]
         selector = ",".join(f"{k}={labels[k]}" for k in keys)
         client, namespace = self._client()
         try:

@@ -1,0 +1,250 @@
+"""The operator's lifecycle against the simulator: create or adopt, defer, act on each verdict.
+
+The trigger is not run here (that is the trigger's own suite and the end-to-end tests); the
+verdicts it would emit are handed to ``execute_complete`` directly, and the effects are read back
+from the simulator: which pods exist, what was stamped on them, which requests were made.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowSkipException,
+    TaskDeferralTimeout,
+    TaskDeferred,
+)
+
+from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
+from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
+from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.operators import RetryingPodOperator
+from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
+
+
+def operator(**kwargs: Any) -> RetryingPodOperator:
+    kwargs.setdefault("image", "busybox:1.36")
+    return RetryingPodOperator(task_id="load", kubernetes_conn_id=None, namespace="default", **kwargs)
+
+
+def client_for(cluster: Any) -> PodClient:
+    return PodClient(sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig))))
+
+
+def requests(cluster: Any, verb: str, status: int | None = None) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in cluster.audit_records()
+        if r.get("verb") == verb
+        and r.get("resource") == "pods"
+        and (status is None or r.get("status") == status)
+    ]
+
+
+def defer(op: RetryingPodOperator, context: dict[str, Any]) -> PodStateTrigger:
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    assert deferred.value.method_name == "execute_complete"
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, PodStateTrigger)
+    return trigger
+
+
+def verdict(outcome: Outcome, reason: Reason, message: str = "it happened") -> Verdict:
+    return Verdict(
+        outcome=outcome,
+        reason=reason,
+        message=message,
+        rule=reason.value,
+        evidence=(Evidence(reason, "status", f"saw {reason.value}", "base"),),
+    )
+
+
+def event_for(trigger: PodStateTrigger, v: Verdict) -> dict[str, Any]:
+    return PodEvent(trigger.namespace, trigger.pod_name, trigger.pod_uid, v, trigger.relaunches).to_payload()
+
+
+def test_execute_creates_one_pod_named_and_labelled_for_the_try(make_cluster, context, ti):
+    cluster = make_cluster()
+    ti.try_number = 3
+    trigger = defer(operator(), context)
+    identity = TryIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, 3)
+    pod = client_for(cluster).read("default", identity.pod_name())
+    assert pod is not None
+    labels = pod["metadata"]["labels"]
+    assert "map_index" not in labels  # as KubernetesPodOperator: only mapped tasks carry it
+    assert {k: labels[k] for k in ("dag_id", "task_id", "try_number")} == {
+        "dag_id": "etl",
+        "task_id": "load",
+        "try_number": "3",
+    }
+    assert identity.owns(labels)
+    assert trigger.pod_name == identity.pod_name() and trigger.pod_uid == pod["metadata"]["uid"]
+    kwargs = trigger.serialize()[1]
+    assert kwargs["owned"] is True and kwargs["relaunches"] == 0
+    assert kwargs["identity"] == identity.to_payload()
+    assert ti.xcom == {"pod_name": identity.pod_name(), "pod_namespace": "default"}
+
+
+def test_a_second_execute_in_the_same_try_adopts_the_pod(make_cluster, context):
+    cluster = make_cluster()
+    first = defer(operator(), context)
+    second = defer(operator(), context)
+    assert second.pod_uid == first.pod_uid
+    assert len(requests(cluster, "create", 201)) == 1
+    assert len(requests(cluster, "create", 409)) == 1
+    assert len(cluster.pods()) == 1
+
+
+def test_a_pod_of_another_try_under_the_name_is_never_adopted(make_cluster, context, ti):
+    cluster = make_cluster()
+    op = operator()
+    identity = TryIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+    squatter = op.build_pod_request(identity, "default")
+    squatter["metadata"]["labels"]["try_number"] = "7"
+    client = client_for(cluster)
+    client.core.create_namespaced_pod("default", squatter)
+    with pytest.raises(PodFailure, match="labels name another try"):
+        op.execute(context)
+    pod = client.read("default", identity.pod_name())
+    assert pod is not None and pod["metadata"]["labels"]["try_number"] == "7"
+    assert requests(cluster, "delete") == []
+
+
+def test_retry_verdict_stamps_reports_deletes_and_raises_pod_failure(make_cluster, context, ti):
+    cluster = make_cluster()
+    op = operator()
+    trigger = defer(op, context)
+    v = verdict(Outcome.RETRY, Reason.IMAGE_NOT_FOUND, "image notavalidimage was not found")
+    with pytest.raises(PodFailure) as failure:
+        op.execute_complete(context, event=event_for(trigger, v))
+    assert not isinstance(failure.value, AirflowFailException)
+    assert failure.value.verdict.reason is Reason.IMAGE_NOT_FOUND
+    assert "image.not_found" in str(failure.value)
+    assert ti.xcom["verdict"] == {
+        "outcome": "retry",
+        "reason": "image.not_found",
+        "message": "image notavalidimage was not found",
+    }
+    patches = requests(cluster, "patch", 200)
+    deletes = requests(cluster, "delete", 200)
+    assert len(patches) == 1 and len(deletes) == 1
+    assert patches[0]["t"] <= deletes[0]["t"]
+    assert cluster.wait_for(lambda c: not cluster.pods(), timeout=10)
+
+
+def test_fail_verdict_raises_the_permanent_failure_and_keeps_a_stamped_pod_when_asked(make_cluster, context):
+    cluster = make_cluster()
+    op = operator(keep_failed_pods=True)
+    trigger = defer(op, context)
+    v = verdict(Outcome.FAIL, Reason.IMAGE_INVALID_NAME, "invalid reference format")
+    with pytest.raises(PodFailurePermanent) as failure:
+        op.execute_complete(context, event=event_for(trigger, v))
+    assert isinstance(failure.value, AirflowFailException)
+    pod = client_for(cluster).read(trigger.namespace, trigger.pod_name)
+    assert pod is not None, "keep_failed_pods keeps the pod"
+    stamp = json.loads(pod["metadata"]["annotations"][VERDICT_ANNOTATION])
+    assert (stamp["outcome"], stamp["reason"]) == ("fail", "image.invalid_name")
+    assert requests(cluster, "delete") == []
+
+
+def test_a_stamped_pod_is_finished_business_when_adopted(make_cluster, context):
+    cluster = make_cluster()
+    op = operator(keep_failed_pods=True)
+    trigger = defer(op, context)
+    with pytest.raises(PodFailurePermanent):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.FAIL, Reason.IMAGE_INVALID_NAME))
+        )
+    # The same try runs execute again (e.g. a worker restart): no new pod, no new watch.
+    with pytest.raises(PodFailurePermanent, match=r"image\.invalid_name"):
+        op.execute(context)
+    assert len(requests(cluster, "create", 201)) == 1
+
+
+def test_success_deletes_the_pod_and_returns_nothing_without_xcom(make_cluster, context):
+    cluster = make_cluster()
+    op = operator()
+    trigger = defer(op, context)
+    assert (
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.SUCCEED, Reason.SUCCEEDED)))
+        is None
+    )
+    assert len(requests(cluster, "delete", 200)) == 1
+    assert cluster.wait_for(lambda c: not cluster.pods(), timeout=10)
+
+
+def test_skip_verdict_skips_and_cleans_up(make_cluster, context):
+    cluster = make_cluster()
+    op = operator(skip_on_exit_code=3)
+    trigger = defer(op, context)
+    assert trigger.serialize()[1]["policy"]["skip_on_exit_codes"] == [3]
+    with pytest.raises(AirflowSkipException, match=r"container\.exit_code"):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.SKIP, Reason.CONTAINER_EXIT_CODE))
+        )
+    assert len(requests(cluster, "delete", 200)) == 1
+
+
+def test_relaunch_replaces_the_pod_inside_the_same_try(make_cluster, context, ti):
+    cluster = make_cluster()
+    op = operator()
+    first = defer(op, context)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute_complete(
+            context, event=event_for(first, verdict(Outcome.RELAUNCH, Reason.NODE_DISRUPTION))
+        )
+    second = deferred.value.trigger
+    identity = TryIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+    assert second.pod_name == identity.pod_name(relaunch=1)
+    assert second.relaunches == 1
+    assert second.pod_uid != first.pod_uid
+    deleted = requests(cluster, "delete", 200)
+    assert [r["name"] for r in deleted] == [first.pod_name]
+    assert cluster.wait_for(
+        lambda c: [p["metadata"]["name"] for p in cluster.pods()] == [second.pod_name], timeout=10
+    )
+
+
+def test_api_rejection_at_create_fails_at_once(make_cluster, context, ti):
+    make_cluster()
+    op = operator(pod_template_dict={"spec": {"containers": [{"name": "Not_A_Valid_Name", "image": "x"}]}})
+    with pytest.raises(PodFailurePermanent, match=r"api\.rejected"):
+        op.execute(context)
+    assert ti.xcom["verdict"]["reason"] == "api.rejected"
+
+
+def test_on_kill_deletes_the_pod(make_cluster, context):
+    cluster = make_cluster()
+    op = operator()
+    trigger = defer(op, context)
+    op.on_kill()
+    assert [r["name"] for r in requests(cluster, "delete", 200)] == [trigger.pod_name]
+
+
+def test_a_deferral_timeout_deletes_the_pods_of_the_try(make_cluster, context):
+    cluster = make_cluster()
+    op = operator()
+    trigger = defer(op, context)
+    with pytest.raises(TaskDeferralTimeout):
+        op.resume_execution("__fail__", {"error": "Trigger timeout"}, context)
+    assert [r["name"] for r in requests(cluster, "delete", 200)] == [trigger.pod_name]
+
+
+def test_execution_timeout_is_the_trigger_deadline_and_the_defer_timeout_is_padded(
+    make_cluster, context, ti
+):
+    from datetime import timedelta
+
+    make_cluster()
+    op = operator(execution_timeout=timedelta(minutes=10))
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    deadline = deferred.value.trigger.serialize()[1]["execution_deadline"]
+    assert deadline == pytest.approx(ti.start_date.timestamp() + 600, abs=1)
+    assert deferred.value.timeout > timedelta(minutes=10)
