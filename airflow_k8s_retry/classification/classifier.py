@@ -51,6 +51,8 @@ def classify(
     """
     if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
         raise ValueError(f"classify(now=...) must be finite epoch seconds, got {now!r}")
+    if isinstance(events, History):
+        raise TypeError("classify(): a History was passed as events; pass it as history=...")
     now = float(now)
     policy = policy if policy is not None else DEFAULT_POLICY
     obs = observe(pod, events, history if history is not None else History(), now)

@@ -1,0 +1,102 @@
+"""The rule table is data: ordered, named, explained, with a catch-all last."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_k8s_retry.classification import RULES, Outcome, Reason, classify, rule_grace, rule_named
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy
+
+T0 = 1_773_480_000.0
+
+
+def test_rules_are_named_once_explained_and_end_with_a_catch_all() -> None:
+    names = [r.name for r in RULES]
+    assert len(names) == len(set(names))
+    for rule in RULES:
+        assert rule.why.strip()
+        assert isinstance(rule.reason, Reason)
+        assert isinstance(rule.outcome, Outcome)
+        if isinstance(rule.grace, str):
+            assert rule.grace in FailurePolicy.__dataclass_fields__
+    assert RULES[-1].name == "unrecognised"
+    assert RULES[0].name == "pod_gone"
+    assert names.index("succeeded") < names.index("disruption_target") < names.index("exit_code")
+
+
+def test_the_design_table_defaults() -> None:
+    expected = {
+        "invalid_image_name": (Outcome.FAIL, None),
+        "image_never_pull": (Outcome.FAIL, None),
+        "image_not_found": (Outcome.RETRY, 90.0),
+        "image_unauthorized": (Outcome.RETRY, 120.0),
+        "image_rate_limited": (Outcome.RETRY, 900.0),
+        "image_registry_unavailable": (Outcome.RETRY, 900.0),
+        "image_pull_backoff": (Outcome.RETRY, 300.0),
+        "missing_secret": (Outcome.RETRY, 60.0),
+        "container_error": (Outcome.RETRY, 180.0),
+        "volume_mount_failed": (Outcome.RETRY, 300.0),
+        "unschedulable": (Outcome.RETRY, 600.0),
+        "starting": (Outcome.RETRY, 900.0),
+        "phase_unknown": (Outcome.RELAUNCH, 300.0),
+        "disruption_target": (Outcome.RELAUNCH, None),
+        "oom_killed": (Outcome.RETRY, None),
+        "exit_code": (Outcome.RETRY, None),
+        "deadline_exceeded": (Outcome.RETRY, None),
+        "running": (Outcome.WAIT, 600.0),
+    }
+    for name, (outcome, grace) in expected.items():
+        rule = rule_named(name)
+        assert (rule.outcome, rule_grace(rule, DEFAULT_POLICY)) == (outcome, grace), name
+
+
+def test_unknown_rule_name_lists_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="image_not_found"):
+        rule_named("nope")
+
+
+def test_a_vanished_pod_is_an_external_deletion() -> None:
+    verdict = classify(None, now=T0)
+    assert (verdict.outcome, verdict.reason, verdict.rule) == (
+        Outcome.RETRY,
+        Reason.DELETED_EXTERNALLY,
+        "pod_gone",
+    )
+    assert "deleted outside this task" in verdict.message
+
+
+def test_an_unrecognised_state_waits_at_most_the_startup_timeout() -> None:
+    odd = {"metadata": {"name": "p"}, "status": {"phase": "Terminating"}}
+    first = classify(odd, now=T0)
+    assert (first.outcome, first.reason, first.deadline) == (Outcome.WAIT, Reason.UNKNOWN, T0 + 900)
+    final = classify(odd, history=first.history, now=T0 + 900)
+    assert (final.outcome, final.reason) == (Outcome.RETRY, Reason.UNKNOWN)
+
+
+def test_init_containers_are_read_before_main_containers() -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"initContainers": [{"name": "init"}], "containers": [{"name": "base"}]},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"name": "base", "state": {"waiting": {"reason": "RunContainerError"}}}],
+            "initContainerStatuses": [
+                {"name": "init", "state": {"waiting": {"reason": "CreateContainerError"}}}
+            ],
+        },
+    }
+    verdict = classify(pod, now=T0)
+    assert verdict.rule == "container_error"
+    assert "init container 'init'" in verdict.message
+
+
+def test_history_passed_as_events_is_a_type_error() -> None:
+    first = classify(None, now=T0)
+    with pytest.raises(TypeError, match="history="):
+        classify(None, first.history, now=T0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), "1700000000", True])
+def test_now_must_be_finite_epoch_seconds(now: object) -> None:
+    with pytest.raises(ValueError, match="finite epoch seconds"):
+        classify(None, now=now)  # type: ignore[arg-type]
