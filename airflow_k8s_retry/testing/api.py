@@ -40,6 +40,7 @@ from airflow_k8s_retry.testing.store import (
     WatchEvent,
     now_iso,
 )
+from airflow_k8s_retry.testing.tables import table, wants_table
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -382,9 +383,17 @@ class ApiServer:
                 405, f"the server does not allow this method on the requested resource ({info.verb})"
             )
         if info.verb == "get":
-            return web.json_response(self.get_object(info))
+            obj = self.get_object(info)
+            if wants_table(request.headers.get("Accept", "")):
+                return web.json_response(table(info.resource, [obj], obj["metadata"]["resourceVersion"]))
+            return web.json_response(obj)
         if info.verb == "list":
-            return web.json_response(self.list_objects(request, info))
+            listed = self.list_objects(request, info)
+            if wants_table(request.headers.get("Accept", "")):
+                rendered = table(info.resource, listed["items"], listed["metadata"]["resourceVersion"])
+                rendered["metadata"].update(listed["metadata"])
+                return web.json_response(rendered)
+            return web.json_response(listed)
         if info.verb == "watch":
             return await self.watch(request, info)
         if info.verb == "create":
@@ -500,6 +509,11 @@ class ApiServer:
             except TooOld as exc:
                 too_old = exc
         start_rv = self.store.rv
+        render = (
+            self.table_renderer(info.resource) if wants_table(request.headers.get("Accept", "")) else None
+        )
+        if render is not None:
+            backlog = [render(payload) for payload in backlog]
         self.store.watchers.add(watcher)
         response = await self.start_stream(request, info)
         self.open_streams.add(response)
@@ -511,13 +525,28 @@ class ApiServer:
                 await response.write(payload)
             if initial_end and bookmarks:
                 await response.write(self.bookmark(info.resource, start_rv, initial_end=True))
-            await self.pump(response, watcher, info.resource, timeout, bookmarks)
+            await self.pump(
+                response, watcher, info.resource, timeout_seconds=timeout, bookmarks=bookmarks, render=render
+            )
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
             self.store.watchers.discard(watcher)
             self.open_streams.discard(response)
         return response
+
+    @staticmethod
+    def table_renderer(resource: str) -> Callable[[bytes], bytes]:
+        """Turn a watch event line into the same event carrying a one-row Table (for kubectl)."""
+
+        def render(payload: bytes) -> bytes:
+            event = json.loads(payload)
+            obj = event["object"]
+            rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+            event["object"] = table(resource, [obj], rv)
+            return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
+        return render
 
     def bookmark(self, resource: str, rv: int, *, initial_end: bool = False) -> bytes:
         meta: Obj = {"resourceVersion": str(rv)}
@@ -534,8 +563,10 @@ class ApiServer:
         response: web.StreamResponse,
         watcher: Watcher,
         resource: str,
+        *,
         timeout_seconds: int | None,
         bookmarks: bool,
+        render: Callable[[bytes], bytes] | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_seconds if timeout_seconds else None
@@ -568,6 +599,8 @@ class ApiServer:
                 chunks = [event.payload]
                 while not watcher.queue.empty() and len(chunks) < 256:
                     chunks.append(watcher.queue.get_nowait().payload)
+                if render is not None:
+                    chunks = [render(chunk) for chunk in chunks]
                 await response.write(b"".join(chunks))
         finally:
             stop.cancel()

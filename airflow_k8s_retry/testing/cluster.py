@@ -39,6 +39,8 @@ class FakeCluster:
     :param kubeconfig: where to write the kubeconfig (a temporary file by default).
     :param bookmark_interval: real seconds between watch bookmarks (default 60 simulated seconds).
     :param history: how many changes a watch can resume across before 410 Gone.
+    :param tls: serve HTTPS with a throw-away CA written into the kubeconfig. ``kubectl`` needs it:
+        client-go sends bearer tokens only over TLS. The Python clients work either way.
 
     Example::
 
@@ -57,6 +59,7 @@ class FakeCluster:
         kubeconfig: str | Path | None = None,
         bookmark_interval: float | None = None,
         history: int = 50_000,
+        tls: bool = False,
     ) -> None:
         self.scenario = Scenario.coerce(scenario)
         if time_scale is not None:
@@ -73,6 +76,8 @@ class FakeCluster:
             bookmark_interval if bookmark_interval is not None else 60.0 * self.time_scale
         )
         self.history = history
+        self.tls = tls
+        self._cert: Any = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -100,6 +105,11 @@ class FakeCluster:
             raise RuntimeError("this FakeCluster is already running; use a new instance")
         self._audit = Audit(self.audit_path)
         self.store = Store(history=self.history, audit=self._audit)
+        self._tmpdir = Path(tempfile.mkdtemp(prefix="fake-cluster-"))
+        if self.tls:
+            from airflow_k8s_retry.testing.tls import make_serving_cert
+
+            self._cert = make_serving_cert(self._tmpdir / "pki")
         self._thread = threading.Thread(target=self._serve, name="fake-cluster", daemon=True)
         self._thread.start()
         self._ready.wait(timeout=30)
@@ -107,7 +117,6 @@ class FakeCluster:
             raise RuntimeError(f"FakeCluster could not start: {self._startup_error}") from self._startup_error
         if not self._ready.is_set():
             raise RuntimeError("FakeCluster did not start within 30 s")
-        self._tmpdir = Path(tempfile.mkdtemp(prefix="fake-cluster-"))
         self.kubeconfig = self.write_kubeconfig(self._kubeconfig_target or self._tmpdir / "kubeconfig")
         self._started_at = time.time()
 
@@ -157,12 +166,13 @@ class FakeCluster:
         self._seed()
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", self.port, backlog=1024)
+        ssl_context = self._cert.server_context() if self._cert is not None else None
+        site = web.TCPSite(runner, "127.0.0.1", self.port, backlog=1024, ssl_context=ssl_context)
         await site.start()
         server = getattr(site, "_server", None)
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{self.port}"
         self.api.host = f"127.0.0.1:{self.port}"
         self._ready.set()
         await self._stop_event.wait()
@@ -289,14 +299,19 @@ class FakeCluster:
         self, path: str | Path, *, token: str | None = None, namespace: str = "default"
     ) -> Path:
         """Write a kubeconfig for this cluster (with the admin token unless ``token`` is given)."""
+        import base64
+
         import yaml
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        cluster: dict[str, Any] = {"server": self.url}
+        if self._cert is not None:
+            cluster["certificate-authority-data"] = base64.b64encode(self._cert.ca_pem).decode()
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake-cluster", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake-cluster", "cluster": cluster}],
             "users": [{"name": "fake-user", "user": {"token": token or self.token}}],
             "contexts": [
                 {
