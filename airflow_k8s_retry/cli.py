@@ -1,0 +1,244 @@
+"""The ``airflow-k8s-retry`` command line: ``explain`` a pod's verdict, ``simulate`` a cluster.
+
+``explain`` answers "what would the operator do with this pod, and why?" from files that
+``kubectl get pod NAME -o json`` and ``kubectl get events --field-selector involvedObject.name=NAME
+-o json`` produce, without a cluster or Airflow. ``simulate`` serves the package's Kubernetes API
+simulator. This module stays import-light: the simulator loads only when ``simulate`` runs, and
+nothing here imports Airflow.
+
+Example:
+    $ airflow-k8s-retry explain pod.json --events events.json --elapsed 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from airflow_k8s_retry.classification import (
+    RULES,
+    FailurePolicy,
+    Outcome,
+    PolicyError,
+    Verdict,
+    classify_seen_for,
+    rule_named,
+)
+from airflow_k8s_retry.classification.classifier import duration
+
+USAGE_ERROR = 2
+
+
+class InputError(Exception):
+    """An input file cannot be used; the message says which file and why, on one line."""
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what} file {path} is not text (expected JSON)") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{what} file {path} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            f"save it with 'kubectl get ... -o json'"
+        ) from None
+
+
+def load_pod(path: str) -> Mapping[str, Any]:
+    """Read one pod from ``path``: the JSON ``kubectl get pod NAME -o json`` prints."""
+    data = _read_json(path, "pod")
+    if not isinstance(data, Mapping):
+        raise InputError(f"pod file {path} holds a JSON {type(data).__name__}, not a pod object")
+    kind = data.get("kind")
+    if kind in {"List", "PodList"} or "items" in data:
+        raise InputError(f"pod file {path} holds a list; save one pod with 'kubectl get pod NAME -o json'")
+    if kind is not None and kind != "Pod":
+        raise InputError(f"pod file {path} holds a {kind}, not a Pod")
+    if not isinstance(data.get("status"), Mapping) and not isinstance(data.get("spec"), Mapping):
+        raise InputError(f"pod file {path} is not a pod: it has neither a 'status' nor a 'spec' object")
+    return data
+
+
+def load_events(path: str) -> list[Mapping[str, Any]]:
+    """Read Events from ``path``: a JSON list of Events or an EventList (``{"items": [...]}``)."""
+    data = _read_json(path, "events")
+    items = data.get("items") if isinstance(data, Mapping) else data
+    if not isinstance(items, list):
+        raise InputError(f"events file {path} is neither a list of Events nor an EventList with 'items'")
+    bad = [i for i, item in enumerate(items) if not isinstance(item, Mapping)]
+    if bad:
+        raise InputError(f"events file {path}: item {bad[0]} is not an Event object")
+    return items
+
+
+def load_policy(path: str) -> FailurePolicy:
+    data = _read_json(path, "policy")
+    try:
+        return FailurePolicy.from_payload(data)
+    except (PolicyError, TypeError) as exc:
+        raise InputError(f"policy file {path}: {exc}") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def explanation(verdict: Verdict, *, now: float, elapsed: float) -> dict[str, Any]:
+    """The JSON object ``explain --json`` prints."""
+    rule = rule_named(verdict.rule)
+    return {
+        "outcome": verdict.outcome.value,
+        "reason": verdict.reason.value,
+        "message": verdict.message,
+        "rule": verdict.rule,
+        "rule_index": RULES.index(rule),
+        "why": rule.why,
+        "deadline_seconds": None if verdict.deadline is None else max(0.0, verdict.deadline - now),
+        "elapsed_seconds": elapsed,
+        "evidence": [
+            {"reason": e.reason.value, "source": e.source, "container": e.container, "message": e.message}
+            for e in verdict.evidence
+        ],
+    }
+
+
+def render(verdict: Verdict, *, now: float, elapsed: float, pod: Mapping[str, Any], out: TextIO) -> None:
+    """Print ``verdict`` for a person."""
+    meta = pod.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    rule = rule_named(verdict.rule)
+    title = f"{namespace}/{name}" if namespace and name else str(name or "(unnamed pod)")
+    lines = [
+        f"pod:      {title}",
+        f"verdict:  {verdict.outcome.value.upper()}  {verdict.reason.value}",
+        f"rule:     {verdict.rule} (rule {RULES.index(rule) + 1} of {len(RULES)}: {rule.why})",
+        f"message:  {verdict.message}",
+    ]
+    if verdict.outcome is Outcome.WAIT and verdict.deadline is not None:
+        left = max(0.0, verdict.deadline - now)
+        seen = f"signals counted as seen for {duration(elapsed)}" if elapsed else "signals counted as new"
+        lines.append(f"deadline: in {duration(left)} ({seen}; use --elapsed to look later)")
+    else:
+        lines.append("deadline: none (final verdict)")
+    if verdict.evidence:
+        lines.append("evidence:")
+        for e in verdict.evidence:
+            where = f" {e.container}" if e.container else ""
+            lines.append(f"  - [{e.source}{where}] {e.message}")
+    out.write("\n".join(lines) + "\n")
+
+
+def _explain(args: argparse.Namespace) -> int:
+    try:
+        pod = load_pod(args.pod)
+        events = load_events(args.events) if args.events else []
+        policy = load_policy(args.policy) if args.policy else None
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    now = time.time()
+    verdict = classify_seen_for(
+        pod, events, elapsed=args.elapsed, now=now, policy=policy, relaunches=args.relaunches
+    )
+    if args.json:
+        json.dump(explanation(verdict, now=now, elapsed=args.elapsed), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render(verdict, now=now, elapsed=args.elapsed, pod=pod, out=sys.stdout)
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from airflow_k8s_retry.testing.serve import serve
+
+    return serve(scenario=args.scenario, port=args.port, kubeconfig=args.kubeconfig, audit=args.audit)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="airflow-k8s-retry",
+        description="Classify Kubernetes pod failures the way RetryingPodOperator does, offline.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    explain = commands.add_parser(
+        "explain",
+        help="say which rule matches a pod and why",
+        description="Classify a pod saved as JSON: outcome, reason code, matching rule and deadline.",
+    )
+    explain.add_argument(
+        "pod", metavar="POD.json", help="the pod: kubectl get pod NAME -o json ('-' for stdin)"
+    )
+    explain.add_argument(
+        "--events",
+        metavar="EVENTS.json",
+        help="the pod's Events: kubectl get events --field-selector involvedObject.name=NAME -o json",
+    )
+    explain.add_argument(
+        "--elapsed",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="how long the signals in the pod have already been seen (default 0)",
+    )
+    explain.add_argument(
+        "--policy", metavar="POLICY.json", help="a FailurePolicy payload (FailurePolicy.to_payload())"
+    )
+    explain.add_argument(
+        "--relaunches", type=_count, default=0, metavar="N", help="relaunches already used in this try"
+    )
+    explain.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    explain.set_defaults(handler=_explain)
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="serve the Kubernetes API simulator and write a kubeconfig for it",
+        description="Serve FakeCluster, this package's Kubernetes API simulator, until interrupted.",
+    )
+    simulate.add_argument("--scenario", metavar="FILE", help="a kubelet scenario file (YAML)")
+    simulate.add_argument(
+        "--port", type=_count, default=0, metavar="N", help="port to listen on (default: any free port)"
+    )
+    simulate.add_argument("--kubeconfig", metavar="OUT", help="where to write a kubeconfig for the simulator")
+    simulate.add_argument("--audit", metavar="FILE", help="append every API request to this file")
+    simulate.set_defaults(handler=_simulate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit status."""
+    args = build_parser().parse_args(argv)
+    status: int = args.handler(args)
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
