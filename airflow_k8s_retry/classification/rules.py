@@ -710,7 +710,7 @@ RULES: tuple[Rule, ...] = (
         Outcome.RETRY,
         60.0,
         _config(None),
-        "other CreateContainerConfigError (e.g. runAsNonRoot with a root image) will not fix itself",
+        "other CreateContainerConfigError (runAsNonRoot with a root image, a bad subPath): grace, then retry",
     ),
     Rule(
         "crash_loop_oom",

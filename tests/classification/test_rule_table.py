@@ -100,3 +100,43 @@ def test_history_passed_as_events_is_a_type_error() -> None:
 def test_now_must_be_finite_epoch_seconds(now: object) -> None:
     with pytest.raises(ValueError, match="finite epoch seconds"):
         classify(None, now=now)  # type: ignore[arg-type]
+
+
+KUBELET_WAITING_REASONS = {
+    "ErrImagePull": "image_pull_backoff",
+    "ImagePullBackOff": "image_pull_backoff",
+    "RegistryUnavailable": "image_pull_backoff",
+    "InvalidImageName": "invalid_image_name",
+    "ErrImageNeverPull": "image_never_pull",
+    "ImageInspectError": "container_error",
+    "SignatureValidationFailed": "container_error",
+    "CreateContainerConfigError": "config_error",
+    "CreateContainerError": "container_error",
+    "PreCreateHookError": "container_error",
+    "PreStartHookError": "container_error",
+    "PostStartHookError": "container_error",
+    "RunContainerError": "container_error",
+    "KillContainerError": "container_error",
+    "VerifyNonRootError": "container_error",
+    "CreatePodSandboxError": "container_error",
+    "CrashLoopBackOff": "crash_loop",
+    "ContainerCreating": "starting",
+    "PodInitializing": "starting",
+}
+
+
+@pytest.mark.parametrize(("waiting", "rule"), sorted(KUBELET_WAITING_REASONS.items()))
+def test_every_kubelet_waiting_reason_has_a_rule(waiting: str, rule: str) -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "base"}], "restartPolicy": "OnFailure"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"name": "base", "state": {"waiting": {"reason": waiting, "message": ""}}}],
+        },
+    }
+    verdict = classify(pod, now=T0)
+    assert verdict.rule == rule
+    assert verdict.outcome is (
+        Outcome.FAIL if rule in ("invalid_image_name", "image_never_pull") else Outcome.WAIT
+    )
