@@ -24,7 +24,7 @@ def serve(
 ) -> int:
     """Run the simulator until interrupted; returns a process exit code (0 ok, 2 bad scenario)."""
     try:
-        cluster = FakeCluster(scenario, port=port, audit=audit, kubeconfig=kubeconfig)
+        cluster = FakeCluster(scenario, port=port, audit=audit, kubeconfig=kubeconfig, tls=True)
     except ScenarioError as exc:
         print(f"error: invalid scenario: {exc}", file=sys.stderr)
         return 2
