@@ -15,8 +15,8 @@ from airflow_k8s_retry.testing import FakeCluster
 from .conftest import LONG, phase, pod_body, pod_is
 
 
-async def reached(cluster: FakeCluster, predicate: Any, timeout: float = 5) -> bool:
-    return await asyncio.to_thread(cluster.wait_for, predicate, timeout)
+async def reached(cluster: FakeCluster, predicate: Any, within: float = 5) -> bool:
+    return await asyncio.to_thread(cluster.wait_for, predicate, within)
 
 
 async def test_read_pod_logs_and_events(acore: Any, cluster: FakeCluster) -> None:

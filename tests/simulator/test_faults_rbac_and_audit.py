@@ -138,7 +138,7 @@ def test_audit_file_records_requests_and_lifecycle(tmp_path: Path) -> None:
     assert (delete["name"], delete["uid"], delete["status"]) == ("aud", uid, 200)
     changes = [r for r in lines if r["kind"] == "lifecycle"]
     assert {r["uid"] for r in changes} == {uid}
-    assert [r["change"] for r in changes][0] == "created" and changes[-1]["change"] == "deleted"
+    assert changes[0]["change"] == "created" and changes[-1]["change"] == "deleted"
     assert all(isinstance(r["t"], float) for r in lines)
     assert [r["t"] for r in lines] == sorted(r["t"] for r in lines)
     assert (

@@ -76,6 +76,7 @@ def test_kubectl_get_pods_watch_shows_the_lifecycle() -> None:
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
         )
         assert logs.returncode != 0 and "is waiting to start: ImagePullBackOff" in logs.stderr
 
