@@ -124,7 +124,6 @@ class FailurePolicy:
         return cls(**dict(data))
 
 
-
 def _as_codes(value: Collection[int] | int) -> tuple[int, ...]:
     return (value,) if isinstance(value, int) else tuple(value)
 

@@ -98,6 +98,14 @@ def _first(obs: Observation, found: Callable[[ContainerView], bool]) -> Containe
     return next((c for c in obs.containers if found(c)), None)
 
 
+def _first_finished(
+    obs: Observation, found: Callable[[ContainerView, Termination], bool]
+) -> ContainerView | None:
+    """The first finished container matching ``found``; sidecars last, as the kubelet kills them on exit."""
+    ordered = sorted(obs.containers, key=lambda c: c.sidecar)  # stable: init first within each group
+    return next((c for c in ordered if (t := _finished(obs, c)) is not None and found(c, t)), None)
+
+
 def _evidence(
     reason: Reason, container: ContainerView | None, detail: str, source: str = "status"
 ) -> Evidence:
@@ -220,7 +228,7 @@ def _deadline_exceeded(obs: Observation) -> Match | None:
 
 
 def _oom_killed(obs: Observation) -> Match | None:
-    container = _first(obs, lambda c: (t := _finished(obs, c)) is not None and t.reason == "OOMKilled")
+    container = _first_finished(obs, lambda c, t: t.reason == "OOMKilled")
     if container is None:
         return None
     term = _finished(obs, container)
@@ -240,9 +248,7 @@ def _oom_killed(obs: Observation) -> Match | None:
 
 
 def _start_failure(obs: Observation) -> Match | None:
-    container = _first(
-        obs, lambda c: (t := _finished(obs, c)) is not None and t.reason in START_FAILURE_REASONS
-    )
+    container = _first_finished(obs, lambda c, t: t.reason in START_FAILURE_REASONS)
     if container is None:
         return None
     term = _finished(obs, container)
@@ -258,11 +264,7 @@ def _start_failure(obs: Observation) -> Match | None:
 
 
 def _exit_code(obs: Observation) -> Match | None:
-    def failed(c: ContainerView) -> bool:
-        t = _finished(obs, c)
-        return t is not None and t.exit_code is not None and t.exit_code != 0
-
-    container = _first(obs, failed)
+    container = _first_finished(obs, lambda c, t: t.exit_code is not None and t.exit_code != 0)
     if container is None:
         return None
     term = _finished(obs, container)

@@ -140,3 +140,26 @@ def test_every_kubelet_waiting_reason_has_a_rule(waiting: str, rule: str) -> Non
     assert verdict.outcome is (
         Outcome.FAIL if rule in ("invalid_image_name", "image_never_pull") else Outcome.WAIT
     )
+
+
+def test_a_native_sidecar_killed_at_pod_exit_does_not_hide_the_main_failure() -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "restartPolicy": "Never",
+            "initContainers": [{"name": "proxy", "restartPolicy": "Always"}],
+            "containers": [{"name": "base"}],
+        },
+        "status": {
+            "phase": "Failed",
+            "initContainerStatuses": [
+                {"name": "proxy", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}
+            ],
+            "containerStatuses": [
+                {"name": "base", "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}
+            ],
+        },
+    }
+    verdict = classify(pod, now=T0)
+    assert (verdict.reason, verdict.evidence[0].container) == (Reason.CONTAINER_EXIT_CODE, "base")
+    assert "exit code 2" in verdict.message
