@@ -48,6 +48,7 @@ class ManualClock:
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = float(start)
         self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+        self._arrivals: list[asyncio.Future[None]] = []
 
     def now(self) -> float:
         return self._now
@@ -58,10 +59,44 @@ class ManualClock:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (deadline, waiter)
         self._sleepers.append(entry)
+        for arrival in self._arrivals:
+            if not arrival.done():
+                arrival.set_result(None)
         try:
             await waiter
         finally:
             self._sleepers.remove(entry)
+
+    @property
+    def deadlines(self) -> list[float]:
+        """When the current sleepers want to wake up, soonest first."""
+        return sorted(deadline for deadline, _ in self._sleepers)
+
+    async def wait_for_sleeper(self, deadline: float | None = None, *, within: float = 10.0) -> float:
+        """Wait until something sleeps on this clock (until ``deadline``, if given); return when it
+        wants to wake. Lets a test check a timer's exact deadline instead of sleeping to see it."""
+
+        def found() -> float | None:
+            for at in self.deadlines:
+                if deadline is None or abs(at - deadline) < 1e-6:
+                    return at
+            return None
+
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + within
+        while (at := found()) is None:
+            arrival: asyncio.Future[None] = loop.create_future()
+            self._arrivals.append(arrival)
+            try:
+                await asyncio.wait_for(arrival, max(0.0, give_up - loop.time()))
+            except TimeoutError:
+                raise TimeoutError(
+                    f"nothing slept until {deadline} on the clock within {within} s; "
+                    f"sleepers: {self.deadlines}"
+                ) from None
+            finally:
+                self._arrivals.remove(arrival)
+        return at
 
     def advance(self, seconds: float) -> None:
         """Move time forward by ``seconds`` (from any thread)."""

@@ -376,7 +376,7 @@ class _PodFeed(_Feed):
             self.namespace,
             resource_version=resource_version,
             label_selector=self.selector,
-            timeout_seconds=random.randint(240, 360),
+            timeout_seconds=random.randint(*self.hub.watch_timeout),
         )
 
     def _deliver(self, name: str, change: PodChange) -> None:
@@ -492,7 +492,7 @@ class _EventFeed(_Feed):
             self.namespace,
             resource_version=resource_version,
             field_selector=self.selector,
-            timeout_seconds=random.randint(240, 360),
+            timeout_seconds=random.randint(*self.hub.watch_timeout),
         )
 
     @staticmethod
@@ -585,6 +585,9 @@ class WatchHub:
     backoff_cap: ClassVar[float] = 30.0
     #: How long a subscribed pod may be missing from the watch before it is fetched once.
     confirm_delay: ClassVar[float] = 2.0
+    #: Server-side watch timeout range, in seconds (a random value in it per watch request, so that
+    #: watches of many namespaces do not reconnect in lockstep).
+    watch_timeout: ClassVar[tuple[int, int]] = (240, 360)
 
     def __init__(self) -> None:
         self._connections: dict[str, _Connection] = {}

@@ -1,0 +1,149 @@
+"""The bench the watching tests stand on: pods of a try in a FakeCluster, and a trigger run to its end.
+
+Pods are created directly through the synchronous client, labelled and named exactly as the
+operator names them, so the trigger sees the same objects it sees in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
+
+CONN_ID = "k8s_fake"
+
+
+def use_cluster(monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, kubeconfig: Any = None) -> str:
+    """Point the ``k8s_fake`` Airflow connection at ``cluster`` (or at a restricted kubeconfig)."""
+    extra = {"kube_config_path": str(kubeconfig or cluster.kubeconfig)}
+    connection = json.dumps({"conn_type": "kubernetes", "extra": extra})
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection)
+    return CONN_ID
+
+
+def pod_body(
+    identity: TryIdentity,
+    image: str,
+    *,
+    relaunch: int = 0,
+    env_from_secret: str | None = None,
+    spec: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "base", "image": image}
+    if env_from_secret:
+        container["env"] = [
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": env_from_secret, "key": "token"}}}
+        ]
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": identity.pod_name(relaunch),
+            "labels": dict(labels) if labels is not None else identity.labels(relaunch),
+        },
+        "spec": {"restartPolicy": "Never", "containers": [container], **dict(spec or {})},
+    }
+    return body
+
+
+def create_pod(cluster: FakeCluster, body: Mapping[str, Any], namespace: str = "default") -> dict[str, Any]:
+    """Create the pod and return it as JSON (with its UID)."""
+    client = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    try:
+        from kubernetes import client as k
+
+        created = k.CoreV1Api(client).create_namespaced_pod(namespace, dict(body))
+        return dict(client.sanitize_for_serialization(created))
+    finally:
+        client.close()
+
+
+@dataclass
+class Launched:
+    """A pod and the trigger watching it."""
+
+    pod: dict[str, Any]
+    trigger: PodStateTrigger
+    identity: TryIdentity | None
+
+    @property
+    def name(self) -> str:
+        return str(self.pod["metadata"]["name"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.pod["metadata"]["uid"])
+
+
+def trigger_for(
+    pod: Mapping[str, Any],
+    identity: TryIdentity | None,
+    *,
+    policy: Mapping[str, Any] | None = None,
+    owned: bool = True,
+    **kwargs: Any,
+) -> PodStateTrigger:
+    meta = pod["metadata"]
+    return PodStateTrigger(
+        kubernetes_conn_id=CONN_ID,
+        namespace=meta.get("namespace", "default"),
+        pod_name=meta["name"],
+        pod_uid=meta["uid"],
+        identity=identity.to_payload() if identity is not None else None,
+        policy=dict(policy) if policy is not None else None,
+        owned=owned,
+        **kwargs,
+    )
+
+
+@dataclass
+class Run:
+    """A trigger running in the test's event loop, like the triggerer runs it."""
+
+    trigger: PodStateTrigger
+    events: list[PodEvent] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+    async def _consume(self) -> None:
+        try:
+            async for event in self.trigger.run():
+                self.events.append(PodEvent.from_payload(event.payload))
+        finally:
+            await self.trigger.cleanup()
+
+    def start(self) -> Run:
+        self.task = asyncio.get_running_loop().create_task(self._consume())
+        return self
+
+    async def finish(self, within: float) -> PodEvent:
+        """Wait for the trigger to return; it must have fired exactly one event."""
+        assert self.task is not None
+        await asyncio.wait_for(asyncio.shield(self.task), within)
+        assert len(self.events) == 1, f"expected exactly one event, got {self.events}"
+        return self.events[0]
+
+    async def stop(self) -> None:
+        """Cancel the trigger (a triggerer going away) and let it clean up."""
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def run_trigger(trigger: PodStateTrigger, within: float) -> PodEvent:
+    return await Run(trigger).start().finish(within)
+
+
+async def cluster_reaches(cluster: FakeCluster, predicate: Any, within: float) -> None:
+    """Wait, without blocking the test's loop, until the cluster's state satisfies ``predicate``."""
+    reached = await asyncio.to_thread(cluster.wait_for, predicate, within)
+    assert reached, f"the cluster did not reach the expected state within {within} s"
