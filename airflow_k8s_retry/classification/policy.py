@@ -7,6 +7,7 @@ grace fails the DAG import with a message naming the field, not a task run hours
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -85,6 +86,10 @@ class FailurePolicy:
             )
         for name in _NUMBER_FIELDS:
             set_(self, name, _seconds(f"FailurePolicy.{name}", getattr(self, name), positive=True))
+
+    def __hash__(self) -> int:
+        # The mappings make the generated hash fail; the payload is the value's identity.
+        return hash(json.dumps(self.to_payload(), sort_keys=True))
 
     def grace_for(self, reason: Reason) -> float | None:
         """The grace the policy sets for ``reason``, or ``None`` to keep the rule's default."""

@@ -57,9 +57,6 @@ CAUSE_RANK: dict[Reason, int] = {
     Reason.IMAGE_NOT_FOUND: 4,
 }
 
-#: Text the kubelet uses once it only remembers that pulling is backing off.
-_GENERIC = re.compile(r"back-?off pulling image|^\s*$|errimagepull\s*$|imagepullbackoff\s*$")
-
 
 def pull_cause(message: str) -> Reason | None:
     """Return the cause a pull error message states, or ``None`` when it states none.
@@ -70,21 +67,17 @@ def pull_cause(message: str) -> Reason | None:
         >>> pull_cause('Back-off pulling image "ghcr.io/acme/app:1"') is None
         True
     """
-    text = message.lower()
-    # Newer kubelets append the last error to the back-off text ("Back-off pulling image "x":
-    # ErrImagePull: <cause>"): look at the part after the image name only.
+    # Newer kubelets append the last error to the back-off text ('Back-off pulling image "x":
+    # ErrImagePull: <cause>'), so the whole message is read, minus quoted image references.
+    text = _strip_image_refs(message.lower())
     for reason, pattern in _FAMILIES:
-        if pattern.search(_strip_image_refs(text)):
+        if pattern.search(text):
             return reason
     return None
 
 
-def is_generic(message: str) -> bool:
-    """True when the message only says that pulling is backing off."""
-    return pull_cause(message) is None and bool(_GENERIC.search(message.lower()))
-
-
-_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+# Double-quoted text, or single-quoted text not opened by an apostrophe ("couldn't").
+_QUOTED = re.compile(r"\"[^\"]*\"|(?<![a-z])'[^']*'")
 
 
 def _strip_image_refs(text: str) -> str:
