@@ -225,7 +225,9 @@ def _pull_evidence(
 
     # Events first: they carry the full error text even after the status decayed.
     for event in events:
-        if event.reason not in PULL_EVENT_REASONS:
+        # "Failed" also reports config and runtime errors ('Error: secret "x" not found'): only
+        # messages about pulling an image speak for the registry.
+        if event.reason not in PULL_EVENT_REASONS or "pull" not in event.message.lower():
             continue
         cause = pull_cause(event.message)
         if cause is None:

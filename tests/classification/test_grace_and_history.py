@@ -197,3 +197,16 @@ def test_the_first_seen_key_of_one_container_does_not_time_another() -> None:
     first = classify(pod(waiting=NOT_FOUND, container="a"), now=T0)
     other = classify(pod(waiting=NOT_FOUND, container="b"), history=first.history, now=T0 + 80)
     assert other.deadline == T0 + 80 + 90
+
+
+def test_a_config_error_event_is_not_read_as_a_registry_answer() -> None:
+    events = [
+        {
+            "reason": "Failed",
+            "message": 'Error: secret "db" not found',
+            "involvedObject": {"uid": "u-1", "fieldPath": "spec.containers{base}"},
+        },
+    ]
+    verdict = classify(pod(waiting=DECAYED), events, now=T0)
+    assert verdict.reason is Reason.IMAGE_PULL_BACKOFF
+    assert verdict.history.strongest is None
