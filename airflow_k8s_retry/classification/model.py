@@ -61,6 +61,7 @@ class Reason(StrEnum):
     NODE_LOST = "node.lost"
     CONTAINER_OOM = "container.oom"
     CONTAINER_EXIT_CODE = "container.exit_code"
+    CONTAINER_STORAGE_LIMIT = "container.storage_limit"
     DEADLINE_EXCEEDED = "pod.deadline_exceeded"
     DELETED_EXTERNALLY = "pod.deleted_externally"
     POD_FAILED = "pod.failed"

@@ -16,6 +16,7 @@ the order of ``RULES`` is the precedence, read top to bottom:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -146,6 +147,29 @@ def _succeeded(obs: Observation) -> Match | None:
 
 
 # --- matchers: infrastructure --------------------------------------------------------------------
+
+
+#: Kubelet eviction messages that blame the pod's own ephemeral-storage limits, not the node.
+_OWN_STORAGE_LIMIT = re.compile(
+    r"exceeds the total limit of containers|exceeded its local ephemeral storage limit"
+    r"|usage of emptydir volume .* exceeds the limit",
+    re.IGNORECASE,
+)
+
+
+def _storage_limit(obs: Observation) -> Match | None:
+    cond = obs.condition("DisruptionTarget")
+    texts = [obs.message] if obs.reason == "Evicted" else []
+    if cond is not None and cond.status == "True" and cond.reason == "TerminationByKubelet":
+        texts.append(cond.message)
+    detail = next((t for t in texts if _OWN_STORAGE_LIMIT.search(t)), None)
+    if detail is None:
+        return None
+    text = (
+        f"{obs.title} was evicted for exceeding its own ephemeral-storage limit ({detail}); "
+        "a new pod would meet the same limit, so this costs a try: raise the limit or write less"
+    )
+    return Match(text, "container.storage_limit", (_evidence(Reason.CONTAINER_STORAGE_LIMIT, None, detail),))
 
 
 def _disruption_target(obs: Observation) -> Match | None:
@@ -553,6 +577,14 @@ RULES: tuple[Rule, ...] = (
         None,
         _succeeded,
         "phase Succeeded is final, whatever else the status says",
+    ),
+    Rule(
+        "storage_limit",
+        Reason.CONTAINER_STORAGE_LIMIT,
+        Outcome.RETRY,
+        None,
+        _storage_limit,
+        "an eviction for the pod's own ephemeral-storage limit would repeat on any node: not a disruption",
     ),
     Rule(
         "disruption_target",
