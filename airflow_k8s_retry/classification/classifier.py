@@ -138,6 +138,11 @@ def decide(
             f"; the relaunch budget is spent ({relaunches} of {policy.relaunch_budget} relaunches used), "
             "so this costs a try"
         )
+    elif outcome is Outcome.RELAUNCH:
+        message += (
+            f"; a fresh pod will be started in the same try "
+            f"(relaunch {relaunches + 1} of {policy.relaunch_budget})"
+        )
     return Verdict(outcome, rule.reason, message, rule.name, evidence=evidence, history=history)
 
 

@@ -177,10 +177,7 @@ def _disruption_target(obs: Observation) -> Match | None:
     if cond is None or cond.status != "True":
         return None
     detail = _join(cond.reason, cond.message)
-    text = (
-        f"{obs.title} is being disrupted by the cluster ({detail or 'DisruptionTarget'}); "
-        "a fresh pod will be started"
-    )
+    text = f"{obs.title} is being disrupted by the cluster ({detail or 'DisruptionTarget'})"
     return Match(
         text, "node.disruption", (_evidence(Reason.NODE_DISRUPTION, None, f"DisruptionTarget: {detail}"),)
     )
@@ -199,7 +196,7 @@ def _disruption_status(obs: Observation) -> Match | None:
     if obs.reason not in DISRUPTION_STATUS_REASONS and not obs.reason.startswith("OutOf"):
         return None
     detail = _join(obs.reason, obs.message)
-    text = f"the node rejected or removed {obs.title} ({detail}); a fresh pod will be started"
+    text = f"the node rejected or removed {obs.title} ({detail})"
     return Match(text, "node.disruption", (_evidence(Reason.NODE_DISRUPTION, None, detail),))
 
 

@@ -192,3 +192,9 @@ def test_payload_with_unknown_fields_is_rejected() -> None:
         FailurePolicy.from_payload({"grace_period": 3})
     with pytest.raises(PolicyError, match="must be a mapping"):
         FailurePolicy.from_payload([1, 2])  # type: ignore[arg-type]
+
+
+def test_relaunch_message_counts_the_budget() -> None:
+    verdict = classify(evicted_pod(), now=T0, relaunches=1)
+    assert "a fresh pod will be started in the same try (relaunch 2 of 3)" in verdict.message
+    assert "fresh pod" not in classify(evicted_pod(), now=T0, relaunches=3).message
