@@ -85,7 +85,9 @@ def run_scenario(scenario: Scenario, root: Path, database: MigratedDatabase, tim
         result = home.run_dag(scenario.dag_id, kubeconfig=cluster.kubeconfig, timeout=timeout)
         (work / "airflow-output.log").write_text(result.output)
         # Deletion is graceful: let terminating pods go before counting what is left.
-        cluster.wait_for(lambda c: not c.pods(), timeout=10)
+        cluster.wait_for(
+            lambda c: not any(p["metadata"].get("deletionTimestamp") for p in c.pods()), timeout=10
+        )
         return Run(
             scenario=scenario,
             result=result,

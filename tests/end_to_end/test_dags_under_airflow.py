@@ -103,6 +103,53 @@ SCENARIOS = [
 ]
 
 
+SENSOR_HEADER = """
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, task
+
+from airflow_k8s_retry.sensors import PodCompletionSensor
+
+
+@task
+def start_report(run_id=None):
+    import hashlib
+
+    from kubernetes import client
+
+    from airflow_k8s_retry.connection import resolve_cluster_config
+    from airflow_k8s_retry.kube.config import sync_api_client
+
+    run = hashlib.sha256(str(run_id).encode()).hexdigest()[:10]
+    with sync_api_client(resolve_cluster_config("kubernetes_default")) as api:
+        client.CoreV1Api(api).create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": f"report-{run}", "labels": {"app": "report", "run": run}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]},
+            },
+        )
+    return run
+"""
+
+SCENARIOS.append(
+    Scenario(
+        "e2e_sensor",
+        """
+        start_report() >> PodCompletionSensor(
+            task_id="wait",
+            label_selector="app=report,run={{ ti.xcom_pull(task_ids='start_report') }}",
+            poll_interval=1,
+        )
+        """,
+        {"time_scale": FAST, "images": {"busybox:1.36": {"run": {"duration_seconds": 20}}}},
+        header=SENSOR_HEADER,
+    )
+)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase) -> dict[str, Run]:
     return run_all(SCENARIOS, Path(tmp_path_factory.mktemp("e2e")), migrated_database)
@@ -203,3 +250,16 @@ def test_xcom_comes_back_through_the_sidecar(runs):
     assert run.result.xcom("count", "pod_name") == run.created[0]["name"]
     assert run.result.xcom("count", "pod_namespace") == "default"
     one_pod_per_try(run, 1)
+
+
+def test_the_sensor_waits_for_a_pod_it_did_not_create_and_leaves_it_alone(runs):
+    run = runs["e2e_sensor"]
+    assert [(t.task_id, t.state) for t in run.result.tries()] == [
+        ("start_report", "success"),
+        ("wait", "success"),
+    ], run.result.output[-3000:]
+    [pod] = run.all_pods
+    assert pod["metadata"]["name"].startswith("report-")
+    assert run.requests("delete") == [], "the sensor deletes nothing it did not create"
+    assert run.live_pods == [pod["metadata"]["name"]]
+    assert f"Watching pod default/{pod['metadata']['name']}" in run.result.output
