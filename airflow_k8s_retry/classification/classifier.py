@@ -98,8 +98,9 @@ def decide(
             history=history,
         )
     outcome = policy.outcome_for(rule.reason) or rule.outcome
+    # Final signals are remembered too: a pod that vanishes right after is explained by them.
+    history = history.seen(match.key, now)
     if grace is not None and grace > 0:
-        history = history.seen(match.key, now)
         for key in match.extension_keys:
             history = history.seen(key, now)
         start = history.since(match.key)

@@ -140,6 +140,22 @@ def _pod_gone(obs: Observation) -> Match | None:
     return Match(text, "pod.gone", (_evidence(Reason.DELETED_EXTERNALLY, None, "pod not found", "api"),))
 
 
+def _gone_after(reason: Reason, *keys: str) -> Matcher:
+    """Match a vanished pod whose history shows the cluster was already taking it away."""
+
+    def match(obs: Observation) -> Match | None:
+        if obs.exists or not any(obs.history.since(k) is not None for k in keys):
+            return None
+        what = "marked it for disruption" if reason is Reason.NODE_DISRUPTION else "lost its node"
+        text = f"the pod no longer exists, and before it vanished the cluster {what}"
+        return Match(
+            text, f"{reason.value}.gone", (_evidence(reason, None, "pod not found after " + what, "api"),)
+        )
+
+    match.__name__ = f"gone_after_{reason.name.lower()}"
+    return match
+
+
 def _succeeded(obs: Observation) -> Match | None:
     if obs.phase != "Succeeded":
         return None
@@ -559,6 +575,22 @@ def _anything(obs: Observation) -> Match | None:
 # --- the table -----------------------------------------------------------------------------------
 
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "gone_after_disruption",
+        Reason.NODE_DISRUPTION,
+        Outcome.RELAUNCH,
+        None,
+        _gone_after(Reason.NODE_DISRUPTION, "node.disruption"),
+        "a pod that vanishes after a DisruptionTarget or an eviction was taken by the cluster",
+    ),
+    Rule(
+        "gone_after_node_lost",
+        Reason.NODE_LOST,
+        Outcome.RELAUNCH,
+        None,
+        _gone_after(Reason.NODE_LOST, "node.lost", "node.lost.unknown_phase"),
+        "a pod that vanishes after its node stopped reporting was garbage-collected with the node",
+    ),
     Rule(
         "pod_gone",
         Reason.DELETED_EXTERNALLY,

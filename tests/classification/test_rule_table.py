@@ -20,7 +20,7 @@ def test_rules_are_named_once_explained_and_end_with_a_catch_all() -> None:
         if isinstance(rule.grace, str):
             assert rule.grace in FailurePolicy.__dataclass_fields__
     assert RULES[-1].name == "unrecognised"
-    assert RULES[0].name == "pod_gone"
+    assert names[:3] == ["gone_after_disruption", "gone_after_node_lost", "pod_gone"]
     assert names.index("succeeded") < names.index("disruption_target") < names.index("exit_code")
 
 
@@ -63,6 +63,47 @@ def test_a_vanished_pod_is_an_external_deletion() -> None:
         "pod_gone",
     )
     assert "deleted outside this task" in verdict.message
+
+
+def test_a_pod_that_vanishes_after_a_disruption_is_relaunched_not_blamed_on_a_person() -> None:
+    preempted = {
+        "metadata": {"name": "p", "deletionTimestamp": "2026-03-14T09:41:00Z"},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
+        },
+    }
+    seen = classify(preempted, now=T0)
+    assert seen.outcome is Outcome.RELAUNCH
+    gone = classify(None, history=seen.history, now=T0 + 1)
+    assert (gone.outcome, gone.reason, gone.rule) == (
+        Outcome.RELAUNCH,
+        Reason.NODE_DISRUPTION,
+        "gone_after_disruption",
+    )
+    assert classify(None, history=seen.history, now=T0 + 1, relaunches=3).outcome is Outcome.RETRY
+
+
+def test_a_pod_that_vanishes_while_its_node_is_unknown_is_relaunched() -> None:
+    lost = {"metadata": {"name": "p"}, "status": {"phase": "Unknown"}}
+    waiting = classify(lost, now=T0)
+    assert (waiting.outcome, waiting.reason) == (Outcome.WAIT, Reason.NODE_LOST)
+    gone = classify(None, history=waiting.history, now=T0 + 60)
+    assert (gone.outcome, gone.reason, gone.rule) == (
+        Outcome.RELAUNCH,
+        Reason.NODE_LOST,
+        "gone_after_node_lost",
+    )
+
+
+def test_a_pod_deleted_by_a_person_is_still_an_external_deletion() -> None:
+    running = {
+        "metadata": {"name": "p", "deletionTimestamp": "2026-03-14T09:41:00Z"},
+        "status": {"phase": "Running"},
+    }
+    seen = classify(running, now=T0)
+    assert seen.reason is Reason.DELETED_EXTERNALLY
+    assert classify(None, history=seen.history, now=T0 + 1).rule == "pod_gone"
 
 
 def test_an_unrecognised_state_waits_at_most_the_startup_timeout() -> None:
