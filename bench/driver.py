@@ -1,0 +1,268 @@
+"""One measured triggerer: many triggers of one kind as coroutines in one asyncio process.
+
+``python -m bench.driver SPEC.json OUT.json`` is started once per side and phase. It creates the
+pods it will watch (those requests carry the ``bench-setup`` User-Agent so the analysis can leave
+them out), then runs one coroutine per pod that does what Airflow's triggerer does with a trigger:
+``async for event in trigger.run()``, keep the first event, close the generator, ``cleanup()``.
+
+It records when each trigger yielded (wall clock, to compare with the simulator's audit
+timestamps), and, in footprint mode, the process's CPU time, resident memory and event-loop lag
+over a steady-state window. Everything it measures is written to ``OUT.json``; nothing is derived
+here, so a run can be re-analysed from its files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+import os
+import random
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SETUP_AGENT = "bench-setup/1"
+CONTAINER = "base"
+
+
+def _kube_target(kubeconfig: Path) -> tuple[str, str, Any]:
+    """Server URL, bearer token and SSL context (None for plain HTTP) from the simulator's kubeconfig."""
+    import base64
+    import ssl
+
+    import yaml
+
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    token = config["users"][0]["user"]["token"]
+    context: Any = None
+    if cluster.get("certificate-authority-data"):
+        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        context = ssl.create_default_context(cadata=ca)
+    return cluster["server"], token, context
+
+
+def pod_body(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod the benchmark creates: one ``base`` container, optionally an init container first."""
+    from airflow_k8s_retry.kube.naming import TryIdentity
+
+    labels = TryIdentity("bench", pod["name"], "bench-run").labels()
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": CONTAINER, "image": pod["image"], "command": ["run"]}],
+    }
+    if pod.get("init_image"):
+        spec["initContainers"] = [{"name": "setup", "image": pod["init_image"], "command": ["setup"]}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod["name"], "namespace": pod["namespace"], "labels": labels},
+        "spec": spec,
+    }
+
+
+async def create_pods(kubeconfig: Path, pods: list[dict[str, Any]], concurrency: int = 32) -> dict[str, Any]:
+    """Create every pod; returns ``{name: {"uid": ..., "t": ...}}``."""
+    import aiohttp
+
+    server, token, ssl_context = _kube_target(kubeconfig)
+    headers = {"Authorization": f"Bearer {token}", "User-Agent": SETUP_AGENT}
+    created: dict[str, Any] = {}
+    gate = asyncio.Semaphore(concurrency)
+    connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False)
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
+
+        async def one(pod: dict[str, Any]) -> None:
+            async with gate:
+                url = f"{server}/api/v1/namespaces/{pod['namespace']}/pods"
+                async with session.post(url, json=pod_body(pod)) as response:
+                    body = await response.json()
+                    if response.status != 201:
+                        raise RuntimeError(f"creating pod {pod['name']}: {response.status} {body}")
+                    created[pod["name"]] = {"uid": body["metadata"]["uid"], "t": time.time()}
+
+        await asyncio.gather(*(one(p) for p in pods))
+    return created
+
+
+def make_trigger(side: str, spec: dict[str, Any], pod: dict[str, Any], uid: str) -> Any:
+    """The trigger each operator would defer with, built from its own classes and defaults."""
+    if side == "ours":
+        from airflow_k8s_retry.kube.naming import TryIdentity
+        from airflow_k8s_retry.triggers import PodStateTrigger
+
+        return PodStateTrigger(
+            kubernetes_conn_id="kubernetes_default",
+            namespace=pod["namespace"],
+            pod_name=pod["name"],
+            pod_uid=uid,
+            identity=TryIdentity("bench", pod["name"], "bench-run").to_payload(),
+            policy=spec.get("policy"),
+        )
+    from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
+
+    kpo = spec.get("kpo") or {}
+    return KubernetesPodTrigger(
+        pod_name=pod["name"],
+        pod_namespace=pod["namespace"],
+        trigger_start_time=datetime.datetime.now(tz=datetime.UTC),
+        base_container_name=CONTAINER,
+        kubernetes_conn_id="kubernetes_default",
+        poll_interval=kpo.get("poll_interval", 2),
+        startup_check_interval=kpo.get("startup_check_interval", 5),
+        get_logs=True,
+        on_finish_action="delete_pod",
+    )
+
+
+def summarize(side: str, payload: dict[str, Any]) -> dict[str, Any]:
+    if side == "ours":
+        verdict = payload.get("verdict") or {}
+        return {"status": verdict.get("outcome"), "reason": verdict.get("reason")}
+    return {"status": payload.get("status"), "reason": str(payload.get("message", ""))[:120]}
+
+
+class LoopMonitor:
+    """Samples event-loop lag (how late a short sleep wakes up) and resident memory."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.lags: list[tuple[float, float]] = []
+        self.rss: list[tuple[float, int]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        loop = asyncio.get_running_loop()
+        ticks = 0
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.interval)
+            lag = loop.time() - before - self.interval
+            now = time.time()
+            self.lags.append((now, max(lag, 0.0)))
+            ticks += 1
+            if ticks % 5 == 0:
+                self.rss.append((now, me.memory_info().rss))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> None:
+    side = spec["side"]
+    mode = spec["mode"]
+    result: dict[str, Any] = {"side": side, "mode": mode, "pid": os.getpid(), "errors": []}
+    started_import = time.perf_counter()
+    if side == "ours":
+        import airflow_k8s_retry.triggers  # noqa: F401
+        from airflow_k8s_retry.kube.hub import WatchHub
+
+        if spec.get("watch_timeout"):
+            low, high = spec["watch_timeout"]
+            WatchHub.watch_timeout = (int(low), int(high))
+    else:
+        import airflow.providers.cncf.kubernetes.triggers.pod  # noqa: F401
+    result["import_seconds"] = time.perf_counter() - started_import
+    for name in ("airflow", "airflow_k8s_retry", "airflow.task", "kubernetes_asyncio", ""):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    monitor = LoopMonitor()
+    monitor.start()
+    kubeconfig = Path(spec["kubeconfig"])
+    pods: list[dict[str, Any]] = spec["pods"]
+    result["rss_before_setup"] = _rss()
+    created = await create_pods(kubeconfig, pods)
+    result["created"] = created
+    rng = random.Random(spec.get("seed", 1))
+    events: dict[str, Any] = {}
+    started: dict[str, float] = {}
+    result["events"] = events
+    result["started"] = started
+
+    async def run_one(pod: dict[str, Any]) -> None:
+        name = pod["name"]
+        delay = pod.get("start_delay", 0.0)
+        if delay == "jitter":
+            delay = rng.uniform(0, spec.get("jitter", 2.0))
+        if delay:
+            await asyncio.sleep(delay)
+        trigger = make_trigger(side, spec, pod, created[name]["uid"])
+        started[name] = time.time()
+        run = trigger.run()
+        try:
+            event = await run.__anext__()
+            events[name] = {"t": time.time(), **summarize(side, dict(event.payload))}
+        except Exception as exc:
+            result["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
+        finally:
+            await run.aclose()
+            await trigger.cleanup()
+
+    result["rss_before_triggers"] = _rss()
+    t_start = time.time()
+    tasks = [asyncio.ensure_future(run_one(p)) for p in pods]
+    result["t_triggers_started"] = t_start
+    if mode == "complete":
+        _done, pending = await asyncio.wait(tasks, timeout=spec.get("timeout", 300))
+        result["unfinished"] = sorted(p["name"] for p, t in zip(pods, tasks, strict=True) if t in pending)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    else:
+        await asyncio.sleep(spec["warmup"])
+        cpu0, wall0 = time.process_time(), time.time()
+        await asyncio.sleep(spec["window"])
+        cpu1, wall1 = time.process_time(), time.time()
+        result["window"] = {"start": wall0, "end": wall1, "cpu_seconds": cpu1 - cpu0}
+        result["fired_early"] = len(events)
+        result["running_tasks"] = sum(1 for t in tasks if not t.done())
+        result["ru_maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        result["lags"] = [lag for t, lag in monitor.lags if wall0 <= t <= wall1]
+        result["rss"] = [rss for t, rss in monitor.rss if wall0 <= t <= wall1]
+        out(result)  # the measurement is complete; tearing down below is not measured
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=60)
+    await monitor.stop()
+    result["rss_end"] = _rss()
+    out(result)
+
+
+def _rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m bench.driver SPEC.json OUT.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    out_path = Path(argv[1])
+
+    def out(result: dict[str, Any]) -> None:
+        tmp = out_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result))
+        tmp.replace(out_path)
+
+    asyncio.run(drive(spec, out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
