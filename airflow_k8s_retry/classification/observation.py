@@ -45,8 +45,11 @@ def integer(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
     return None
 
 
@@ -55,7 +58,6 @@ class Termination:
     reason: str
     message: str
     exit_code: int | None
-    signal: int | None
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,11 @@ class ContainerView:
     name: str
     init: bool
     sidecar: bool  # an init container with restartPolicy Always
-    image: str
+    image: str  # as the status reports it (resolved), else as the spec names it
+    spec_image: str
     memory_limit: str
     waiting_reason: str
     waiting_message: str
-    running: bool
     terminated: Termination | None
     last_terminated: Termination | None
 
@@ -91,7 +93,6 @@ class Condition:
 class EventView:
     reason: str
     message: str
-    type: str
     count: int
     stamp: str
     field_path: str
@@ -112,7 +113,6 @@ class Observation:
     message: str
     deleting: bool
     restart_policy: str
-    node_name: str
     conditions: Mapping[str, Condition]
     containers: tuple[ContainerView, ...]
     events: tuple[EventView, ...]
@@ -138,7 +138,6 @@ def _termination(value: object) -> Termination | None:
         reason=text(data.get("reason")),
         message=text(data.get("message")).strip(),
         exit_code=integer(data.get("exitCode")),
-        signal=integer(data.get("signal")),
     )
 
 
@@ -169,10 +168,10 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[Con
                     init=init,
                     sidecar=init and text(cspec.get("restartPolicy")) == "Always",
                     image=text(cstat.get("image")) or text(cspec.get("image")),
+                    spec_image=text(cspec.get("image")),
                     memory_limit=text(limits.get("memory")),
                     waiting_reason=text(waiting.get("reason")) if "waiting" in state else "",
                     waiting_message=text(waiting.get("message")).strip(),
-                    running="running" in state and state.get("running") is not None,
                     terminated=_termination(state.get("terminated")),
                     last_terminated=_termination(mapping(cstat.get("lastState")).get("terminated")),
                 )
@@ -202,7 +201,6 @@ def _events(events: object, uid: str) -> tuple[EventView, ...]:
             EventView(
                 reason=text(event.get("reason")),
                 message=text(event.get("message") or event.get("note")).strip(),
-                type=text(event.get("type")),
                 count=integer(event.get("count")) or integer(series.get("count")) or 1,
                 stamp=stamp,
                 field_path=text(involved.get("fieldPath")),
@@ -237,7 +235,10 @@ def _pull_evidence(
                 c.name
                 for c in containers
                 if (event.field_path and event.field_path == c.field_path)
-                or (not event.field_path and c.image and f'"{c.image}"' in event.message)
+                or (
+                    not event.field_path
+                    and any(i and f'"{i}"' in event.message for i in (c.image, c.spec_image))
+                )
             ),
             None,
         )
@@ -296,7 +297,6 @@ def observe(pod: Mapping[str, Any] | None, events: object, history: History, now
         message=text(status.get("message")).strip(),
         deleting=bool(meta.get("deletionTimestamp")),
         restart_policy=text(spec.get("restartPolicy")) or "Always",
-        node_name=text(spec.get("nodeName")),
         conditions=conditions,
         containers=containers,
         events=event_views,

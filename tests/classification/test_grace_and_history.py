@@ -210,3 +210,18 @@ def test_a_config_error_event_is_not_read_as_a_registry_answer() -> None:
     verdict = classify(pod(waiting=DECAYED), events, now=T0)
     assert verdict.reason is Reason.IMAGE_PULL_BACKOFF
     assert verdict.history.strongest is None
+
+
+def test_an_event_without_field_path_is_matched_by_the_image_the_spec_names() -> None:
+    p = pod(waiting=DECAYED)
+    p["status"]["containerStatuses"][0]["image"] = "docker.io/acme/etl:1"  # resolved by the runtime
+    events = [
+        {
+            "reason": "Failed",
+            "message": 'Failed to pull image "acme/etl:1": manifest unknown',
+            "involvedObject": {},
+        },
+    ]
+    verdict = classify(p, events, now=T0)
+    assert verdict.reason is Reason.IMAGE_NOT_FOUND
+    assert verdict.evidence[0].container == "base"
