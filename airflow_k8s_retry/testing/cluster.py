@@ -384,6 +384,11 @@ class FakeCluster:
         return self._call(lambda: list(self.api.latencies))
 
     @property
+    def thread_id(self) -> int | None:
+        """The OS thread id of the simulator's thread (to measure its CPU use)."""
+        return self._thread.native_id if self._thread is not None else None
+
+    @property
     def resource_version(self) -> int:
         """The latest resourceVersion."""
         return self.store.rv
