@@ -48,7 +48,7 @@ def _exit_codes(value: int | Container[int] | None) -> list[int]:
     raise ValueError(f"skip_on_exit_code must be an int or a list of ints, got {value!r}")
 
 
-class RetryingPodOperator(BaseOperator):
+class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
     """Run a task in a Kubernetes pod; a failed pod costs exactly one Airflow try.
 
     Accepts the pod-building arguments of ``KubernetesPodOperator`` with the same names and

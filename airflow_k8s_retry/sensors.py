@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
 
 
-class PodSelectionError(AirflowException):
+class PodSelectionError(AirflowException):  # type: ignore[misc]
     """The sensor's pod name or label selector does not name exactly one pod."""
 
 
-class PodCompletionSensor(BaseOperator):
+class PodCompletionSensor(BaseOperator):  # type: ignore[misc]
     """Wait until a pod finishes; its failures are classified like the operator's.
 
     :param pod_name: name of the pod to watch (give this or ``label_selector``).

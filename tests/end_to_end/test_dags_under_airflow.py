@@ -103,6 +103,21 @@ SCENARIOS = [
 ]
 
 
+SCENARIOS.append(
+    Scenario(
+        "e2e_execution_timeout",
+        """
+        RetryingPodOperator(
+            task_id="slow",
+            image="example.com/slow:1",
+            retries=0,
+            execution_timeout=timedelta(seconds=4),
+        )
+        """,
+        {"time_scale": FAST, "images": {"example.com/slow:1": {"run": {"duration_seconds": 900}}}},
+    )
+)
+
 SENSOR_HEADER = """
 from __future__ import annotations
 
@@ -263,3 +278,10 @@ def test_the_sensor_waits_for_a_pod_it_did_not_create_and_leaves_it_alone(runs):
     assert run.requests("delete") == [], "the sensor deletes nothing it did not create"
     assert run.live_pods == [pod["metadata"]["name"]]
     assert f"Watching pod default/{pod['metadata']['name']}" in run.result.output
+
+
+def test_execution_timeout_ends_the_try_and_deletes_the_pod(runs):
+    run = runs["e2e_execution_timeout"]
+    assert [(t.try_number, t.state) for t in run.result.tries("slow")] == [(1, "failed")]
+    one_pod_per_try(run, 1)
+    reason_logged_for_each_try(run, "execution.timeout", 1)

@@ -112,7 +112,7 @@ class DagRunResult:
     def xcom(self, task_id: str, key: str = "return_value") -> object:
         with sqlite3.connect(self.database) as db:
             row = db.execute(
-                "select value from xcom where dag_id = ? and task_id = ? and key = ? order by id desc",
+                "select value from xcom where dag_id = ? and task_id = ? and key = ? order by timestamp desc",
                 (self.dag_id, task_id, key),
             ).fetchone()
         if row is None:
