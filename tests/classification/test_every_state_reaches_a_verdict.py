@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -22,7 +23,9 @@ from tests.classification.pod_strategies import JSON, events, garbage_pods, pods
 
 T0 = 1_773_480_000.0
 times = st.floats(min_value=0, max_value=4_000_000_000, allow_nan=False)
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# HYPOTHESIS_EXAMPLES=5000 searches longer (about four minutes); the default keeps the suite fast.
+EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "300"))
+PROPERTY = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
