@@ -317,11 +317,18 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             if observed:
                 now = clock.now()
                 verdict = classify(
-                    None if gone else pod, sub.events, history, now=now, policy=self._policy,
-                    relaunches=self.relaunches,
-                )
+                    pod, sub.events, history, now=now, policy=self._policy, relaunches=self.relaunches
+                ) if pod is not None else None
+                if gone and (verdict is None or not verdict.outcome.is_final):
+                    # Gone: its last state decides if it was final (a preemption, a finished run);
+                    # otherwise the pod was taken away under a running task.
+                    verdict = classify(
+                        None, sub.events, verdict.history if verdict else history, now=now,
+                        policy=self._policy, relaunches=self.relaunches,
+                    )
+                assert verdict is not None
                 history = verdict.history
-                if not gone:
+                if not verdict.outcome.is_final:
                     await self._remember(sub, history)
                 if verdict.outcome.is_final:
                     final, fresh = await self._last_look(sub, verdict)
