@@ -176,6 +176,12 @@ async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> 
             WatchHub.watch_timeout = (int(low), int(high))
     else:
         import airflow.providers.cncf.kubernetes.triggers.pod  # noqa: F401
+    # A triggerer is a long-lived process: its imports are warm and its connection lookup code has
+    # run before. Do the lookup once here, for both sides alike, so the first trigger's start does
+    # not pay for lazy imports while its pod is already running.
+    from airflow.providers.common.compat.connection import get_async_connection
+
+    await get_async_connection("kubernetes_default")
     result["import_seconds"] = time.perf_counter() - started_import
     for name in ("airflow", "airflow_k8s_retry", "airflow.task", "kubernetes_asyncio", ""):
         logging.getLogger(name).setLevel(logging.WARNING)
