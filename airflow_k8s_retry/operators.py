@@ -478,12 +478,15 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         outcome = verdict.outcome
         if outcome is Outcome.SUCCEED:
             result = None
-            if self.get_logs:
-                self._write_pod_log(client, pod)
-            if self.do_xcom_push:
-                result = client.read_xcom(pod.namespace, pod.name)
-            client.stamp_verdict(pod.namespace, pod.name, pod.uid, _stamp(verdict))
-            self._cleanup(client, pod, failed=False)
+            try:
+                if self.get_logs:
+                    self._write_pod_log(client, pod)
+                if self.do_xcom_push:
+                    result = client.read_xcom(pod.namespace, pod.name)
+            finally:
+                # Even when the result cannot be read, the pod is finished business: stamp and delete.
+                self._stamp(client, pod, verdict)
+                self._cleanup(client, pod, failed=False)
             self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)
             return result
         if outcome is Outcome.RELAUNCH:
@@ -494,12 +497,12 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
                 pod.name,
                 relaunch + 1,
             )
-            client.stamp_verdict(pod.namespace, pod.name, pod.uid, _stamp(verdict))
-            client.delete(pod.namespace, pod.name, pod.uid)
+            self._stamp(client, pod, verdict)
+            self._cleanup(client, pod, failed=False, relaunch=True)
             return self._launch(context, client, self._identity(context), pod.namespace, relaunch + 1)
 
         report = self._report(client, pod, verdict)
-        client.stamp_verdict(pod.namespace, pod.name, pod.uid, _stamp(verdict))
+        self._stamp(client, pod, verdict)
         self._push_verdict(context, verdict)
         if outcome is Outcome.SKIP:
             self.log.info("%s\n(pod %s)", report, pod.name)
@@ -543,14 +546,35 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         for line in text.splitlines():
             self.log.info("[%s] %s", self.base_container_name, line)
 
-    def _cleanup(self, client: PodClient, pod: CreatedPod, *, failed: bool) -> None:
+    def _stamp(self, client: PodClient, pod: CreatedPod, verdict: Verdict) -> None:
+        """Stamp the verdict on the pod; an API error is logged and does not stop the cleanup."""
+        from airflow_k8s_retry.kube.errors import KubeError
+
+        try:
+            client.stamp_verdict(pod.namespace, pod.name, pod.uid, _stamp(verdict))
+        except KubeError as exc:
+            self.log.warning("Could not stamp the verdict on pod %s: %s", pod.name, exc)
+
+    def _cleanup(self, client: PodClient, pod: CreatedPod, *, failed: bool, relaunch: bool = False) -> None:
+        """Delete the pod by UID unless ``on_finish_action`` keeps it.
+
+        A relaunch always deletes: the replaced pod belongs to no verdict the author asked to keep.
+        An API error while deleting is logged (with the pod's name and UID) and not raised, so the
+        task still ends the way its verdict says.
+        """
+        from airflow_k8s_retry.kube.errors import KubeError
+
         action = self.on_finish_action
         keep = action == "keep_pod" or (failed and action == "delete_succeeded_pod")
-        if keep:
+        if keep and not relaunch:
             self.log.info("Keeping pod %s/%s (on_finish_action=%s)", pod.namespace, pod.name, action)
             return
-        if client.delete(pod.namespace, pod.name, pod.uid):
-            self.log.info("Deleted pod %s/%s (uid %s)", pod.namespace, pod.name, pod.uid)
+        try:
+            if client.delete(pod.namespace, pod.name, pod.uid):
+                self.log.info("Deleted pod %s/%s (uid %s)", pod.namespace, pod.name, pod.uid)
+        except KubeError as exc:
+            self.log.error("Could not delete pod %s/%s (uid %s): %s", pod.namespace, pod.name, pod.uid, exc)
+            return
         self._pod = None
 
     def _push_verdict(self, context: Context, verdict: Verdict) -> None:

@@ -236,9 +236,7 @@ def test_a_deferral_timeout_deletes_the_pods_of_the_try(make_cluster, context):
     assert [r["name"] for r in requests(cluster, "delete", 200)] == [trigger.pod_name]
 
 
-def test_execution_timeout_is_the_trigger_deadline_and_the_defer_timeout_is_padded(
-    make_cluster, context, ti
-):
+def test_execution_timeout_is_the_trigger_deadline_and_the_defer_timeout_is_padded(make_cluster, context, ti):
     from datetime import timedelta
 
     make_cluster()
@@ -248,3 +246,24 @@ def test_execution_timeout_is_the_trigger_deadline_and_the_defer_timeout_is_padd
     deadline = deferred.value.trigger.serialize()[1]["execution_deadline"]
     assert deadline == pytest.approx(ti.start_date.timestamp() + 600, abs=1)
     assert deferred.value.timeout > timedelta(minutes=10)
+
+
+def test_success_reads_the_xcom_result_through_the_sidecar_then_deletes(make_cluster, context, ti):
+    cluster = make_cluster(
+        {"time_scale": 0.05, "images": {"example.com/counter:1": {"run": {"xcom": {"rows": 42}}}}}
+    )
+    op = operator(image="example.com/counter:1", do_xcom_push=True)
+    trigger = defer(op, context)
+
+    def base_done(c: Any) -> bool:
+        pod = c.pod(trigger.pod_name) or {}
+        states = {s["name"]: s["state"] for s in (pod.get("status") or {}).get("containerStatuses") or []}
+        return "terminated" in states.get("base", {}) and "running" in states.get("airflow-xcom-sidecar", {})
+
+    assert cluster.wait_for(base_done, timeout=10)
+    result = op.execute_complete(
+        context, event=event_for(trigger, verdict(Outcome.SUCCEED, Reason.SUCCEEDED))
+    )
+    assert result == {"rows": 42}
+    assert ti.xcom["pod_name"] == trigger.pod_name
+    assert [r["name"] for r in requests(cluster, "delete", 200)] == [trigger.pod_name]
