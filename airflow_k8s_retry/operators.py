@@ -372,7 +372,14 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
             client.close()
 
     def _launch(
-        self, context: Context, client: PodClient, identity: TryIdentity, namespace: str, relaunch: int
+        self,
+        context: Context,
+        client: PodClient,
+        identity: TryIdentity,
+        namespace: str,
+        relaunch: int,
+        *,
+        deadline: float | None = None,
     ) -> Any:
         from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
         from airflow_k8s_retry.kube.errors import KubeError
@@ -418,13 +425,22 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
 
             verdict = Verdict.from_payload(json.loads(stamped))
             self.log.info("Pod %s already carries verdict %s", created.name, verdict.reason.value)
-            return self._finish(context, client, created, verdict, relaunch)
-        return self._defer(context, identity, created, relaunch)
+            return self._finish(context, client, created, verdict, relaunch, deadline=deadline)
+        return self._defer(context, identity, created, relaunch, deadline=deadline)
 
-    def _defer(self, context: Context, identity: TryIdentity, created: CreatedPod, relaunch: int) -> Any:
+    def _defer(
+        self,
+        context: Context,
+        identity: TryIdentity,
+        created: CreatedPod,
+        relaunch: int,
+        *,
+        deadline: float | None = None,
+    ) -> Any:
         from airflow_k8s_retry.triggers import PodStateTrigger
 
-        deadline = self._deadline(context)
+        # A relaunch keeps the try's deadline: execution_timeout counts from the try's start.
+        deadline = deadline if deadline is not None else self._deadline(context)
         timeout = None
         if deadline is not None:
             timeout = timedelta(seconds=max(0.0, deadline - time.time())) + DEFER_TIMEOUT_PADDING
@@ -443,10 +459,16 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
                 owned=True,
             ),
             method_name="execute_complete",
+            kwargs={"execution_deadline": deadline},
             timeout=timeout,
         )
 
-    def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> Any:
+    def execute_complete(
+        self,
+        context: Context,
+        event: Mapping[str, Any] | None = None,
+        execution_deadline: float | None = None,
+    ) -> Any:
         """Act on the trigger's verdict: success, retry, fail, skip, or relaunch in the same try."""
         from airflow_k8s_retry.kube.pods import CreatedPod
         from airflow_k8s_retry.triggers import PodEvent
@@ -464,12 +486,21 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         )
         self._pod = created
         try:
-            return self._finish(context, client, created, pod_event.verdict, pod_event.relaunches)
+            return self._finish(
+                context, client, created, pod_event.verdict, pod_event.relaunches, deadline=execution_deadline
+            )
         finally:
             client.close()
 
     def _finish(
-        self, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict, relaunch: int
+        self,
+        context: Context,
+        client: PodClient,
+        pod: CreatedPod,
+        verdict: Verdict,
+        relaunch: int,
+        *,
+        deadline: float | None = None,
     ) -> Any:
         from airflow.sdk.exceptions import AirflowSkipException
 
@@ -499,7 +530,9 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
             )
             self._stamp(client, pod, verdict)
             self._cleanup(client, pod, failed=False, relaunch=True)
-            return self._launch(context, client, self._identity(context), pod.namespace, relaunch + 1)
+            return self._launch(
+                context, client, self._identity(context), pod.namespace, relaunch + 1, deadline=deadline
+            )
 
         report = self._report(client, pod, verdict)
         self._stamp(client, pod, verdict)

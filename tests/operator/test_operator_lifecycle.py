@@ -267,3 +267,19 @@ def test_success_reads_the_xcom_result_through_the_sidecar_then_deletes(make_clu
     assert result == {"rows": 42}
     assert ti.xcom["pod_name"] == trigger.pod_name
     assert [r["name"] for r in requests(cluster, "delete", 200)] == [trigger.pod_name]
+
+
+def test_a_relaunch_keeps_the_execution_deadline_of_the_try(make_cluster, context):
+    from datetime import timedelta
+
+    make_cluster()
+    op = operator(execution_timeout=timedelta(minutes=10))
+    with pytest.raises(TaskDeferred) as first:
+        op.execute(context)
+    deadline = first.value.kwargs["execution_deadline"]
+    assert deadline == first.value.trigger.serialize()[1]["execution_deadline"]
+    event = event_for(first.value.trigger, verdict(Outcome.RELAUNCH, Reason.NODE_DISRUPTION))
+    with pytest.raises(TaskDeferred) as second:
+        op.execute_complete(context, event=event, execution_deadline=deadline - 120)
+    assert second.value.trigger.serialize()[1]["execution_deadline"] == deadline - 120
+    assert second.value.kwargs == {"execution_deadline": deadline - 120}
