@@ -377,6 +377,8 @@ class ApiServer:
                 return await self.pod_log(request, info)
             if info.subresource == "exec":
                 return await self.pod_exec(request, info)
+            if info.subresource == "eviction" and info.verb == "create":
+                return web.json_response(await self.evict(request, info), status=201)
             if info.subresource == "status" and info.verb == "get":
                 return web.json_response(self.get_object(info))
             raise ApiError(
@@ -446,7 +448,7 @@ class ApiServer:
         namespace = None if info.resource in CLUSTER_SCOPED else info.namespace
         items = [
             obj
-            for obj in self.store.items(info.resource, namespace)
+            for obj in self.store.candidates(info.resource, namespace, request.query.get("fieldSelector"))
             if labels(obj["metadata"].get("labels") or {}) and fields(obj)
         ]
         items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
@@ -823,6 +825,19 @@ class ApiServer:
             self.store.put("pods", current, "MODIFIED")
         self.kubelet.delete(current, grace)
         return self.store.get("pods", current["metadata"]["namespace"], name) or current
+
+    async def evict(self, request: web.Request, info: RequestInfo) -> Obj:
+        """The Eviction API: mark the pod as a disruption target, then delete it gracefully."""
+        pod = self.get_object(info)
+        body = await self.body(request)
+        options = (body.get("deleteOptions") if isinstance(body, dict) else None) or {}
+        grace = options.get("gracePeriodSeconds")
+        if grace is None:
+            grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+        run = self.kubelet.runs.get(pod["metadata"]["uid"])
+        if run is not None:
+            self.kubelet.evict_via_api(run, int(grace))
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     async def delete_collection(self, request: web.Request, info: RequestInfo) -> Obj:
         listed = self.list_objects(request, info)

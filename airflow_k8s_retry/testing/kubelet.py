@@ -984,6 +984,18 @@ class Kubelet:
         else:
             raise ValueError(f"unknown disruption kind {kind!r}; use evict, preempt, node_lost or delete")
 
+    def evict_via_api(self, run: PodRun, grace: int) -> None:
+        """POST pods/NAME/eviction: DisruptionTarget, then a graceful deletion (the object goes away)."""
+        pod = self.pod(run)
+        if pod is None or run.gone:
+            return
+        self.condition(run, "DisruptionTarget", True, "EvictionByEvictionAPI", "Eviction API: evicting")
+        self.publish(run, "disruption:EvictionByEvictionAPI")
+        if run.node is None or not run.start_time or run.phase in ("Succeeded", "Failed"):
+            grace = 0
+        self.mark_deleted(run, grace)
+        self.delete(self.pod(run) or pod, grace)
+
     def mark_deleted(self, run: PodRun, grace: int) -> None:
         pod = self.pod(run)
         if pod is None or pod["metadata"].get("deletionTimestamp"):

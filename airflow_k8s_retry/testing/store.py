@@ -51,6 +51,17 @@ def now_micro(t: float | None = None) -> str:
     return datetime.fromtimestamp(time.time() if t is None else t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _equality(selector: str, field: str) -> str | None:
+    """The value ``field`` must equal in a field selector, if it says so plainly."""
+    for part in selector.split(","):
+        key, sep, value = part.strip().partition("==")
+        if not sep:
+            key, sep, value = part.strip().partition("=")
+        if sep and key.strip() == field and not key.endswith("!"):
+            return value.strip()
+    return None
+
+
 class WatchEvent:
     """One change, serialized once: the bytes every matching watcher writes."""
 
@@ -147,6 +158,9 @@ class Store:
         self.listeners: list[Callable[[WatchEvent], None]] = []
         # Secrets/ConfigMaps declared by bare name in a scenario: any key lookup in them succeeds.
         self.open_keys: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
+        # Events by the (namespace, name) they are about: pod launchers list a pod's events by
+        # field selector on every poll, which must not scan every event in the cluster.
+        self.events_by_involved: dict[Key, set[Key]] = {}
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -158,6 +172,24 @@ class Store:
         if namespace is None:
             return list(objs.values())
         return [o for (ns, _), o in objs.items() if ns == namespace]
+
+    def candidates(self, resource: str, namespace: str | None, field_selector: str | None) -> list[Obj]:
+        """Objects a list must look at: narrowed by an index when the field selector allows it."""
+        if field_selector:
+            name = _equality(field_selector, "metadata.name")
+            if name is not None and namespace is not None:
+                obj = self.objects[resource].get(("" if resource in CLUSTER_SCOPED else namespace, name))
+                return [obj] if obj is not None else []
+            involved = _equality(field_selector, "involvedObject.name")
+            if resource == "events" and involved is not None:
+                spaces = (
+                    [namespace]
+                    if namespace is not None
+                    else sorted({ns for ns, _ in self.events_by_involved})
+                )
+                keys = [k for ns in spaces for k in self.events_by_involved.get((ns, involved), ())]
+                return [self.objects["events"][k] for k in keys if k in self.objects["events"]]
+        return self.items(resource, namespace)
 
     def copy_items(self, resource: str, namespace: str | None = None) -> list[Obj]:
         with self.lock:
@@ -192,6 +224,11 @@ class Store:
             meta["resourceVersion"] = str(rv)
             key = (meta.get("namespace", ""), meta["name"])
             self.objects[resource][key] = obj
+            if resource == "events":
+                involved = obj.get("involvedObject") or {}
+                self.events_by_involved.setdefault(
+                    (involved.get("namespace", ""), involved.get("name", "")), set()
+                ).add(key)
             if resource == "pods":
                 self.pods_ever[meta["uid"]] = obj
             self._emit(WatchEvent(rv, type_, resource, obj))
@@ -202,6 +239,11 @@ class Store:
             obj = self.objects[resource].pop((namespace, name), None)
             if obj is None:
                 return None
+            if resource == "events":
+                involved = obj.get("involvedObject") or {}
+                self.events_by_involved.get(
+                    (involved.get("namespace", ""), involved.get("name", "")), set()
+                ).discard((namespace, name))
             rv = self.next_rv()
             obj["metadata"]["resourceVersion"] = str(rv)
             if resource == "pods":

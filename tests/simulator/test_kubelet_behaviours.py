@@ -332,3 +332,18 @@ def test_scheduled_disruptions_hit_the_first_matching_pod() -> None:
             "count defaults to 1: the relaunch survives"
         )
         assert "deleted_externally" in lifecycle(sim, "etl-1")
+
+
+def test_eviction_api_marks_then_deletes(sim: FakeCluster, api: Any) -> None:
+    pod = api.create_namespaced_pod("default", pod_body("evapi", "slow:1"))
+    assert sim.wait_for(pod_is("evapi", lambda p: phase(p) == "Running"), 5)
+    eviction = kubernetes.client.V1Eviction(
+        metadata=kubernetes.client.V1ObjectMeta(name="evapi", namespace="default"),
+        delete_options=kubernetes.client.V1DeleteOptions(grace_period_seconds=10),
+    )
+    api.create_namespaced_pod_eviction("evapi", "default", eviction)
+    assert sim.wait_for(lambda c: c.pod("evapi") is None, 5)
+    final = next(p for p in sim.all_pods() if p["metadata"]["uid"] == pod.metadata.uid)
+    assert disruption_condition(final)["reason"] == "EvictionByEvictionAPI"  # type: ignore[index]
+    assert final["metadata"]["deletionGracePeriodSeconds"] == 10
+    assert sim.request_counts()[("create", "pods/eviction")] == 1
