@@ -25,7 +25,10 @@ def external_pod(cluster: Any, name: str, labels: dict[str, str]) -> dict[str, A
         "metadata": {"name": name, "labels": labels},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]},
     }
-    return client._json(client.core.create_namespaced_pod("default", body))
+    client.core.create_namespaced_pod("default", body)
+    pod = client.read("default", name)
+    assert pod is not None
+    return pod
 
 
 def deletes(cluster: Any) -> list[str]:
