@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow_k8s_retry.testing.scenario import Fault, Scenario, ScenarioError
+from airflow_k8s_retry.testing.scenario import Fault, NodeSpec, Scenario, ScenarioError
 
 T = TypeVar("T")
 
@@ -185,11 +185,7 @@ class FakeCluster:
             if self.store.get("namespaces", "", name) is None:
                 self._put_namespace(name)
         for node in self.kubelet.nodes:
-            self.store.put(
-                "nodes",
-                self._node_object(node.spec.name, node.spec.cpu, node.spec.memory, node.spec.pods),
-                "ADDED",
-            )
+            self.store.put("nodes", self._node_object(node.spec), "ADDED")
             self.store.objects["nodes"][("", node.spec.name)]["metadata"].pop("namespace", None)
         for spec in self.scenario.secrets:
             self._put_data("secrets", spec.name, spec.namespace, spec.data)
@@ -197,10 +193,15 @@ class FakeCluster:
             self._put_data("configmaps", spec.name, spec.namespace, spec.data)
 
     @staticmethod
-    def _node_object(name: str, cpu: float, memory: float, pods: int) -> dict[str, Any]:
+    def _node_object(spec: NodeSpec) -> dict[str, Any]:
         from airflow_k8s_retry.testing.store import now_iso
 
-        alloc = {"cpu": f"{int(cpu * 1000)}m", "memory": f"{int(memory / 1024)}Ki", "pods": str(pods)}
+        name = spec.name
+        alloc = {
+            "cpu": f"{int(spec.cpu * 1000)}m",
+            "memory": f"{int(spec.memory / 1024)}Ki",
+            "pods": str(spec.pods),
+        }
         return {
             "kind": "Node",
             "apiVersion": "v1",
@@ -209,7 +210,7 @@ class FakeCluster:
                 "namespace": "",
                 "uid": f"node-{name}",
                 "creationTimestamp": now_iso(),
-                "labels": {"kubernetes.io/hostname": name},
+                "labels": spec.all_labels(),
             },
             "spec": {},
             "status": {

@@ -125,8 +125,12 @@ class Node:
     pods: int = 0
     images: set[str] = field(default_factory=set)
 
-    def fits(self, cpu: float, memory: float) -> list[str]:
+    def fits(self, cpu: float, memory: float, selector: Mapping[str, str] | None = None) -> list[str]:
         """Reasons it does not fit (empty when it fits)."""
+        if selector:
+            labels = self.spec.all_labels()
+            if any(labels.get(k) != v for k, v in selector.items()):
+                return ["node(s) didn't match Pod's node affinity/selector"]
         reasons = []
         if self.cpu_used + cpu > self.spec.cpu:
             reasons.append("Insufficient cpu")
@@ -211,6 +215,8 @@ class PodRun:
     stopped: bool = False  # containers stopped by deletion
     unschedulable_since: float | None = None
     released: bool = False
+    node_selector: dict[str, str] = field(default_factory=dict)
+    active_deadline: float | None = None
 
     @property
     def containers(self) -> list[ContainerRun]:
@@ -394,6 +400,9 @@ class Kubelet:
             c.state = {"waiting": {"reason": "PodInitializing" if init else "ContainerCreating"}}
         for c in init:
             c.state = {"waiting": {"reason": "PodInitializing"}}
+        run.node_selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
+        deadline = spec.get("activeDeadlineSeconds")
+        run.active_deadline = float(deadline) if isinstance(deadline, int | float) and deadline > 0 else None
         self.runs[run.uid] = run
         self.store.lifecycle(pod, "created", labels=dict(meta.get("labels") or {}))
         for index, disruption in enumerate(self.scenario.disruptions):
@@ -415,7 +424,7 @@ class Kubelet:
             return
         reasons: dict[str, int] = {}
         for node in self.nodes:
-            why = node.fits(run.cpu, run.memory)
+            why = node.fits(run.cpu, run.memory, run.node_selector)
             if not why:
                 self.bind(run, node)
                 return
@@ -442,7 +451,7 @@ class Kubelet:
         if autoscaler is None:
             return
         template = Node(autoscaler.node)
-        if template.fits(run.cpu, run.memory):
+        if template.fits(run.cpu, run.memory, run.node_selector):
             self.event(
                 run,
                 "NotTriggerScaleUp",
@@ -471,7 +480,11 @@ class Kubelet:
         self.nodes.append(
             Node(
                 NodeSpec(
-                    name=f"{spec.name}-{self.autoscaled}", cpu=spec.cpu, memory=spec.memory, pods=spec.pods
+                    name=f"{spec.name}-{self.autoscaled}",
+                    cpu=spec.cpu,
+                    memory=spec.memory,
+                    pods=spec.pods,
+                    labels=spec.labels,
                 )
             )
         )
@@ -530,7 +543,36 @@ class Kubelet:
             self.condition(run, "Initialized", True)
         self.not_ready(run)
         self.publish(run, "waiting:ContainerCreating" if not run.init else "waiting:PodInitializing")
+        if run.active_deadline is not None:
+            self.after(run, run.active_deadline, self.deadline_exceeded, run)
         self.check_volumes(run, MOUNT_RETRY_START)
+
+    def deadline_exceeded(self, run: PodRun) -> None:
+        """``activeDeadlineSeconds`` passed since startTime: the kubelet kills the pod and fails it."""
+        if run.phase in ("Succeeded", "Failed") or run.deleting:
+            return
+        for c in run.containers:
+            if c.running:
+                started = c.state["running"]["startedAt"]
+                c.state = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "Error",
+                        "startedAt": started,
+                        "finishedAt": now_iso(),
+                        "containerID": c.container_id,
+                    }
+                }
+                c.ready = False
+                c.touch()
+        run.reason = "DeadlineExceeded"
+        run.message = "Pod was active on the node longer than the specified deadline"
+        changes = self.set_phase(run, "Failed")
+        self.not_ready(run, "PodFailed")
+        self.release(run)
+        self.event(run, "DeadlineExceeded", run.message, warning=True)
+        run.cancel_timers()
+        self.publish(run, "deadline_exceeded", *changes)
 
     def not_ready(self, run: PodRun, reason: str = "ContainersNotReady") -> None:
         unready = " ".join(c.name for c in run.main if not c.ready)

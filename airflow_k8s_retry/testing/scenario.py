@@ -283,12 +283,24 @@ class NodeSpec:
     cpu: float = 64.0
     memory: float = 256.0 * 2**30
     pods: int = 100_000
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def all_labels(self) -> dict[str, str]:
+        """The node's labels, with the well-known ones every node carries."""
+        return {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            **self.labels,
+        }
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> NodeSpec:
         data = _mapping(data, where)
-        _check_keys(data, ("name", "cpu", "memory", "pods"), where)
+        _check_keys(data, ("name", "cpu", "memory", "pods", "labels"), where)
+        labels = {str(k): str(v) for k, v in _mapping(data.get("labels") or {}, f"{where}.labels").items()}
         return cls(
+            labels=labels,
             name=_str(data.get("name"), f"{where}.name"),
             cpu=parse_quantity(data.get("cpu", "64"), f"{where}.cpu"),
             memory=parse_quantity(data.get("memory", "256Gi"), f"{where}.memory"),
@@ -296,7 +308,10 @@ class NodeSpec:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "cpu": self.cpu, "memory": self.memory, "pods": self.pods}
+        out: dict[str, Any] = {"name": self.name, "cpu": self.cpu, "memory": self.memory, "pods": self.pods}
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        return out
 
 
 @dataclass(frozen=True)

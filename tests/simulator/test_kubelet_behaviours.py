@@ -347,3 +347,33 @@ def test_eviction_api_marks_then_deletes(sim: FakeCluster, api: Any) -> None:
     assert disruption_condition(final)["reason"] == "EvictionByEvictionAPI"  # type: ignore[index]
     assert final["metadata"]["deletionGracePeriodSeconds"] == 10
     assert sim.request_counts()[("create", "pods/eviction")] == 1
+
+
+def test_node_selector_nobody_matches(sim: FakeCluster, api: Any) -> None:
+    body = pod_body("picky")
+    body["spec"]["nodeSelector"] = {"gpu": "a100"}
+    api.create_namespaced_pod("default", body)
+    assert sim.wait_for(
+        lambda c: any(e["reason"] == "FailedScheduling" for e in c.events(involved="picky")), 5
+    )
+    message = next(e["message"] for e in sim.events(involved="picky") if e["reason"] == "FailedScheduling")
+    assert message.startswith("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.")
+    fits = pod_body("fits")
+    fits["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "only-node"}
+    api.create_namespaced_pod("default", fits)
+    assert sim.wait_for(pod_is("fits", lambda p: phase(p) == "Succeeded"), 5)
+
+
+def test_active_deadline_exceeded(sim: FakeCluster, api: Any) -> None:
+    body = pod_body("deadline", "slow:1")
+    body["spec"]["activeDeadlineSeconds"] = 5
+    api.create_namespaced_pod("default", body)
+    assert sim.wait_for(pod_is("deadline", lambda p: phase(p) == "Failed"), 5)
+    pod = sim.pod("deadline")
+    assert pod is not None and pod["status"]["reason"] == "DeadlineExceeded"
+    assert container_state(pod)["terminated"]["exitCode"] == 137
+    assert (
+        "Warning",
+        "DeadlineExceeded",
+        "Pod was active on the node longer than the specified deadline",
+    ) in events_of(sim, "deadline")
