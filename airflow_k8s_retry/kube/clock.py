@@ -72,15 +72,15 @@ class ManualClock:
         """When the current sleepers want to wake up, soonest first."""
         return sorted(deadline for deadline, _ in self._sleepers)
 
-    async def wait_for_sleeper(self, deadline: float | None = None, *, within: float = 10.0) -> float:
-        """Wait until something sleeps on this clock (until ``deadline``, if given); return when it
-        wants to wake. Lets a test check a timer's exact deadline instead of sleeping to see it."""
+    async def wait_for_sleeper(
+        self, deadline: float | None = None, *, count: int = 1, within: float = 10.0
+    ) -> float:
+        """Wait until ``count`` tasks sleep on this clock (until ``deadline``, if given); return the
+        soonest matching deadline. Lets a test check a timer's exact deadline instead of sleeping."""
 
         def found() -> float | None:
-            for at in self.deadlines:
-                if deadline is None or abs(at - deadline) < 1e-6:
-                    return at
-            return None
+            matching = [at for at in self.deadlines if deadline is None or abs(at - deadline) < 1e-6]
+            return matching[0] if len(matching) >= count else None
 
         loop = asyncio.get_running_loop()
         give_up = loop.time() + within
@@ -91,7 +91,7 @@ class ManualClock:
                 await asyncio.wait_for(arrival, max(0.0, give_up - loop.time()))
             except TimeoutError:
                 raise TimeoutError(
-                    f"nothing slept until {deadline} on the clock within {within} s; "
+                    f"{count} sleeper(s) until {deadline} expected on the clock within {within} s; "
                     f"sleepers: {self.deadlines}"
                 ) from None
             finally:

@@ -145,6 +145,8 @@ async def test_default_rule(
     if case.disrupt or case.running:
         await cluster_reaches(cluster, lambda c: phase(c, pod_name) == "Running", 10)
     if case.disrupt:
+        # Once the trigger has seen it running (it sleeps until the running re-check), take it away.
+        await manual_clock.wait_for_sleeper(manual_clock.now() + 600)
         cluster.disrupt(pod_name, case.disrupt)
     start = manual_clock.now()
     if case.signal is not None:

@@ -1,0 +1,108 @@
+"""``on_kill`` deletes the pod by UID only once the task instance is confirmed no longer deferred.
+
+Airflow 3.3.0-3.3.2 also call ``on_kill`` when a trigger merely moves to another triggerer; the
+task instance is still deferred then, and the live pod must survive the hand-over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_k8s_retry.kube.clock import ManualClock
+from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry.triggers import PodStateTrigger
+from tests.watching.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+
+SCENARIO = {"images": {"long:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 100_000}}}}
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster(SCENARIO, time_scale=0.01) as running:
+        yield running
+
+
+class StateLookup:
+    """Stands in for the task SDK's state lookup, the package's boundary with Airflow."""
+
+    def __init__(self, state: str | None = None, error: Exception | None = None) -> None:
+        self.state = state
+        self.error = error
+        self.asked: list[TryIdentity] = []
+
+    async def __call__(self, identity: TryIdentity) -> str | None:
+        self.asked.append(identity)
+        if self.error is not None:
+            raise self.error
+        return self.state
+
+
+async def kill(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, *, owned: bool = True
+) -> tuple[str, TryIdentity]:
+    """Run a trigger on a running pod, then do what the triggerer does on a kill: cancel, on_kill."""
+    use_cluster(monkeypatch, cluster)
+    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
+    clock = ManualClock()
+    monkeypatch.setattr(PodStateTrigger, "clock", clock)
+    identity = TryIdentity("kill", "task", "run-1", map_index=2)
+    pod = create_pod(cluster, pod_body(identity, "long:1"))
+    name = pod["metadata"]["name"]
+    await cluster_reaches(cluster, lambda c: (c.pod(name) or {})["status"].get("phase") == "Running", 10)
+    run = Run(trigger_for(pod, identity if owned else None, owned=owned)).start()
+    # The trigger has seen the pod running and sleeps until its next re-check.
+    await clock.wait_for_sleeper(clock.now() + 600)
+    await run.stop()
+    await run.trigger.on_kill()
+    return name, identity
+
+
+async def test_hand_over_to_another_triggerer_keeps_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lookup = StateLookup("deferred")
+    name, identity = await kill(cluster, monkeypatch, lookup)
+    assert lookup.asked == [identity]
+    assert cluster.pod(name) is not None
+    assert cluster.request_counts()[("delete", "pods")] == 0
+
+
+async def test_a_real_kill_deletes_the_pod_by_uid(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, _ = await kill(cluster, monkeypatch, StateLookup("failed"))
+    assert cluster.request_counts()[("delete", "pods")] == 1
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    records = cluster.audit_records()
+    deletion = [r for r in records if r.get("verb") == "delete" and r.get("resource") == "pods"]
+    assert [r["status"] for r in deletion] == [200]
+
+
+async def test_a_state_that_cannot_be_read_keeps_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, _ = await kill(cluster, monkeypatch, StateLookup(error=RuntimeError("no supervisor")))
+    assert cluster.pod(name) is not None
+    assert cluster.request_counts()[("delete", "pods")] == 0
+
+
+async def test_a_pod_the_task_did_not_create_is_never_deleted(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lookup = StateLookup("failed")
+    name, _ = await kill(cluster, monkeypatch, lookup, owned=False)
+    assert lookup.asked == []
+    assert cluster.pod(name) is not None
+
+
+async def test_outside_a_triggerer_the_default_lookup_fails_safe(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_k8s_retry.triggers import airflow_task_state
+
+    # No task SDK supervisor here: the real lookup raises, so the pod is kept.
+    name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
+    assert cluster.pod(name) is not None
