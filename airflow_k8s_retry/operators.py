@@ -127,6 +127,9 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         "env_from",
         "node_selector",
         "kubernetes_conn_id",
+        "configmaps",
+        "hostname",
+        "base_container_name",
     )
     template_fields_renderers = {"env_vars": "py", "pod_template_dict": "json"}
     ui_color = "#d9e8fb"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,6 @@ class PodArguments:
     xcom_sidecar_image: str = XCOM_SIDECAR_IMAGE
     pod_template: Mapping[str, Any] | None = None
     full_pod_spec: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def to_json(value: Any) -> Any:
@@ -388,8 +387,6 @@ def build_pod(
     pod["metadata"]["namespace"] = namespace
     pod["metadata"].pop("generateName", None)
     pod["spec"]["restartPolicy"] = "Never"
-    if args.extra:
-        pod = _merge(pod, to_json(args.extra))
     if args.do_xcom_push:
         add_xcom_sidecar(pod, base_name, args.xcom_sidecar_image)
     return pod
