@@ -18,6 +18,7 @@ import re
 import string
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,6 +63,7 @@ REASONS = {
     429: "TooManyRequests",
     500: "InternalError",
 }
+PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 SUBRESOURCES = {"log", "exec", "status", "eviction"}
 VERSION_INFO = {
     "major": "1",
@@ -225,7 +227,7 @@ class ApiServer:
         self.faults = faults
         self.bookmark_interval = bookmark_interval
         self.host = "127.0.0.1:0"
-        self.latencies: list[float] = []
+        self.latencies: deque[float] = deque(maxlen=200_000)
         self.open_streams: set[web.StreamResponse] = set()
         self.stopping = asyncio.Event()
 
@@ -297,6 +299,8 @@ class ApiServer:
         started = time.perf_counter()
         info = _parse_path(request.method, request.path, request.query)
         try:
+            if info is None and request.path.rstrip("/") in PUBLIC_PATHS:
+                return self.non_resource(request)  # public-info-viewer: no credentials needed
             token = request.headers.get("Authorization", "")[len("Bearer ") :].strip()
             user = self.authenticate(request)
             if info is None:
@@ -1004,6 +1008,7 @@ def api_resource_list() -> Obj:
             res("pods/log", "Pod", True, ["get"]),
             res("pods/exec", "PodExecOptions", True, ["create", "get"]),
             res("pods/status", "Pod", True, ["get"]),
+            res("pods/eviction", "Eviction", True, ["create"]),
             res("events", "Event", True, full, ["ev"]),
             res(
                 "namespaces",

@@ -58,7 +58,7 @@ class FakeCluster:
         token: str | None = None,
         kubeconfig: str | Path | None = None,
         bookmark_interval: float | None = None,
-        history: int = 50_000,
+        history: int = 20_000,
         tls: bool = False,
     ) -> None:
         self.scenario = Scenario.coerce(scenario)

@@ -142,7 +142,7 @@ class Audit:
 class Store:
     """Objects by resource and (namespace, name), the change history and the watchers."""
 
-    def __init__(self, *, history: int = 50_000, audit: Audit | None = None) -> None:
+    def __init__(self, *, history: int = 20_000, audit: Audit | None = None) -> None:
         self.rv = 0
         self.objects: dict[str, dict[Key, Obj]] = {r: {} for r in RESOURCES}
         self.history: deque[WatchEvent] = deque(maxlen=history)

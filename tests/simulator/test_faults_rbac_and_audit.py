@@ -68,6 +68,8 @@ def test_scenario_faults_apply_from_the_start() -> None:
 
 
 def test_bearer_token_is_required(cluster: FakeCluster) -> None:
+    with urllib.request.urlopen(f"{cluster.url}/version", timeout=5) as answer:
+        assert json.loads(answer.read())["major"] == "1", "/version is public, as on a real cluster"
     request = urllib.request.Request(f"{cluster.url}/api/v1/namespaces/default/pods")
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=5)
