@@ -283,3 +283,13 @@ def test_a_relaunch_keeps_the_execution_deadline_of_the_try(make_cluster, contex
         op.execute_complete(context, event=event, execution_deadline=deadline - 120)
     assert second.value.trigger.serialize()[1]["execution_deadline"] == deadline - 120
     assert second.value.kwargs == {"execution_deadline": deadline - 120}
+
+
+def test_a_server_error_at_create_costs_a_try_not_the_task(make_cluster, context, ti):
+    cluster = make_cluster()
+    cluster.add_fault(verb="create", resource="pods", status=500, times=1)
+    with pytest.raises(PodFailure) as failure:
+        operator().execute(context)
+    assert not isinstance(failure.value, AirflowFailException)
+    assert ti.xcom["verdict"]["outcome"] == "retry"
+    assert cluster.all_pods() == []
