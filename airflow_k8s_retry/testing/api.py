@@ -19,12 +19,12 @@ import string
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
 from airflow_k8s_retry.testing.kubelet import Kubelet
 from airflow_k8s_retry.testing.patching import PatchError, json_patch, merge_patch, strategic_merge_patch
@@ -228,7 +228,6 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.host = "127.0.0.1:0"
         self.latencies: deque[float] = deque(maxlen=200_000)
-        self.open_streams: set[web.StreamResponse] = set()
         self.stopping = asyncio.Event()
 
     def app(self) -> web.Application:
@@ -522,7 +521,6 @@ class ApiServer:
             backlog = [render(payload) for payload in backlog]
         self.store.watchers.add(watcher)
         response = await self.start_stream(request, info)
-        self.open_streams.add(response)
         try:
             if too_old is not None:
                 await self.write_error_event(response, 410, str(too_old), "Expired")
@@ -538,7 +536,6 @@ class ApiServer:
             pass
         finally:
             self.store.watchers.discard(watcher)
-            self.open_streams.discard(response)
         return response
 
     @staticmethod
@@ -1211,7 +1208,3 @@ def default_pod(pod: Obj) -> None:
                 guaranteed = False
     qos = "Guaranteed" if guaranteed and any_resources else ("Burstable" if any_resources else "BestEffort")
     pod["status"] = {"phase": "Pending", "qosClass": qos}
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-__all__ = ["ApiError", "ApiServer", "FaultSlot", "Rule", "WSMsgType"]

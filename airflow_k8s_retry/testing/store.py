@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -155,7 +155,6 @@ class Store:
         self.audit = audit or Audit(None)
         self.requests: Counter[tuple[str, str]] = Counter()
         self._event_keys: dict[tuple[str, ...], Key] = {}
-        self.listeners: list[Callable[[WatchEvent], None]] = []
         # Secrets/ConfigMaps declared by bare name in a scenario: any key lookup in them succeeds.
         self.open_keys: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
         # Events by the (namespace, name) they are about: pod launchers list a pod's events by
@@ -261,8 +260,6 @@ class Store:
         for watcher in self.watchers:
             if watcher.matches(event):
                 watcher.queue.put_nowait(event)
-        for listener in self.listeners:
-            listener(event)
         self.notify()
 
     def notify(self) -> None:

@@ -398,3 +398,34 @@ def test_requests_from_many_threads_are_all_served(
     assert not errors
     assert cluster.request_counts()[("create", "pods")] == 8
     assert len(cluster.all_pods()) == 8
+
+
+def test_update_conflicts_collections_and_config_objects(
+    core: kubernetes.client.CoreV1Api, cluster: FakeCluster
+) -> None:
+    core.create_namespaced_pod("default", pod_body("u1", labels={"batch": "b"}))
+    core.create_namespaced_pod("default", pod_body("u2", labels={"batch": "b"}))
+    current = core.read_namespaced_pod("u1", "default")
+    current.metadata.labels["seen"] = "yes"
+    replaced = core.replace_namespaced_pod("u1", "default", current)
+    assert replaced.metadata.labels["seen"] == "yes"
+    current.metadata.labels["again"] = "no"  # still carries the old resourceVersion
+    with pytest.raises(ApiException) as caught:
+        core.replace_namespaced_pod("u1", "default", current)
+    assert caught.value.status == 409
+    assert "the object has been modified" in status_of(caught.value)["message"]
+
+    core.delete_collection_namespaced_pod("default", label_selector="batch=b", grace_period_seconds=0)
+    assert cluster.wait_for(lambda c: not c.pods(), 5)
+
+    cluster.add_secret("db", data={"password": "pw"})
+    secret = core.read_namespaced_secret("db", "default")
+    assert secret.data == {"password": "cHc="}
+    core.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}, "data": {"a": "b"}})
+    assert core.read_namespaced_config_map("cfg", "default").data == {"a": "b"}
+    assert [cm.metadata.name for cm in core.list_namespaced_config_map("default").items] == ["cfg"]
+    with pytest.raises(ApiException) as caught:
+        core.read_namespaced_secret("nope", "default")
+    assert status_of(caught.value)["message"] == 'secrets "nope" not found'
+    namespaces = {ns.metadata.name for ns in core.list_namespace().items}
+    assert {"default", "kube-system"} <= namespaces
