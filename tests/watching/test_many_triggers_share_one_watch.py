@@ -22,7 +22,12 @@ from tests.watching.lab import Run, cluster_reaches, create_pod, pod_body, trigg
 
 PODS = 200
 #: 60 simulated seconds of running at 0.05 real seconds per simulated second: 3 real seconds.
-SCENARIO = {"images": {"job:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 60}}}}
+SCENARIO = {
+    "images": {
+        "job:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 60}},
+        "ghost:1": {"pull": "not_found"},
+    }
+}
 
 
 @pytest.fixture
@@ -57,6 +62,26 @@ async def test_one_pod_whole_life_requests(cluster: FakeCluster, monkeypatch: py
     assert requests[("get", "pods")] == 0
     assert requests[("patch", "pods")] <= 1
     assert sum(requests.values()) <= 5
+
+
+async def test_one_failing_pod_whole_life_requests(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock
+) -> None:
+    use_cluster(monkeypatch, cluster)
+    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
+    identity = TryIdentity("measure", "failing", "run-1")
+    pod = create_pod(cluster, pod_body(identity, "ghost:1"))
+    run = Run(trigger_for(pod, identity)).start()
+    await manual_clock.wait_for_sleeper(manual_clock.now() + 90)
+    manual_clock.advance(90)
+    event = await run.finish(within=30)
+    assert event.verdict.reason.value == "image.not_found"
+    requests = trigger_requests(cluster)
+    print(f"\none failing pod (image not found), whole life: {dict(sorted(requests.items()))}")
+    # The shared feeds, one GET for the last look, and a PATCH each time a new signal is first seen.
+    assert requests[("get", "pods")] == 1
+    assert 1 <= requests[("patch", "pods")] <= 3
+    assert requests[("list", "pods")] == 1 and requests[("watch", "pods")] == 1
 
 
 async def test_two_hundred_triggers_share_one_watch_per_namespace(
