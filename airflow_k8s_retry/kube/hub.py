@@ -302,8 +302,11 @@ class _Feed:
                 self.counts["relist_410"] += 1
                 log.info("%s watch in %s expired (410 Gone); re-listing", self.kind, self.namespace)
                 self.resource_version = None
-                if self.counts["relist_410"] > 1:
+                if self._backoff.attempt:
+                    # Gone again before anything came through: do not re-list in a tight loop.
                     await asyncio.sleep(self._backoff.next())
+                else:
+                    self._backoff.attempt = 1
             except Forbidden as exc:
                 self.counts["errors"] += 1
                 if step == "watch" and self.mode == "watch":
@@ -342,21 +345,30 @@ class _Feed:
         self.counts["list"] += 1
         listing = await self._list()
         self._resync(listing.items)
-        self.resource_version = listing.resource_version or None
-        self._backoff.reset()
+        # An API server always sends a collection version; without one, watch "from now" rather
+        # than re-listing in a loop.
+        self.resource_version = listing.resource_version
         self.synced.set()
 
     async def _watch_once(self) -> None:
         self.counts["watch"] += 1
         rv = self.resource_version or ""
+        loop = asyncio.get_running_loop()
+        opened = loop.time()
+        received = 0
         stream = self._watch(rv)
         async with contextlib.aclosing(stream):
             async for event in stream:
+                received += 1
                 self._backoff.reset()
                 if event.type != "BOOKMARK":
                     self._apply(event)
                 if event.resource_version:
                     self.resource_version = event.resource_version
+        if not received and loop.time() - opened < 1.0:
+            # Closed at once with nothing in it (a proxy, an overloaded server): back off, or this
+            # loop would hammer the API.
+            await asyncio.sleep(self._backoff.next())
 
 
 class _PodFeed(_Feed):
