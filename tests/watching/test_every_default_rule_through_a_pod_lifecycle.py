@@ -87,6 +87,9 @@ CASES = {
     "exit code in skip_on_exit_codes skips": Case(
         "fails:1", Outcome.SKIP, "container.exit_code", policy={"skip_on_exit_codes": [3]}
     ),
+    "active deadline exceeded retries": Case(
+        "long:1", Outcome.RETRY, "pod.deadline_exceeded", pod={"spec": {"activeDeadlineSeconds": 5}}
+    ),
     "eviction relaunches": Case("long:1", Outcome.RELAUNCH, "node.disruption", disrupt="evict"),
     "preemption relaunches": Case("long:1", Outcome.RELAUNCH, "node.disruption", disrupt="preempt"),
     # The simulator's lost node is followed by the taint manager's DisruptionTarget, as in a cluster.
