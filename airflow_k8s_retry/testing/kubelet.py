@@ -310,8 +310,8 @@ class Kubelet:
         value = "True" if status else "False"
         current = run.conditions.get(type_)
         if current is not None and current["status"] == value and current.get("reason") == reason:
-            if message is not None:
-                current["message"] = message
+            if message is not None and current.get("message") != message:
+                run.conditions[type_] = {**current, "message": message}
             return
         cond: Obj = {"type": type_, "status": value, "lastProbeTime": None, "lastTransitionTime": now_iso()}
         if reason:
@@ -325,7 +325,9 @@ class Kubelet:
         pod = self.pod(run)
         if pod is None or pod["metadata"]["uid"] != run.uid:
             return
-        pod = copy.deepcopy(pod)
+        # A new version shares the unchanged parts with the old one: stored objects are never
+        # mutated in place (patches build new dicts), so only the changed levels are copied.
+        pod = {**pod, "metadata": dict(pod["metadata"])}
         status: Obj = {"phase": run.phase}
         order = [
             "PodReadyToStartContainers",
@@ -353,8 +355,8 @@ class Kubelet:
             status["containerStatuses"] = [c.status() for c in run.main]
         status["qosClass"] = (pod.get("status") or {}).get("qosClass", "BestEffort")
         pod["status"] = status
-        if run.node is not None:
-            pod["spec"]["nodeName"] = run.node.spec.name
+        if run.node is not None and pod["spec"].get("nodeName") != run.node.spec.name:
+            pod["spec"] = {**pod["spec"], "nodeName": run.node.spec.name}
         self.store.put("pods", pod, "MODIFIED")
         for change in changes:
             self.store.lifecycle(pod, change, **extra)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import subprocess
 import sys
@@ -281,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.pods < 1:
         parser.error("--pods must be at least 1")
+    # Like ``serve()``: this process is the simulator's, so garbage is collected in larger batches.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 1_000)
     report = run_loadcheck(
         args.pods, time_scale=args.time_scale, run_seconds=args.run_seconds, concurrency=args.concurrency
     )

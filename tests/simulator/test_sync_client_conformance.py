@@ -405,11 +405,18 @@ def test_update_conflicts_collections_and_config_objects(
 ) -> None:
     core.create_namespaced_pod("default", pod_body("u1", labels={"batch": "b"}))
     core.create_namespaced_pod("default", pod_body("u2", labels={"batch": "b"}))
-    current = core.read_namespaced_pod("u1", "default")
-    current.metadata.labels["seen"] = "yes"
-    replaced = core.replace_namespaced_pod("u1", "default", current)
+    # The kubelet keeps writing status, so a read-modify-write may meet a conflict: retry it,
+    # as controllers do.
+    for _ in range(50):
+        current = core.read_namespaced_pod("u1", "default")
+        current.metadata.labels["seen"] = "yes"
+        try:
+            replaced = core.replace_namespaced_pod("u1", "default", current)
+            break
+        except ApiException as exc:
+            assert exc.status == 409
     assert replaced.metadata.labels["seen"] == "yes"
-    current.metadata.labels["again"] = "no"  # still carries the old resourceVersion
+    current.metadata.labels["again"] = "no"  # still carries the resourceVersion before the replace
     with pytest.raises(ApiException) as caught:
         core.replace_namespaced_pod("u1", "default", current)
     assert caught.value.status == 409
