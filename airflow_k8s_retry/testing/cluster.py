@@ -113,9 +113,13 @@ class FakeCluster:
         self._thread = threading.Thread(target=self._serve, name="fake-cluster", daemon=True)
         self._thread.start()
         self._ready.wait(timeout=30)
-        if self._startup_error is not None:
-            raise RuntimeError(f"FakeCluster could not start: {self._startup_error}") from self._startup_error
-        if not self._ready.is_set():
+        if self._startup_error is not None or not self._ready.is_set():
+            error = self._startup_error
+            self._thread = None
+            self._audit.close()
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            if error is not None:
+                raise RuntimeError(f"FakeCluster could not start on port {self.port}: {error}") from error
             raise RuntimeError("FakeCluster did not start within 30 s")
         self.kubeconfig = self.write_kubeconfig(self._kubeconfig_target or self._tmpdir / "kubeconfig")
         self._started_at = time.time()

@@ -124,3 +124,8 @@ def test_serve_rejects_a_bad_scenario(tmp_path: Path, capsys: pytest.CaptureFixt
     bad.write_text("imagez: {}\n")
     assert serve(str(bad)) == 2
     assert "unknown key 'imagez'" in capsys.readouterr().err
+
+
+def test_a_taken_port_is_a_clear_error() -> None:
+    with FakeCluster() as first, pytest.raises(RuntimeError, match=f"could not start on port {first.port}"):
+        FakeCluster(port=first.port).start()
