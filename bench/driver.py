@@ -21,6 +21,7 @@ import os
 import random
 import resource
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -129,34 +130,57 @@ def summarize(side: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 class LoopMonitor:
-    """Samples event-loop lag (how late a short sleep wakes up) and resident memory."""
+    """Samples event-loop lag (how late a short sleep wakes up) and, from a thread, resident memory.
 
-    def __init__(self, interval: float = 0.1) -> None:
+    Memory is sampled from a thread so that a starved event loop still gets its memory measured.
+    Each lag sample is ``(wake time, lag)``; the sleep it measures spans
+    ``[wake - lag - interval, wake]``.
+    """
+
+    def __init__(self, interval: float = 0.1, rss_interval: float = 0.5) -> None:
         self.interval = interval
+        self.rss_interval = rss_interval
         self.lags: list[tuple[float, float]] = []
         self.rss: list[tuple[float, int]] = []
         self._task: asyncio.Task[None] | None = None
+        self._sampled: asyncio.Event | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_rss, name="rss-sampler", daemon=True)
 
     def start(self) -> None:
+        self._sampled = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
+        self._thread.start()
 
-    async def _run(self) -> None:
+    def _sample_rss(self) -> None:
         import psutil
 
         me = psutil.Process()
+        while not self._stop.wait(self.rss_interval):
+            self.rss.append((time.time(), me.memory_info().rss))
+
+    async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        ticks = 0
         while True:
             before = loop.time()
             await asyncio.sleep(self.interval)
             lag = loop.time() - before - self.interval
-            now = time.time()
-            self.lags.append((now, max(lag, 0.0)))
-            ticks += 1
-            if ticks % 5 == 0:
-                self.rss.append((now, me.memory_info().rss))
+            self.lags.append((time.time(), max(lag, 0.0)))
+            assert self._sampled is not None
+            self._sampled.set()
+
+    def lags_overlapping(self, start: float, end: float) -> list[float]:
+        """Lag of every sleep that overlapped ``[start, end]`` (a sleep starved across it counts)."""
+        return [lag for t, lag in self.lags if t >= start and t - lag - self.interval <= end]
+
+    async def next_sample(self) -> None:
+        """Wait until the sampler has woken once more (so a sleep spanning 'now' is recorded)."""
+        assert self._sampled is not None
+        self._sampled.clear()
+        await self._sampled.wait()
 
     async def stop(self) -> None:
+        self._stop.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -237,8 +261,9 @@ async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> 
         result["fired_early"] = len(events)
         result["running_tasks"] = sum(1 for t in tasks if not t.done())
         result["ru_maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        result["lags"] = [lag for t, lag in monitor.lags if wall0 <= t <= wall1]
         result["rss"] = [rss for t, rss in monitor.rss if wall0 <= t <= wall1]
+        await monitor.next_sample()
+        result["lags"] = monitor.lags_overlapping(wall0, wall1)
         out(result)  # the measurement is complete; tearing down below is not measured
         for task in tasks:
             task.cancel()

@@ -29,6 +29,7 @@ def driver_env(kubeconfig: Path, airflow_home: Path) -> dict[str, str]:
         {
             "AIRFLOW_HOME": str(airflow_home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow_home / 'airflow.db'}",
             "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
                 {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}

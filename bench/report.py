@@ -336,6 +336,17 @@ def render(results: dict[str, Any], plot_paths: list[Path]) -> str:
             *footprint_table(results["footprint"]),
             "",
         ]
+        for r in sorted(results["footprint"], key=lambda r: (r["side"], r["n"])):
+            if r.get("requests_per_second_nominal"):
+                out.append(
+                    f"- KubernetesPodTrigger, N={r['n']:,}: served {r['requests_per_second']:,.0f} of the "
+                    f"{r['requests_per_second_nominal']:,.0f} GETs per second its poll interval asks for; "
+                    f"{r['pods_read_in_window']:,} of {r['n']:,} pods were read at least once in the "
+                    f"{r['window_seconds']:.0f} s window; {r.get('loop_lag_samples', 'n/a')} event-loop "
+                    "samples (one per 100 ms when the loop is free); "
+                    f"worst lag {_num(r['loop_lag_max_ms'], 0)} ms."
+                )
+        out.append("")
         issues = [
             f"{r['side']} N={r['n']}: {r['request_errors']} failed requests in the window"
             for r in results["footprint"]
