@@ -108,6 +108,20 @@ class RunSpec:
     oom: bool = False
     xcom: Any = None  # content of /airflow/xcom/return.json, as JSON; None means an empty file
 
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.exit_code, bool)
+            or not isinstance(self.exit_code, int)
+            or not 0 <= self.exit_code <= 255
+        ):
+            raise ScenarioError(
+                f"RunSpec.exit_code: must be an integer between 0 and 255, got {self.exit_code!r}"
+            )
+        if self.duration_seconds < 0:
+            raise ScenarioError(
+                f"RunSpec.duration_seconds: must be at least 0, got {self.duration_seconds!r}"
+            )
+
     @classmethod
     def from_dict(cls, data: object, where: str) -> RunSpec:
         data = _mapping(data, where)
@@ -154,6 +168,12 @@ class ImageBehaviour:
     pull: str = "ok"
     for_seconds: float | None = None
     run: RunSpec = field(default_factory=RunSpec)
+
+    def __post_init__(self) -> None:
+        if self.pull not in PULL_BEHAVIOURS:
+            raise ScenarioError(
+                f"ImageBehaviour.pull: {self.pull!r} is not one of {', '.join(PULL_BEHAVIOURS)}"
+            )
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> ImageBehaviour:
@@ -218,6 +238,10 @@ class Disruption:
     kind: str
     count: int | None = 1
 
+    def __post_init__(self) -> None:
+        if self.kind not in DISRUPTION_KINDS:
+            raise ScenarioError(f"Disruption.kind: {self.kind!r} is not one of {', '.join(DISRUPTION_KINDS)}")
+
     @classmethod
     def from_dict(cls, data: object, where: str) -> Disruption:
         data = _mapping(data, where)
@@ -254,6 +278,13 @@ class Fault:
     resource: str
     status: int | str
     times: int | None = 1
+
+    def __post_init__(self) -> None:
+        if self.status not in FAULT_STATUSES or isinstance(self.status, bool):
+            allowed = ", ".join(str(s) for s in FAULT_STATUSES)
+            raise ScenarioError(f"Fault.status: {self.status!r} is not one of {allowed}")
+        if self.verb not in FAULT_VERBS:
+            raise ScenarioError(f"Fault.verb: {self.verb!r} is not one of {', '.join(FAULT_VERBS)}")
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> Fault:
@@ -376,6 +407,10 @@ class Scenario:
     nodes: tuple[NodeSpec, ...] = DEFAULT_NODES
     namespaces: tuple[str, ...] = ()
     autoscaler: Autoscaler | None = None
+
+    def __post_init__(self) -> None:
+        if not self.time_scale > 0:
+            raise ScenarioError(f"Scenario.time_scale: must be greater than 0, got {self.time_scale!r}")
 
     @classmethod
     def from_dict(cls, data: object, where: str = "scenario") -> Scenario:

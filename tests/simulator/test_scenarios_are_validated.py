@@ -96,3 +96,28 @@ def test_image_lookup_falls_back_to_the_untagged_name() -> None:
 def test_fake_cluster_rejects_a_bad_scenario_before_starting() -> None:
     with pytest.raises(ScenarioError, match="time_scale"):
         FakeCluster({"time_scale": -1})
+
+
+def test_python_objects_are_validated_too() -> None:
+    from airflow_k8s_retry.testing import Disruption, Fault, ImageBehaviour, RunSpec
+
+    scenario = Scenario(
+        images={
+            "ghost:1": ImageBehaviour(pull="not_found"),
+            "oom:1": ImageBehaviour(run=RunSpec(exit_code=137, oom=True)),
+        },
+        disruptions=(Disruption("etl-", 5, "evict"),),
+        faults=(Fault("get", "pods", 500, times=2),),
+        time_scale=0.1,
+    )
+    assert Scenario.from_dict(scenario.to_dict()) == scenario
+    with pytest.raises(ScenarioError, match=r"ImageBehaviour\.pull: 'notfound'"):
+        ImageBehaviour(pull="notfound")
+    with pytest.raises(ScenarioError, match=r"Disruption\.kind"):
+        Disruption("x", 1, "explode")
+    with pytest.raises(ScenarioError, match=r"Fault\.status"):
+        Fault("get", "pods", 503)
+    with pytest.raises(ScenarioError, match=r"RunSpec\.exit_code"):
+        RunSpec(exit_code=256)
+    with pytest.raises(ScenarioError, match="time_scale"):
+        Scenario(time_scale=0)
