@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 POD_EVENTS_SELECTOR = "involvedObject.kind=Pod"
 #: How many Events are kept per pod (the newest win).
 EVENTS_PER_POD = 64
+#: How many pods' Events a feed keeps for pods nobody follows yet (a trigger may subscribe to a pod
+#: a moment after it was created); the longest-unchanged go first.
+EVENT_PODS_KEPT = 10_000
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -519,11 +522,18 @@ class _EventFeed(_Feed):
         key = self._pod_key(event)
         if key is None:
             return None
-        bucket = self.by_pod.setdefault(key, {})
+        bucket = self.by_pod.pop(key, None) or {}
+        self.by_pod[key] = bucket  # most recently changed last
         bucket[str(_meta(event).get("name") or id(event))] = event
         if len(bucket) > EVENTS_PER_POD:
             oldest = min(bucket, key=lambda k: _event_sort_key(bucket[k]))
             del bucket[oldest]
+        if len(self.by_pod) > EVENT_PODS_KEPT:
+            # Prune to 90% at once, so the scan is paid once per thousand pods, not per event.
+            followed = {sub.name for sub in self.subscribers}
+            excess = len(self.by_pod) - int(EVENT_PODS_KEPT * 0.9)
+            for stale in [k for k in self.by_pod if k not in followed][:excess]:
+                del self.by_pod[stale]
         return key
 
     def _deliver(self, key: str, event: Json) -> None:
