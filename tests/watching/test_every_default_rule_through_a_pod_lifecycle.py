@@ -16,6 +16,7 @@ import pytest
 
 from airflow_k8s_retry.classification import FailurePolicy, Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
+from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
 from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
@@ -94,8 +95,9 @@ CASES = {
     "preemption relaunches": Case("long:1", Outcome.RELAUNCH, "node.disruption", disrupt="preempt"),
     # The simulator's lost node is followed by the taint manager's DisruptionTarget, as in a cluster.
     "lost node relaunches": Case("long:1", Outcome.RELAUNCH, "node.disruption", disrupt="node_lost"),
+    # Removed at once (grace period 0): a graceful deletion's SIGTERM exit would be an exit code.
     "deleted by someone else retries": Case(
-        "long:1", Outcome.RETRY, "pod.deleted_externally", disrupt="delete"
+        "long:1", Outcome.RETRY, "pod.deleted_externally", disrupt="force_delete"
     ),
     "execution timeout retries": Case(
         "long:1", Outcome.RETRY, "execution.timeout", execution_timeout=3600, grace=3600, running=True,
@@ -114,6 +116,16 @@ def stamped_signals(cluster: FakeCluster, name: str) -> dict[str, float]:
     pod = cluster.pod(name)
     raw = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(HISTORY_ANNOTATION)
     return dict(json.loads(raw)["first_seen"]) if raw else {}
+
+
+def force_delete(cluster: FakeCluster, name: str) -> None:
+    from kubernetes import client as k
+
+    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    try:
+        k.CoreV1Api(api).delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    finally:
+        api.close()
 
 
 def phase(cluster: FakeCluster, name: str) -> str | None:
@@ -150,7 +162,10 @@ async def test_default_rule(
     if case.disrupt:
         # Once the trigger has seen it running (it sleeps until the running re-check), take it away.
         await manual_clock.wait_for_sleeper(manual_clock.now() + 600)
-        cluster.disrupt(pod_name, case.disrupt)
+        if case.disrupt == "force_delete":
+            force_delete(cluster, pod_name)
+        else:
+            cluster.disrupt(pod_name, case.disrupt)
     start = manual_clock.now()
     if case.signal is not None:
         signal = case.signal
