@@ -320,6 +320,24 @@ def _exit_code(obs: Observation) -> Match | None:
     )
 
 
+#: Containers that never exit by themselves and only serve the main containers: the cncf provider's
+#: XCom sidecar (it waits to be told to stop after the result is read) and the istio proxy.
+HELPER_CONTAINERS = frozenset({"airflow-xcom-sidecar", "istio-proxy"})
+
+
+def _main_containers_done(obs: Observation) -> Match | None:
+    if obs.phase != "Running" or obs.restart_policy != "Never":
+        return None
+    main = [c for c in obs.containers if not c.init and c.name not in HELPER_CONTAINERS]
+    if not main or any(c.sidecar for c in main):
+        return None
+    inits_done = all(c.sidecar or c.terminated is not None for c in obs.containers if c.init)
+    if not inits_done or not all(c.terminated is not None and c.terminated.exit_code == 0 for c in main):
+        return None
+    helpers = ", ".join(sorted(c.name for c in obs.containers if c.name in HELPER_CONTAINERS)) or "sidecars"
+    return Match(f"every main container of {obs.title} exited 0 ({helpers} still running)", "pod.succeeded")
+
+
 def _pod_failed(obs: Observation) -> Match | None:
     if obs.phase != "Failed":
         return None
@@ -678,6 +696,15 @@ RULES: tuple[Rule, ...] = (
         None,
         _exit_code,
         "a container that will not be restarted exited non-zero; exit-code lists may skip or fail it",
+    ),
+    Rule(
+        "main_containers_done",
+        Reason.SUCCEEDED,
+        Outcome.SUCCEED,
+        None,
+        _main_containers_done,
+        "under restartPolicy Never the work is done once every main container exited 0, even while "
+        "the XCom sidecar waits to be read",
     ),
     Rule(
         "pod_failed",

@@ -251,11 +251,6 @@ def test_an_eviction_is_relaunched_inside_the_same_try(runs):
     assert "node.disruption" in run.result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the classifier does not yet treat 'base container exited 0, only the airflow-xcom-sidecar "
-    "still running' as success, so a do_xcom_push pod never reaches a SUCCEED verdict",
-)
 def test_xcom_comes_back_through_the_sidecar(runs):
     run = runs["e2e_xcom"]
     assert [(t.try_number, t.state) for t in run.result.tries("count")] == [(1, "success")], (
