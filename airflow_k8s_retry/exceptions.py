@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification import Verdict
 
 
-class PodFailure(AirflowException):
+class PodFailure(AirflowException):  # type: ignore[misc]
     """The pod failed for a cause that another try may not meet: Airflow retries while tries remain."""
 
     def __init__(self, message: str, verdict: Verdict | None = None) -> None:
@@ -21,7 +21,7 @@ class PodFailure(AirflowException):
         self.verdict = verdict
 
 
-class PodFailurePermanent(AirflowFailException):
+class PodFailurePermanent(AirflowFailException):  # type: ignore[misc]
     """The pod failed for a cause that another try would meet again: the task fails without retrying."""
 
     def __init__(self, message: str, verdict: Verdict | None = None) -> None:

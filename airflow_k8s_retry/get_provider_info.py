@@ -1,4 +1,4 @@
-"""Provider metadata read by Airflow's ``ProvidersManager`` through the ``apache_airflow_provider`` entry point.
+"""Provider metadata that Airflow's ``ProvidersManager`` reads through the provider entry point.
 
 The Kubernetes connection type is the cncf provider's (``kubernetes``); it is reused, not redefined.
 """

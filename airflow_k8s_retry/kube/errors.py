@@ -17,7 +17,9 @@ class KubeError(Exception):
     status: int | None = None
     transient = False
 
-    def __init__(self, message: str, *, status: int | None = None, reason: str = "", body: Any = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, reason: str = "", body: Any = None
+    ) -> None:
         super().__init__(message)
         if status is not None:
             self.status = status
