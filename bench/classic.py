@@ -12,6 +12,7 @@ from __future__ import annotations
 import textwrap
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +90,13 @@ def run_classic(workdir: Path, *, not_found_grace: float | None, timeout: float 
                 home.start_dag(dag_id, kubeconfig=sim.kubeconfig),
                 time.monotonic(),
             )
-        results = {
-            side: home.finish(dag_id, proc, started, timeout)
-            for side, (home, dag_id, proc, started) in running.items()
-        }
+        # Drain both outputs at once: a DAG run whose pipe is not read blocks on its own log lines.
+        with ThreadPoolExecutor(max_workers=len(running)) as pool:
+            futures = {
+                side: pool.submit(home.finish, dag_id, proc, started, timeout)
+                for side, (home, dag_id, proc, started) in running.items()
+            }
+            results = {side: future.result() for side, future in futures.items()}
     finally:
         for sim in sims.values():
             sim.stop()
