@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.simulator import SimulatorProcess
-from tests.support.airflow_runner import AirflowHome, MigratedDatabase
+from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase, read_tries
 
 IMAGE = "notavalidimage"
 RETRIES = 3
@@ -96,20 +96,32 @@ def run_classic(workdir: Path, *, not_found_grace: float | None, timeout: float 
                 side: pool.submit(home.finish, dag_id, proc, started, timeout)
                 for side, (home, dag_id, proc, started) in running.items()
             }
-            results = {side: future.result() for side, future in futures.items()}
+            results: dict[str, DagRunResult | TimeoutError] = {}
+            for side, future in futures.items():
+                try:
+                    results[side] = future.result()
+                except TimeoutError as exc:  # reported as such, with what the records show so far
+                    results[side] = exc
     finally:
         for sim in sims.values():
             sim.stop()
     out: dict[str, Any] = {"image": IMAGE, "retries": RETRIES, "not_found_grace": not_found_grace}
     for side, result in results.items():
-        (workdir / side / "airflow-output.log").write_text(result.output)
         records = sims[side].records()
+        if isinstance(result, TimeoutError):
+            (workdir / side / "airflow-output.log").write_text(str(result))
+            home, dag_id, _, _ = running[side]
+            tries = read_tries(home.database, dag_id, "classic")
+            out[side] = summarize_classic(tries, timeout, records, None)
+            out[side]["timed_out"] = True
+            continue
+        (workdir / side / "airflow-output.log").write_text(result.output)
         out[side] = summarize_classic(result.tries("classic"), result.seconds, records, result.returncode)
     return out
 
 
 def summarize_classic(
-    tries: list[Any], seconds: float, records: list[dict[str, Any]], returncode: int
+    tries: list[Any], seconds: float, records: list[dict[str, Any]], returncode: int | None
 ) -> dict[str, Any]:
     created = [r for r in records if r.get("kind") == "lifecycle" and r.get("change") == "created"]
     deleting = {
