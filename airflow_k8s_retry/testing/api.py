@@ -346,7 +346,8 @@ class ApiServer:
     def non_resource(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
         if path == "/version":
-            return web.json_response(VERSION_INFO)
+            minor = str(self.kubelet.scenario.minor_version)
+            return web.json_response({**VERSION_INFO, "minor": minor, "gitVersion": f"v1.{minor}.0-fake"})
         if path == "/api":
             return web.json_response(
                 {

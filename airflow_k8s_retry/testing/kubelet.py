@@ -699,13 +699,16 @@ class Kubelet:
         self.event(run, "Failed", "Error: ErrImagePull", warning=True, container=c)
         self.publish(run, "waiting:ErrImagePull", container=c.name, message=grpc)
         backoff = min(PULL_BACKOFF_START * 2 ** (c.pull_failures - 1), PULL_BACKOFF_CAP)
-        self.after(run, min(BACKOFF_TRANSITION, backoff / 2), self.pull_backoff, run, c)
+        self.after(run, min(BACKOFF_TRANSITION, backoff / 2), self.pull_backoff, run, c, grpc)
         self.after(run, backoff, self.start_container, run, c)
 
-    def pull_backoff(self, run: PodRun, c: ContainerRun) -> None:
-        message = f'Back-off pulling image "{c.image}"'
+    def pull_backoff(self, run: PodRun, c: ContainerRun, cause: str) -> None:
+        event_message = f'Back-off pulling image "{c.image}"'
+        message = event_message
+        if self.scenario.minor_version >= 32:
+            message += f": ErrImagePull: {cause}"  # 1.32+ kubelets keep the last pull error in the status
         c.state = {"waiting": {"reason": "ImagePullBackOff", "message": message}}
-        self.event(run, "BackOff", message, container=c)
+        self.event(run, "BackOff", event_message, container=c)
         self.event(run, "Failed", "Error: ImagePullBackOff", warning=True, container=c)
         self.publish(run, "waiting:ImagePullBackOff", container=c.name, message=message)
 

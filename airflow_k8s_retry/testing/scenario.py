@@ -92,6 +92,13 @@ def _int(value: object, where: str, *, minimum: int = 0) -> int:
     return value
 
 
+def _kube_version(value: object, where: str) -> str:
+    text = str(value) if isinstance(value, str | float) else ""
+    if not _VERSION.match(text):
+        raise ScenarioError(f"{where}: {value!r} is not a 1.N version such as '1.31' (quote it in YAML)")
+    return text
+
+
 def _str(value: object, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise ScenarioError(f"{where}: expected a non-empty string, got {value!r}")
@@ -386,7 +393,9 @@ TOP_LEVEL_KEYS = (
     "nodes",
     "namespaces",
     "autoscaler",
+    "kubernetes_version",
 )
+_VERSION = re.compile(r"^1\.([0-9]{1,2})$")
 
 
 @dataclass(frozen=True)
@@ -407,10 +416,20 @@ class Scenario:
     nodes: tuple[NodeSpec, ...] = DEFAULT_NODES
     namespaces: tuple[str, ...] = ()
     autoscaler: Autoscaler | None = None
+    kubernetes_version: str = "1.31"  # 1.32+ kubelets append the pull error to the back-off message
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
             raise ScenarioError(f"Scenario.time_scale: must be greater than 0, got {self.time_scale!r}")
+        if not _VERSION.match(self.kubernetes_version):
+            raise ScenarioError(
+                f"Scenario.kubernetes_version: {self.kubernetes_version!r} is not a 1.N version "
+                "such as '1.31'"
+            )
+
+    @property
+    def minor_version(self) -> int:
+        return int(self.kubernetes_version.split(".")[1])
 
     @classmethod
     def from_dict(cls, data: object, where: str = "scenario") -> Scenario:
@@ -470,6 +489,9 @@ class Scenario:
             nodes=nodes,
             namespaces=namespaces,
             autoscaler=autoscaler,
+            kubernetes_version=_kube_version(
+                data.get("kubernetes_version", "1.31"), f"{where}.kubernetes_version"
+            ),
         )
 
     @classmethod
@@ -520,6 +542,7 @@ class Scenario:
         }
         if self.autoscaler is not None:
             out["autoscaler"] = self.autoscaler.to_dict()
+        out["kubernetes_version"] = self.kubernetes_version
         return out
 
     def image(self, ref: str) -> ImageBehaviour | None:

@@ -81,3 +81,20 @@ async def acore(cluster: FakeCluster) -> AsyncIterator[Any]:
         yield kubernetes_asyncio.client.CoreV1Api(client)
     finally:
         await client.close()
+
+
+def snapshot_when(
+    cluster: FakeCluster, name: str, check: Callable[[dict[str, Any] | None], bool], timeout: float = 5
+) -> dict[str, Any]:
+    """The pod as it was when ``check`` first held (states such as ErrImagePull are brief)."""
+    seen: dict[str, dict[str, Any]] = {}
+
+    def predicate(c: FakeCluster) -> bool:
+        pod = c.pod(name)
+        if pod is not None and check(pod):
+            seen["pod"] = pod
+            return True
+        return False
+
+    assert cluster.wait_for(predicate, timeout), f"pod {name} never reached the expected state"
+    return seen["pod"]

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_k8s_retry.testing import FakeCluster
 
-from .conftest import FAST, container_state, phase, pod_body, pod_is, waiting_reason
+from .conftest import FAST, container_state, phase, pod_body, pod_is, snapshot_when, waiting_reason
 
 SCENARIO: dict[str, Any] = {
     "images": {
@@ -76,14 +76,14 @@ def test_successful_image_goes_through_every_phase(sim: FakeCluster, api: Any) -
 
 def test_not_found_image_backs_off_with_containerd_messages(sim: FakeCluster, api: Any) -> None:
     api.create_namespaced_pod("default", pod_body("ghost", "ghost:1"))
-    assert sim.wait_for(pod_is("ghost", lambda p: waiting_reason(p) == "ErrImagePull"), 5)
-    message = container_state(sim.pod("ghost"))["waiting"]["message"]
+    pulled = snapshot_when(sim, "ghost", lambda p: waiting_reason(p) == "ErrImagePull")
+    message = container_state(pulled)["waiting"]["message"]
     assert message == (
         'rpc error: code = NotFound desc = failed to pull and unpack image "docker.io/library/ghost:1": '
         'failed to resolve reference "docker.io/library/ghost:1": docker.io/library/ghost:1: not found'
     )
-    assert sim.wait_for(pod_is("ghost", lambda p: waiting_reason(p) == "ImagePullBackOff"), 5)
-    assert container_state(sim.pod("ghost"))["waiting"]["message"] == 'Back-off pulling image "ghost:1"'
+    backing_off = snapshot_when(sim, "ghost", lambda p: waiting_reason(p) == "ImagePullBackOff")
+    assert container_state(backing_off)["waiting"]["message"] == 'Back-off pulling image "ghost:1"'
     # The second pull attempt comes after the 10 s back-off and bumps the aggregated events.
     assert sim.wait_for(
         lambda c: any(e["reason"] == "Pulling" and e["count"] >= 2 for e in c.events(involved="ghost")), 5
@@ -99,14 +99,14 @@ def test_not_found_image_backs_off_with_containerd_messages(sim: FakeCluster, ap
 def test_unauthorized_and_rate_limited_messages(sim: FakeCluster, api: Any) -> None:
     api.create_namespaced_pod("default", pod_body("priv", "private/app:1"))
     api.create_namespaced_pod("default", pod_body("pop", "popular:1"))
-    assert sim.wait_for(pod_is("priv", lambda p: waiting_reason(p) == "ErrImagePull"), 5)
-    assert container_state(sim.pod("priv"))["waiting"]["message"].endswith(
+    priv = snapshot_when(sim, "priv", lambda p: waiting_reason(p) == "ErrImagePull")
+    assert container_state(priv)["waiting"]["message"].endswith(
         "&service=registry.docker.io: 401 Unauthorized"
     )
-    assert sim.wait_for(pod_is("pop", lambda p: waiting_reason(p) == "ErrImagePull"), 5)
+    pop = snapshot_when(sim, "pop", lambda p: waiting_reason(p) == "ErrImagePull")
     assert (
         "429 Too Many Requests - Server message: toomanyrequests:"
-        in container_state(sim.pod("pop"))["waiting"]["message"]
+        in container_state(pop)["waiting"]["message"]
     )
     # The rate limit lasts 15 s: the pull after the 10 s and 20 s back-offs succeeds.
     assert sim.wait_for(pod_is("pop", lambda p: phase(p) == "Succeeded"), 5)
@@ -205,8 +205,7 @@ def test_oom_and_exit_code_with_logs(sim: FakeCluster, api: Any) -> None:
 
 def test_restart_policy_always_crash_loops(sim: FakeCluster, api: Any) -> None:
     api.create_namespaced_pod("default", pod_body("crash", "fails:1", restart_policy="Always"))
-    assert sim.wait_for(pod_is("crash", lambda p: waiting_reason(p) == "CrashLoopBackOff"), 5)
-    pod = sim.pod("crash")
+    pod = snapshot_when(sim, "crash", lambda p: waiting_reason(p) == "CrashLoopBackOff")
     cs = pod["status"]["containerStatuses"][0]  # type: ignore[index]
     assert cs["restartCount"] == 1 and cs["lastState"]["terminated"]["exitCode"] == 3
     assert phase(pod) == "Running"
@@ -297,11 +296,10 @@ def test_node_lost_goes_stale_then_unknown_then_gone() -> None:
         pod = api.create_namespaced_pod("default", pod_body("lost", "slow:1"))
         assert sim.wait_for(pod_is("lost", lambda p: phase(p) == "Running"), 5)
         sim.disrupt("lost", "node_lost")
-        assert sim.wait_for(pod_is("lost", lambda p: phase(p) == "Unknown"), 5)
-        ready = next(c for c in sim.pod("lost")["status"]["conditions"] if c["type"] == "Ready")  # type: ignore[index]
+        unknown = snapshot_when(sim, "lost", lambda p: phase(p) == "Unknown")
+        ready = next(c for c in unknown["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "False"
-        assert sim.wait_for(pod_is("lost", lambda p: disruption_condition(p) is not None), 5)
-        stale = sim.pod("lost")
+        stale = snapshot_when(sim, "lost", lambda p: disruption_condition(p) is not None)
         assert disruption_condition(stale)["reason"] == "DeletionByTaintManager"  # type: ignore[index]
         terminated = container_state(stale)["terminated"]
         assert (terminated["reason"], terminated["exitCode"]) == ("ContainerStatusUnknown", 137)
@@ -377,3 +375,16 @@ def test_active_deadline_exceeded(sim: FakeCluster, api: Any) -> None:
         "DeadlineExceeded",
         "Pod was active on the node longer than the specified deadline",
     ) in events_of(sim, "deadline")
+
+
+def test_newer_kubelets_keep_the_pull_error_in_the_back_off_message() -> None:
+    scenario = {"images": {"ghost:1": {"pull": "not_found"}}, "kubernetes_version": "1.32"}
+    with FakeCluster(scenario, time_scale=FAST) as sim:
+        api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(sim.kubeconfig)))
+        assert kubernetes.client.VersionApi(api.api_client).get_code().minor == "32"
+        api.create_namespaced_pod("default", pod_body("ghost", "ghost:1"))
+        backing_off = snapshot_when(sim, "ghost", lambda p: waiting_reason(p) == "ImagePullBackOff")
+        message = container_state(backing_off)["waiting"]["message"]
+        assert message.startswith(
+            'Back-off pulling image "ghost:1": ErrImagePull: rpc error: code = NotFound'
+        )

@@ -281,7 +281,17 @@ def test_events_by_involved_object(core: kubernetes.client.CoreV1Api, cluster: F
 
 def test_logs_tail_timestamps_and_follow(core: kubernetes.client.CoreV1Api) -> None:
     with FakeCluster(
-        {"images": {"talk:1": {"run": {"log": "one\ntwo\nthree", "duration_seconds": 30}}}}, time_scale=0.02
+        {
+            "images": {
+                # The first pull fails (rate limit), so the container is surely waiting at first.
+                "talk:1": {
+                    "pull": "rate_limited",
+                    "for_seconds": 5,
+                    "run": {"log": "one\ntwo\nthree", "duration_seconds": 30},
+                }
+            }
+        },
+        time_scale=0.02,
     ) as cluster:
         api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(cluster.kubeconfig)))
         api.create_namespaced_pod("default", pod_body("talker", "talk:1"))
