@@ -32,12 +32,14 @@ async def test_a_pod_created_after_the_feed_started_arrives_through_the_watch(
     first_identity = TryIdentity("late", "first", "run-1")
     first = create_pod(cluster, pod_body(first_identity, "long:1"))
     first_run = Run(trigger_for(first, first_identity)).start()
-    await manual_clock.wait_for_sleeper(count=1)  # the feed is listing and watching
+    # The trigger has seen its pod running (it sleeps until the running re-check): the feed is up.
+    recheck = manual_clock.now() + 600
+    await manual_clock.wait_for_sleeper(recheck)
 
     second_identity = TryIdentity("late", "second", "run-1")
     second = create_pod(cluster, pod_body(second_identity, "long:1"))
     second_run = Run(trigger_for(second, second_identity)).start()
-    await manual_clock.wait_for_sleeper(count=2)  # both triggers have seen their pods
+    await manual_clock.wait_for_sleeper(recheck, count=2)  # both triggers have seen their pods
     assert second_run.events == []
     assert cluster.request_counts()[("get", "pods")] == 0  # the watch delivered it, no read needed
     assert cluster.request_counts()[("list", "pods")] == 1
