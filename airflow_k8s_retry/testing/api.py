@@ -521,6 +521,7 @@ class ApiServer:
         if render is not None:
             backlog = [render(payload) for payload in backlog]
         self.store.watchers.add(watcher)
+        self.store.notify()  # a new watch is a state change too (tests wait for watchers)
         response = await self.start_stream(request, info)
         try:
             if too_old is not None:
@@ -531,12 +532,19 @@ class ApiServer:
             if initial_end and bookmarks:
                 await response.write(self.bookmark(info.resource, start_rv, initial_end=True))
             await self.pump(
-                response, watcher, info.resource, timeout_seconds=timeout, bookmarks=bookmarks, render=render
+                response,
+                watcher,
+                info.resource,
+                timeout_seconds=timeout,
+                bookmarks=bookmarks,
+                render=render,
+                transport=request.transport,
             )
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
             self.store.watchers.discard(watcher)
+            self.store.notify()
         return response
 
     @staticmethod
@@ -571,11 +579,13 @@ class ApiServer:
         timeout_seconds: int | None,
         bookmarks: bool,
         render: Callable[[bytes], bytes] | None = None,
+        transport: asyncio.Transport | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_seconds if timeout_seconds else None
         next_bookmark = loop.time() + self.bookmark_interval
         stop = asyncio.ensure_future(self.stopping.wait())
+        dropped = asyncio.ensure_future(watcher.dropped.wait())
         try:
             while True:
                 now = loop.time()
@@ -586,10 +596,24 @@ class ApiServer:
                 if watcher.queue.empty():
                     getter = asyncio.ensure_future(watcher.queue.get())
                     done, _ = await asyncio.wait(
-                        {getter, stop}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                        {getter, stop, dropped}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
                     )
-                    if stop in done:
+                    if stop in done or dropped in done:
+                        if dropped in done and watcher.reset and transport is not None:
+                            getter.cancel()
+                            transport.abort()
+                            break
+                        # A clean end flushes what was already queued for this watch.
+                        pending = (
+                            [getter.result().payload] if getter.done() and not getter.cancelled() else []
+                        )
                         getter.cancel()
+                        while not watcher.queue.empty():
+                            pending.append(watcher.queue.get_nowait().payload)
+                        if render is not None:
+                            pending = [render(chunk) for chunk in pending]
+                        if pending:
+                            await response.write(b"".join(pending))
                         break
                     if getter not in done:
                         getter.cancel()
@@ -608,6 +632,7 @@ class ApiServer:
                 await response.write(b"".join(chunks))
         finally:
             stop.cancel()
+            dropped.cancel()
 
     # -- create / update / patch ----------------------------------------------------------------
 

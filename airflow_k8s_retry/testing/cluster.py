@@ -493,6 +493,22 @@ class FakeCluster:
         assert self._tmpdir is not None
         return self.write_kubeconfig(self._tmpdir / f"kubeconfig-{len(self.api.rules)}", token=token)
 
+    def drop_watches(self, resource: str | None = None, *, reset: bool = False) -> int:
+        """Cut every open watch (of ``resource``, or all) now, as an apiserver restart or a proxy would.
+
+        The stream ends cleanly, or with ``reset=True`` the connection is reset. Returns how many
+        watches were cut; clients are expected to re-watch from the last resourceVersion they saw.
+        """
+
+        def cut() -> int:
+            hit = [w for w in self.store.watchers if resource is None or w.resource == resource]
+            for watcher in hit:
+                watcher.reset = reset
+                watcher.dropped.set()
+            return len(hit)
+
+        return self._call(cut)
+
     def compact(self) -> None:
         """Drop the watch history: any older resourceVersion now gets 410 Gone."""
         self._call(self.store.compact)

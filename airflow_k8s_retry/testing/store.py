@@ -97,6 +97,8 @@ class Watcher:
         self.fields = fields
         self.field_filter = field_filter
         self.queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        self.dropped = asyncio.Event()  # set to cut this watch short (see FakeCluster.drop_watches)
+        self.reset = False  # cut it by resetting the connection instead of ending the stream
 
     def matches(self, event: WatchEvent) -> bool:
         if event.resource != self.resource:

@@ -9,6 +9,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+import urllib3
 from kubernetes.client import ApiException
 from kubernetes.stream import stream
 
@@ -446,3 +447,47 @@ def test_update_conflicts_collections_and_config_objects(
     assert status_of(caught.value)["message"] == 'secrets "nope" not found'
     namespaces = {ns.metadata.name for ns in core.list_namespace().items}
     assert {"default", "kube-system"} <= namespaces
+
+
+def test_dropped_watches_end_and_can_resume(core: kubernetes.client.CoreV1Api, cluster: FakeCluster) -> None:
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    results: dict[str, Any] = {}
+
+    def follow() -> None:
+        raw = core.list_namespaced_pod("default", watch=True, resource_version=rv, _preload_content=False)
+        results["body"] = raw.read().decode()
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    core.create_namespaced_pod("default", pod_body("dw"))
+    assert cluster.wait_for(lambda c: len(c.store.watchers) == 1, 5)
+    assert cluster.wait_for(lambda c: c.drop_watches("pods") == 1, 5)
+    reader.join(timeout=5)
+    assert not reader.is_alive()
+    seen = [json.loads(line) for line in results["body"].splitlines() if line.strip()]
+    assert seen and seen[0]["type"] == "ADDED"
+    last = seen[-1]["object"]["metadata"]["resourceVersion"]
+    # Resuming from the last version seen loses nothing.
+    resumed = (
+        core.list_namespaced_pod(
+            "default", watch=True, resource_version=last, timeout_seconds=1, _preload_content=False
+        )
+        .read()
+        .decode()
+    )
+    later = [json.loads(line) for line in resumed.splitlines() if line.strip()]
+    assert all(int(e["object"]["metadata"]["resourceVersion"]) > int(last) for e in later)
+    assert cluster.drop_watches() == 0
+
+    def follow_until_reset() -> None:
+        raw = core.list_namespaced_pod("default", watch=True, _preload_content=False)
+        try:
+            raw.read()
+        except Exception as exc:  # the connection reset surfaces as a urllib3 protocol error
+            results["error"] = exc
+
+    reader = threading.Thread(target=follow_until_reset)
+    reader.start()
+    assert cluster.wait_for(lambda c: c.drop_watches(reset=True) == 1, 5)
+    reader.join(timeout=5)
+    assert isinstance(results.get("error"), urllib3.exceptions.ProtocolError)
