@@ -85,7 +85,6 @@ class FakeCluster:
         self._tmpdir: Path | None = None
         self.url = ""
         self.kubeconfig = Path()
-        self._started_at = 0.0
         self._stop_event: asyncio.Event | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -122,7 +121,6 @@ class FakeCluster:
                 raise RuntimeError(f"FakeCluster could not start on port {self.port}: {error}") from error
             raise RuntimeError("FakeCluster did not start within 30 s")
         self.kubeconfig = self.write_kubeconfig(self._kubeconfig_target or self._tmpdir / "kubeconfig")
-        self._started_at = time.time()
 
     def stop(self) -> None:
         """Close every stream, stop the server thread and remove temporary files."""
