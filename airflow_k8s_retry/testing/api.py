@@ -903,7 +903,8 @@ class ApiServer:
             raise ApiError(400, f"container {container_name} is not valid for pod {info.name}")
         container = run.container(container_name)
         assert container is not None
-        if _bool(request.query.get("previous")):
+        previous = _bool(request.query.get("previous"))
+        if previous and container.previous_logs is None:
             raise ApiError(
                 400, f'previous terminated container "{container_name}" in pod "{info.name}" not found'
             )
@@ -928,7 +929,9 @@ class ApiServer:
                     out.append(line + "\n")
             return "".join(out).encode()
 
-        lines = list(container.logs)
+        lines = list(container.previous_logs or []) if previous else list(container.logs)
+        if previous:
+            follow = False  # a previous run has ended
         if since is not None:
             lines = [entry for entry in lines if entry[0] >= time.time() - since]
         if tail is not None and tail >= 0:

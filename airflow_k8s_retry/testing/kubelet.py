@@ -158,6 +158,7 @@ class ContainerRun:
     pull_failures: int = 0
     crash_backoff: float = 10.0
     logs: list[tuple[float, str]] = field(default_factory=list)
+    previous_logs: list[tuple[float, str]] | None = None  # the run before the last restart
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     xcom: Any = None
 
@@ -866,6 +867,7 @@ class Kubelet:
         self, run: PodRun, c: ContainerRun, changes: list[str], extra: dict[str, Any]
     ) -> None:
         c.last_state = c.state
+        c.previous_logs, c.logs = c.logs, []
         c.restart_count += 1
         delay = c.crash_backoff
         c.crash_backoff = min(c.crash_backoff * 2, 300.0)

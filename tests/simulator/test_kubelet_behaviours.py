@@ -209,6 +209,14 @@ def test_restart_policy_always_crash_loops(sim: FakeCluster, api: Any) -> None:
     cs = pod["status"]["containerStatuses"][0]  # type: ignore[index]
     assert cs["restartCount"] == 1 and cs["lastState"]["terminated"]["exitCode"] == 3
     assert phase(pod) == "Running"
+    previous = api.read_namespaced_pod_log("crash", "default", previous=True, _preload_content=False)
+    assert previous.read() == b"boom\n"
+    api.create_namespaced_pod("default", pod_body("once", "fails:1"))
+    assert sim.wait_for(pod_is("once", lambda p: phase(p) == "Failed"), 5)
+    with pytest.raises(kubernetes.client.ApiException) as caught:
+        api.read_namespaced_pod_log("once", "default", previous=True)
+    assert caught.value.status == 400
+    assert 'previous terminated container "base" in pod "once" not found' in caught.value.body
 
 
 def test_unschedulable_until_capacity_frees(sim: FakeCluster, api: Any) -> None:
