@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -216,7 +217,10 @@ def test_restart_policy_always_crash_loops(sim: FakeCluster, api: Any) -> None:
     with pytest.raises(kubernetes.client.ApiException) as caught:
         api.read_namespaced_pod_log("once", "default", previous=True)
     assert caught.value.status == 400
-    assert 'previous terminated container "base" in pod "once" not found' in caught.value.body
+    assert (
+        json.loads(caught.value.body)["message"]
+        == 'previous terminated container "base" in pod "once" not found'
+    )
 
 
 def test_unschedulable_until_capacity_frees(sim: FakeCluster, api: Any) -> None:
