@@ -13,6 +13,7 @@ import asyncio
 import base64
 import copy
 import json
+import logging
 import random
 import re
 import string
@@ -42,6 +43,8 @@ from airflow_k8s_retry.testing.store import (
     now_iso,
 )
 from airflow_k8s_retry.testing.tables import table, wants_table
+
+log = logging.getLogger(__name__)
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -315,6 +318,11 @@ class ApiServer:
             body = status_body(exc.code, exc.message, exc.reason, exc.details)
             headers = {"Retry-After": "1"} if exc.code == 429 else None
             response = web.json_response(body, status=exc.code, headers=headers)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            # A body of the right JSON type but the wrong shape: the apiserver would reject it as 400.
+            log.debug("bad request %s %s", request.method, request.path, exc_info=True)
+            body = status_body(400, f"the request is invalid: {type(exc).__name__}: {exc}", "BadRequest")
+            response = web.json_response(body, status=400)
         if info is not None:
             self.audit(request, info, response.status)
             if not info.watch and info.subresource not in ("log", "exec"):

@@ -491,3 +491,29 @@ def test_dropped_watches_end_and_can_resume(core: kubernetes.client.CoreV1Api, c
     assert cluster.wait_for(lambda c: c.drop_watches(reset=True) == 1, 5)
     reader.join(timeout=5)
     assert isinstance(results.get("error"), urllib3.exceptions.ProtocolError)
+
+
+def test_malformed_bodies_get_400_not_a_crash(cluster: FakeCluster) -> None:
+    import urllib.error
+    import urllib.request
+
+    def send(method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(f"{cluster.url}{path}", data=body, method=method)
+        request.add_header("Authorization", f"Bearer {cluster.token}")
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    code, body = send("POST", "/api/v1/namespaces/default/pods", b"{not json")
+    assert code == 400 and body["reason"] == "BadRequest"
+    code, body = send("POST", "/api/v1/namespaces/default/pods", b'["a list"]')
+    assert code == 400 and body["kind"] == "Status"
+    code, body = send(
+        "POST", "/api/v1/namespaces/default/pods", b'{"metadata": {"name": "m"}, "spec": {"containers": "x"}}'
+    )
+    assert code in (400, 422) and body["kind"] == "Status"
+    code, body = send("GET", "/api/v1/namespaces/default/widgets", b"")
+    assert code == 404 and body["kind"] == "Status"
