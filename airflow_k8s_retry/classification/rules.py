@@ -350,6 +350,14 @@ def _pod_failed(obs: Observation) -> Match | None:
 def _deleted_while_running(obs: Observation) -> Match | None:
     if not obs.deleting:
         return None
+    # A deletion stops the containers with SIGTERM (exit 143), then SIGKILL (137): those exits are
+    # the deletion's doing. Any other exit happened before the deletion and speaks for itself.
+    for container in obs.containers:
+        term = container.terminated
+        if term is not None and term.exit_code not in (None, 0, 137, 143):
+            return None
+        if term is not None and term.reason == "OOMKilled":
+            return None
     text = (
         f"{obs.title} is being deleted (deletionTimestamp is set) before it finished, "
         "and not by the cluster's disruption handling"
@@ -674,6 +682,14 @@ RULES: tuple[Rule, ...] = (
         "activeDeadlineSeconds ended the pod",
     ),
     Rule(
+        "deleted_while_running",
+        Reason.DELETED_EXTERNALLY,
+        Outcome.RETRY,
+        None,
+        _deleted_while_running,
+        "deletionTimestamp on an unfinished pod without DisruptionTarget: someone deleted it",
+    ),
+    Rule(
         "oom_killed",
         Reason.CONTAINER_OOM,
         Outcome.RETRY,
@@ -713,14 +729,6 @@ RULES: tuple[Rule, ...] = (
         None,
         _pod_failed,
         "phase Failed with no more specific explanation",
-    ),
-    Rule(
-        "deleted_while_running",
-        Reason.DELETED_EXTERNALLY,
-        Outcome.RETRY,
-        None,
-        _deleted_while_running,
-        "deletionTimestamp on an unfinished pod without DisruptionTarget: someone deleted it",
     ),
     Rule(
         "invalid_image_name",
