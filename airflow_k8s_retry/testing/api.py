@@ -294,6 +294,7 @@ class ApiServer:
             record["labels"] = info.labels
         record.update(info.extra)
         self.store.audit.write(record)
+        self.store.notify()  # audit records are observable state: wait_for re-checks on them too
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -312,8 +313,9 @@ class ApiServer:
             self.authorize(token, user, info)
             slot = self.take_fault(info)
             if slot is not None:
-                return await self.inject(request, info, slot)
-            response = await self.route(request, info)
+                response = await self.inject(request, info, slot)
+            else:
+                response = await self.route(request, info)
         except ApiError as exc:
             body = status_body(exc.code, exc.message, exc.reason, exc.details)
             headers = {"Retry-After": "1"} if exc.code == 429 else None
@@ -323,6 +325,10 @@ class ApiServer:
             log.debug("bad request %s %s", request.method, request.path, exc_info=True)
             body = status_body(400, f"the request is invalid: {type(exc).__name__}: {exc}", "BadRequest")
             response = web.json_response(body, status=400)
+        except asyncio.CancelledError:
+            if info is not None:
+                self.audit(request, info, 0)  # the client went away before the answer
+            raise
         if info is not None:
             self.audit(request, info, response.status)
             if not info.watch and info.subresource not in ("log", "exec"):
@@ -332,6 +338,9 @@ class ApiServer:
     async def inject(self, request: web.Request, info: RequestInfo, slot: FaultSlot) -> web.StreamResponse:
         status = slot.fault.status
         info.extra["fault"] = status
+        if status == "slow":
+            await asyncio.sleep(slot.fault.delay_seconds)
+            return await self.route(request, info)
         if status == "reset":
             self.audit(request, info, 0)
             if request.transport is not None:

@@ -423,13 +423,29 @@ class FakeCluster:
     # -- changing the world -------------------------------------------------------------------
 
     def add_fault(
-        self, verb: str = "*", resource: str = "*", status: int | str = 500, times: int | None = 1
+        self,
+        verb: str = "*",
+        resource: str = "*",
+        status: int | str = 500,
+        times: int | None = 1,
+        delay_seconds: float = 0.0,
     ) -> None:
-        """Fail the next ``times`` requests matching verb/resource (``*`` for any) with ``status``."""
+        """Fail the next ``times`` requests matching verb/resource (``*`` for any) with ``status``.
+
+        ``status`` is 500, 429, 410, ``"reset"`` (the connection is dropped) or ``"slow"`` (served
+        after ``delay_seconds`` real seconds, to exercise client timeouts).
+        """
         from airflow_k8s_retry.testing.api import FaultSlot
 
         fault = Fault.from_dict(
-            {"verb": verb, "resource": resource, "status": status, "times": times}, "add_fault"
+            {
+                "verb": verb,
+                "resource": resource,
+                "status": status,
+                "times": times,
+                "delay_seconds": delay_seconds,
+            },
+            "add_fault",
         )
         self._call(lambda: self._faults.append(FaultSlot(fault, fault.times)))
 

@@ -19,7 +19,7 @@ from typing import Any
 
 PULL_BEHAVIOURS = ("ok", "not_found", "unauthorized", "rate_limited", "invalid_name")
 DISRUPTION_KINDS = ("evict", "preempt", "node_lost", "delete")
-FAULT_STATUSES: tuple[int | str, ...] = (500, 429, 410, "reset")
+FAULT_STATUSES: tuple[int | str, ...] = (500, 429, 410, "reset", "slow")
 FAULT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*")
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -278,13 +278,15 @@ class Disruption:
 class Fault:
     """Answer the next ``times`` matching requests with an error instead of serving them.
 
-    ``verb``/``resource`` may be ``*``; ``times=None`` means every matching request.
+    ``verb``/``resource`` may be ``*``; ``times=None`` means every matching request. ``slow``
+    serves the request normally after ``delay_seconds`` real seconds (client timeouts are real).
     """
 
     verb: str
     resource: str
     status: int | str
     times: int | None = 1
+    delay_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.status not in FAULT_STATUSES or isinstance(self.status, bool):
@@ -292,11 +294,15 @@ class Fault:
             raise ScenarioError(f"Fault.status: {self.status!r} is not one of {allowed}")
         if self.verb not in FAULT_VERBS:
             raise ScenarioError(f"Fault.verb: {self.verb!r} is not one of {', '.join(FAULT_VERBS)}")
+        if self.status == "slow" and not self.delay_seconds > 0:
+            raise ScenarioError(
+                f"Fault.delay_seconds: a slow fault needs a delay above 0, got {self.delay_seconds!r}"
+            )
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> Fault:
         data = _mapping(data, where)
-        _check_keys(data, ("verb", "resource", "status", "times"), where)
+        _check_keys(data, ("verb", "resource", "status", "times", "delay_seconds"), where)
         verb = data.get("verb", "*")
         if verb not in FAULT_VERBS:
             raise ScenarioError(f"{where}.verb: {verb!r} is not one of {', '.join(FAULT_VERBS)}")
@@ -307,10 +313,22 @@ class Fault:
             raise ScenarioError(f"{where}.status: {status!r} is not one of {allowed}")
         times_raw = data.get("times", 1)
         times = None if times_raw is None else _int(times_raw, f"{where}.times", minimum=1)
-        return cls(verb=verb, resource=resource, status=status, times=times)
+        delay = _number(data.get("delay_seconds", 0.0), f"{where}.delay_seconds")
+        assert delay is not None
+        if status == "slow" and delay <= 0:
+            raise ScenarioError(f"{where}.delay_seconds: a slow fault needs a delay above 0")
+        return cls(verb=verb, resource=resource, status=status, times=times, delay_seconds=delay)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verb": self.verb, "resource": self.resource, "status": self.status, "times": self.times}
+        out: dict[str, Any] = {
+            "verb": self.verb,
+            "resource": self.resource,
+            "status": self.status,
+            "times": self.times,
+        }
+        if self.delay_seconds:
+            out["delay_seconds"] = self.delay_seconds
+        return out
 
 
 @dataclass(frozen=True)

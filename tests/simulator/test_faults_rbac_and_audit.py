@@ -52,8 +52,15 @@ def test_faults_fail_exactly_the_requested_calls(cluster: FakeCluster) -> None:
     with pytest.raises((urllib3.exceptions.ProtocolError, urllib3.exceptions.MaxRetryError)):
         api.read_namespaced_pod("f", "default")
     assert api.read_namespaced_pod("f", "default").metadata.name == "f"
+    cluster.add_fault(verb="get", resource="pods", status="slow", delay_seconds=0.5)
+    configuration = api.api_client.configuration
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        api.read_namespaced_pod("f", "default", _request_timeout=0.2)
+    del configuration
+    # The server still answers the slow request once its delay is over.
+    assert cluster.wait_for(lambda c: any(r.get("fault") == "slow" for r in c.audit_records()), 5)
     faulted = [r for r in cluster.audit_records() if r.get("fault") is not None]
-    assert [r["fault"] for r in faulted] == [500, 500, 429, 410, 410, "reset"]
+    assert [r["fault"] for r in faulted] == [500, 500, 429, 410, 410, "reset", "slow"]
 
 
 def test_scenario_faults_apply_from_the_start() -> None:
