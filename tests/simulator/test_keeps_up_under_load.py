@@ -6,7 +6,8 @@ from airflow_k8s_retry.testing.loadcheck import run_loadcheck
 
 
 def test_fifty_concurrent_pods_finish_without_falling_behind() -> None:
-    report = run_loadcheck(50, time_scale=0.05, run_seconds=20.0, concurrency=16, timeout=60)
+    # Each pod runs 3 real seconds, long enough for all 50 creates to land while the first still run.
+    report = run_loadcheck(50, time_scale=0.05, run_seconds=60.0, concurrency=16, timeout=60)
     assert report.succeeded == 50
     assert report.peak_concurrent_running == 50, "every pod ran at the same time"
     # Each pod's lifecycle changes (scheduled, creating, running, succeeded) reached the watch.
