@@ -1014,7 +1014,9 @@ class ApiServer:
             raise ApiError(400, f"container {container_name} is not valid for pod {info.name}")
         if not container.running or run.frozen:
             raise ApiError(400, f'unable to upgrade connection: container not found ("{container_name}")')
-        ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io", "channel.k8s.io"), autoping=True)
+        ws = web.WebSocketResponse(
+            protocols=("v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io"), autoping=True
+        )
         await ws.prepare(request)
         self.audit(request, info, 101)
         try:

@@ -2,8 +2,9 @@
 
 The cncf provider reads a task's result by exec-ing into the ``airflow-xcom-sidecar`` container
 (``/bin/sh -c 'if [ -s /airflow/xcom/return.json ]; then cat ...'``) and then stops the sidecar by
-writing ``kill -2 ...`` to a shell's stdin. This module speaks the ``v4.channel.k8s.io`` protocol
-(one leading byte per frame: 0 stdin, 1 stdout, 2 stderr, 3 status) and interprets those commands
+writing ``kill -2 ...`` to a shell's stdin. This module speaks the ``v4.channel.k8s.io`` and
+``v5.channel.k8s.io`` protocols (one leading byte per frame: 0 stdin, 1 stdout, 2 stderr,
+3 status; v5 adds 255 for "stdin closed", which ``kubectl exec -i`` sends) and interprets those commands
 plus a few simple ones (``cat``, ``echo``, ``true``, ``false``, ``exit``); anything else answers
 ``not found`` with exit code 127, as a minimal image would.
 """
@@ -22,7 +23,7 @@ from airflow_k8s_retry.testing.kubelet import XCOM_PATH
 if TYPE_CHECKING:
     from airflow_k8s_retry.testing.kubelet import ContainerRun, Kubelet, PodRun
 
-STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
+STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
 SHELLS = {"sh", "/bin/sh", "bash", "/bin/bash", "ash", "/bin/ash"}
 EMPTY_MARKER = "__airflow_xcom_result_empty__"
 SIGNALS = {"INT": 2, "SIGINT": 2, "TERM": 15, "SIGTERM": 15, "KILL": 9, "SIGKILL": 9, "HUP": 1, "SIGHUP": 1}
@@ -158,6 +159,15 @@ async def run_exec_session(
             channel, payload = ord(text[0]) if text else -1, text[1:]
         else:
             break
+        if channel == CLOSE and payload[:1] in ("\x00", ""):
+            # v5: the client closed stdin; whatever the shell read so far is all it gets.
+            if buffer.strip():
+                outcome = interpret(buffer, kubelet, run, container)
+                await _send(ws, outcome)
+                await ws.send_bytes(_status(outcome.code, command))
+            else:
+                await ws.send_bytes(_status(0, command))
+            return
         if channel != STDIN:
             continue
         buffer += payload

@@ -28,7 +28,9 @@ needs_kubectl = pytest.mark.skipif(
 @needs_kubectl
 def test_kubectl_get_pods_watch_shows_the_lifecycle() -> None:
     assert KUBECTL is not None, "kubectl is required when CI is set"
-    scenario = {"images": {"ghost:1": {"pull": "not_found"}}}
+    scenario = {
+        "images": {"ghost:1": {"pull": "not_found"}, "example.com/long:1": {"run": {"duration_seconds": 600}}}
+    }
     with FakeCluster(scenario, time_scale=0.02, tls=True) as cluster:
         api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(cluster.kubeconfig)))
         api.create_namespaced_pod("default", pod_body("early"))
@@ -80,6 +82,17 @@ def test_kubectl_get_pods_watch_shows_the_lifecycle() -> None:
             check=False,
         )
         assert logs.returncode != 0
+        api.create_namespaced_pod("default", pod_body("shell", "example.com/long:1"))
+        assert cluster.wait_for(lambda c: (c.pod("shell") or {})["status"]["phase"] == "Running", 5)
+        said = subprocess.run(
+            [KUBECTL, "--kubeconfig", str(cluster.kubeconfig), "exec", "-i", "shell", "--", "sh"],
+            input="echo hello\nexit 3\n",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert (said.returncode, said.stdout) == (3, "hello\n")
         # The kubelet keeps retrying, so the waiting reason alternates between the two.
         assert re.search(
             r'container "base" in pod "ghost" is waiting to start: (ErrImagePull|ImagePullBackOff)',
