@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -153,8 +154,30 @@ def _in_cluster_available() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and bool(os.environ.get("KUBERNETES_SERVICE_PORT"))
 
 
+#: The clients log every response body at DEBUG: pod specs with env values, Secrets' data.
+_BODY_LOGGERS = ("kubernetes.client.rest", "kubernetes_asyncio.client.rest")
+
+
+class _WithoutResponseBodies(logging.Filter):
+    """Drop the clients' "response body" records, so a DEBUG log level cannot leak secrets."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("response body")
+
+
+_BODY_FILTER = _WithoutResponseBodies()
+
+
+def _keep_response_bodies_out_of_logs() -> None:
+    for name in _BODY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _BODY_FILTER not in logger.filters:
+            logger.addFilter(_BODY_FILTER)
+
+
 def sync_api_client(config: ClusterConfig) -> kubernetes.client.ApiClient:
     """A new synchronous ``kubernetes`` API client for ``config``; close it when done."""
+    _keep_response_bodies_out_of_logs()
     from kubernetes import client
     from kubernetes import config as kconfig
     from kubernetes.config.config_exception import ConfigException
@@ -200,6 +223,7 @@ async def async_api_client(config: ClusterConfig) -> kubernetes_asyncio.client.A
 
     Close it (``await client.close()``) in the same loop when done.
     """
+    _keep_response_bodies_out_of_logs()
     from kubernetes_asyncio import client
     from kubernetes_asyncio import config as kconfig
     from kubernetes_asyncio.config.config_exception import ConfigException
