@@ -175,6 +175,23 @@ class ContainerRun:
         self.changed.set()
         self.changed = asyncio.Event()
 
+    def kill(self, exit_code: int) -> bool:
+        """Stop the container by a signal (143 SIGTERM, 137 SIGKILL) if it runs; True if it did."""
+        if not self.running:
+            return False
+        self.state = {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": "Error",
+                "startedAt": self.state["running"]["startedAt"],
+                "finishedAt": now_iso(),
+                "containerID": self.container_id,
+            }
+        }
+        self.ready = False
+        self.touch()
+        return True
+
     def status(self) -> Obj:
         out: Obj = {
             "name": self.name,
@@ -555,19 +572,7 @@ class Kubelet:
         if run.phase in ("Succeeded", "Failed") or run.deleting:
             return
         for c in run.containers:
-            if c.running:
-                started = c.state["running"]["startedAt"]
-                c.state = {
-                    "terminated": {
-                        "exitCode": 137,
-                        "reason": "Error",
-                        "startedAt": started,
-                        "finishedAt": now_iso(),
-                        "containerID": c.container_id,
-                    }
-                }
-                c.ready = False
-                c.touch()
+            c.kill(137)
         run.reason = "DeadlineExceeded"
         run.message = "Pod was active on the node longer than the specified deadline"
         changes = self.set_phase(run, "Failed")
@@ -927,19 +932,7 @@ class Kubelet:
         run.stopped = True
         changes: list[str] = []
         for c in run.containers:
-            if c.running:
-                started = c.state["running"]["startedAt"]
-                c.state = {
-                    "terminated": {
-                        "exitCode": 143,
-                        "reason": "Error",
-                        "startedAt": started,
-                        "finishedAt": now_iso(),
-                        "containerID": c.container_id,
-                    }
-                }
-                c.ready = False
-                c.touch()
+            if c.kill(143):
                 changes.append(f"terminated:Error:{c.name}")
             elif "waiting" in c.state:
                 c.state = {
@@ -1056,19 +1049,7 @@ class Kubelet:
 
     def _evicted(self, run: PodRun) -> None:
         for c in run.containers:
-            if c.running:
-                started = c.state["running"]["startedAt"]
-                c.state = {
-                    "terminated": {
-                        "exitCode": 137,
-                        "reason": "Error",
-                        "startedAt": started,
-                        "finishedAt": now_iso(),
-                        "containerID": c.container_id,
-                    }
-                }
-                c.ready = False
-                c.touch()
+            c.kill(137)
         run.reason = "Evicted"
         run.message = "The pod was evicted through the Eviction API."
         changes = self.set_phase(run, "Failed")
