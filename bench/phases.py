@@ -42,12 +42,14 @@ HUB_WATCH_TIMEOUT = (240, 360)
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
+    """Percentile with linear interpolation between closest ranks (numpy's default); None for no values."""
     data = sorted(values)
     if not data:
         return None
-    rank = max(1, min(len(data), round(q / 100 * len(data) + 0.5)))
-    return data[rank - 1]
+    position = (len(data) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (position - low)
 
 
 def requests_of(records: Iterable[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:

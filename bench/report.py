@@ -265,7 +265,7 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
             (
                 ("cpu_seconds_per_minute", "CPU seconds per minute"),
                 ("rss_peak_mb", "peak RSS (MB)"),
-                ("requests_per_second", "API requests per second"),
+                ("requests_per_second", "API requests per second (0 drawn at 0.001)"),
             ),
             strict=True,
         ):
