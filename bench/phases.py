@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_k8s_retry.kube.hub import WatchHub
 from bench.driver import SETUP_AGENT
 from bench.harness import start_driver
 from bench.simulator import SimulatorProcess
@@ -37,8 +38,8 @@ SIGNALS = {
 #: The cncf trigger's defaults, as the deferrable KubernetesPodOperator passes them.
 KPO_POLL_INTERVAL = 2.0
 KPO_STARTUP_CHECK_INTERVAL = 5.0
-#: PodStateTrigger's server-side watch timeout range (``WatchHub.watch_timeout``).
-HUB_WATCH_TIMEOUT = (240, 360)
+#: PodStateTrigger's server-side watch timeout range, as the package ships it.
+HUB_WATCH_TIMEOUT = WatchHub.watch_timeout
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.phases import HUB_WATCH_TIMEOUT
+
 SIDE_NAMES = {"ours": "PodStateTrigger", "kpo": "KubernetesPodTrigger"}
 KIND_NAMES = {"pull": "image pull failure", "term": "container exits 1", "evict": "eviction"}
 TARGET_REQUESTS = 10
@@ -164,10 +166,15 @@ def targets(results: dict[str, Any]) -> list[str]:
         watches = worst["ours"]["by_verb_per_pod"]
         reopen = watches.get("watch pods", 0) + watches.get("watch events", 0)
         if worst["pods"] == 1 and reopen:
+            low, high = HUB_WATCH_TIMEOUT
+            # A lone pod pays list + watch for pods and events (4), then 2 per re-open cycle.
+            cycles = (TARGET_REQUESTS - 4) // 2 + 1
             lines.append(
                 "| (same target, a pod alone in its namespace for longer) | derived, not measured: each of "
-                "the two watches (pods, events) re-opens every 240-360 s, about 0.4 requests a minute "
-                "| missed for a lone pod running longer than about 15 minutes |"
+                f"the two watches (pods, events) re-opens every {low // 60}-{high // 60} min while bookmarks "
+                "keep it alive (every 5 min if the server sends none) "
+                f"| missed for a lone pod running longer than about {cycles * low / 3600:.1f}-"
+                f"{cycles * high / 3600:.1f} hours |"
             )
     latency = results.get("latency")
     if latency:

@@ -37,6 +37,9 @@ Json = dict[str, Any]
 REQUEST_TIMEOUT = (10.0, 30.0)
 #: Extra read time a watch gets past its server-side timeout before the client gives up on it.
 WATCH_READ_SLACK = 15.0
+#: A watch that sends nothing for this long, not even a bookmark (the apiserver's watch cache sends
+#: one about every minute), is presumed dead and re-opened from its resourceVersion.
+WATCH_IDLE_LIMIT = 300.0
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -324,7 +327,10 @@ class AsyncKube:
             resp = await method(
                 namespace,
                 _preload_content=False,
-                _request_timeout=(REQUEST_TIMEOUT[0], timeout_seconds + WATCH_READ_SLACK),
+                _request_timeout=(
+                    REQUEST_TIMEOUT[0],
+                    min(timeout_seconds + WATCH_READ_SLACK, WATCH_IDLE_LIMIT),
+                ),
                 **kwargs,
             )
             await _check(resp, what)

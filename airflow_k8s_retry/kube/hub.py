@@ -608,8 +608,11 @@ class WatchHub:
     #: How long a subscribed pod may be missing from the watch before it is fetched once.
     confirm_delay: ClassVar[float] = 2.0
     #: Server-side watch timeout range, in seconds (a random value in it per watch request, so that
-    #: watches of many namespaces do not reconnect in lockstep).
-    watch_timeout: ClassVar[tuple[int, int]] = (240, 360)
+    #: watches of many namespaces do not reconnect in lockstep). The apiserver's own limit (its
+    #: --min-request-timeout, 1800 s by default, randomised up to twice that) is the same range, so
+    #: a watch is re-opened about once every 30 to 60 minutes; bookmarks keep it alive meanwhile,
+    #: and a watch silent for longer than ``kube.aio.WATCH_IDLE_LIMIT`` is re-opened at once.
+    watch_timeout: ClassVar[tuple[int, int]] = (1800, 3600)
 
     def __init__(self) -> None:
         self._connections: dict[str, _Connection] = {}
