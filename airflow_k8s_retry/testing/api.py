@@ -901,21 +901,28 @@ class ApiServer:
 
     # -- pods/log --------------------------------------------------------------------------------
 
+    @staticmethod
+    def container_named(request: web.Request, pod: Any, info: RequestInfo) -> str:
+        """The ``container`` query parameter, or the pod's only container, as the apiserver does."""
+        name = request.query.get("container")
+        if name:
+            return name
+        containers = pod["spec"]["containers"]
+        if len(containers) != 1:
+            raise ApiError(
+                400,
+                f"a container name must be specified for pod {info.name}, choose one of: "
+                f"[{' '.join(c['name'] for c in containers)}]",
+            )
+        return str(containers[0]["name"])
+
     async def pod_log(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         pod = self.get_object(info)
         run = self.kubelet.runs.get(pod["metadata"]["uid"])
         names = [c["name"] for c in pod["spec"].get("initContainers") or []] + [
             c["name"] for c in pod["spec"]["containers"]
         ]
-        container_name = request.query.get("container")
-        if not container_name:
-            if len(pod["spec"]["containers"]) != 1:
-                raise ApiError(
-                    400,
-                    f"a container name must be specified for pod {info.name}, choose one of: "
-                    f"[{' '.join(c['name'] for c in pod['spec']['containers'])}]",
-                )
-            container_name = pod["spec"]["containers"][0]["name"]
+        container_name = self.container_named(request, pod, info)
         if container_name not in names or run is None:
             raise ApiError(400, f"container {container_name} is not valid for pod {info.name}")
         container = run.container(container_name)
@@ -1000,15 +1007,7 @@ class ApiServer:
         command = request.query.getall("command", [])
         if not command:
             raise ApiError(400, "you must specify at least 1 command")
-        container_name = request.query.get("container")
-        if not container_name:
-            if len(pod["spec"]["containers"]) != 1:
-                raise ApiError(
-                    400,
-                    f"a container name must be specified for pod {info.name}, choose one of: "
-                    f"[{' '.join(c['name'] for c in pod['spec']['containers'])}]",
-                )
-            container_name = pod["spec"]["containers"][0]["name"]
+        container_name = self.container_named(request, pod, info)
         container = run.container(container_name) if run is not None else None
         if run is None or container is None:
             raise ApiError(400, f"container {container_name} is not valid for pod {info.name}")
