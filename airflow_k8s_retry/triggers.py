@@ -47,6 +47,9 @@ _QUIET_LIMIT = 300.0
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
 _STATE_LOOKUP_TIMEOUT = 10.0
 
+#: ``on_kill`` work that outlived the cancelled ``on_kill`` call; referenced here until it is done.
+_KILL_WORK: set[asyncio.Future[None]] = set()
+
 TaskStateLookup = Callable[[TryIdentity], Awaitable[str | None]]
 
 
@@ -463,7 +466,19 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             await sub.close()
 
     async def on_kill(self) -> None:
-        """Delete the pod by UID, but only once the task instance is confirmed no longer deferred."""
+        """Delete the pod by UID, but only once the task instance is confirmed no longer deferred.
+
+        Airflow 3.3 re-sends the cancellation to a cancelled trigger on every state sync (about once
+        a second) until the trigger has ended, and each one lands inside ``on_kill``. The state
+        lookup and the delete therefore run in their own task, shielded: a repeated cancellation
+        ends the wait here, not the work, which finishes on the triggerer's event loop.
+        """
+        work = asyncio.ensure_future(self._kill())
+        _KILL_WORK.add(work)
+        work.add_done_callback(_KILL_WORK.discard)
+        await asyncio.shield(work)
+
+    async def _kill(self) -> None:
         if not self.owned or self._identity is None:
             self.log.info("Pod %s is not owned by this task; it is left alone", self.pod_name)
             return
