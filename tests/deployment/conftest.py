@@ -1,0 +1,304 @@
+"""A real Airflow deployment against the simulator: api-server, scheduler (LocalExecutor) and two
+triggerers, each its own process group, all started once for this folder and always stopped.
+
+``airflow dags test`` runs triggers inline in one process; here a task defers through the
+metadata database to a separate triggerer, its worker talks to the api-server's execution API,
+and the scheduler resumes it, as in production. The DAGs in ``dags/`` are serialized once with
+``airflow dags reserialize`` (what a dag-processor would do), so no dag-processor competes for the
+two CPU cores. Results are read from the metadata database, the REST API and the simulator's
+audit log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from airflow_k8s_retry.testing import FakeCluster
+from tests.support.airflow_runner import AIRFLOW, AirflowHome, MigratedDatabase
+
+DAGS = Path(__file__).with_name("dags")
+SCALE = 0.1  # real seconds per simulated second
+SCENARIO: dict[str, Any] = {
+    "time_scale": SCALE,
+    "images": {
+        "example.com/pool/job:1": {"run": {"duration_seconds": 150, "log": "done"}},
+        "example.com/pool/broken:1": {"run": {"exit_code": 3, "duration_seconds": 80, "log": "boom"}},
+        "registry.example.com/team/missing:1": {"pull": "not_found"},
+        "example.com/long:1": {"run": {"duration_seconds": 3000}},
+    },
+}
+#: A triggerer whose heartbeat is older than this loses its triggers to a live one.
+HEALTH_THRESHOLD = 6
+POLL = 0.5  # seconds between looks at the other processes' state
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Deployment:
+    """The running processes, the simulator they talk to, and ways to look at and act on them."""
+
+    def __init__(self, root: Path, home: AirflowHome, cluster: FakeCluster) -> None:
+        self.root = root
+        self.home = home
+        self.cluster = cluster
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.env = home.env(
+            cluster.kubeconfig,
+            {
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                # One executor slot: tasks that are deferred at the same time prove the worker is free.
+                "AIRFLOW__CORE__PARALLELISM": "1",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+                "AIRFLOW__API__BASE_URL": self.base_url,
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API_AUTH__JWT_SECRET": "deployment-test-only-" + os.urandom(8).hex(),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+                "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+                "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(HEALTH_THRESHOLD),
+            },
+        )
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.triggerer_jobs: dict[str, int] = {}  # process name -> its TriggererJob id
+        self._token: str | None = None
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def log_path(self, name: str) -> Path:
+        return self.root / f"{name}.log"
+
+    def log(self, name: str) -> str:
+        return self.log_path(name).read_text(errors="replace")
+
+    def start(self, name: str, *args: str) -> None:
+        with self.log_path(name).open("wb") as out:
+            self.procs[name] = subprocess.Popen(
+                [AIRFLOW, *args],
+                env=self.env,
+                cwd=self.home.home,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: signals reach its children too
+            )
+
+    def trigger_logs(self, name: str, dag_id: str | None = None) -> str:
+        """What triggerer ``name`` wrote: its own output and its trigger log files (of one DAG, if given)."""
+        job = self.triggerer_jobs[name]
+        under = self.home.home / "logs" / (f"dag_id={dag_id}" if dag_id else "")
+        files = sorted(under.rglob(f"*trigger.{job}.log")) if under.exists() else []
+        own = [] if dag_id else [self.log(name)]
+        return "\n".join([*own, *(f.read_text(errors="replace") for f in files)])
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        os.killpg(self.procs[name].pid, sig)
+
+    def start_triggerer(self, name: str) -> None:
+        known = set(self.triggerer_jobs.values())
+        self.start(name, "triggerer")
+        job = self.wait(
+            lambda: next(iter(set(self._triggerer_job_ids()) - known), None),
+            60,
+            f"a TriggererJob row for {name}",
+        )
+        self.triggerer_jobs[name] = job
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                for sig in (signal.SIGCONT, signal.SIGTERM):  # a frozen process must wake to stop
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + 20
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # stragglers, and any child left in the group
+            proc.wait()
+
+    # -- REST API ------------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers=headers,
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"{method} {path} answered {exc.code}: {exc.read()[:2000]!r}") from None
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = str(self.api("GET", "/auth/token", auth=False)["access_token"])
+        return self._token
+
+    def health(self) -> dict[str, Any]:
+        try:
+            return dict(self.api("GET", "/api/v2/monitor/health", auth=False))
+        except (OSError, AssertionError):
+            return {}
+
+    def trigger_dag(self, dag_id: str) -> str:
+        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
+        return str(run["dag_run_id"])
+
+    # -- metadata database ----------------------------------------------------------------------
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(self.home.database, timeout=30) as db:
+            return db.execute(sql, params).fetchall()
+
+    def _triggerer_job_ids(self) -> list[int]:
+        return [r[0] for r in self.query("select id from job where job_type = 'TriggererJob' order by id")]
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, tuple[int, str | None]]:
+        """task_id -> (try_number, state) of the current try."""
+        rows = self.query(
+            "select task_id, try_number, state from task_instance where dag_id = ? and run_id = ?",
+            dag_id,
+            run_id,
+        )
+        return {r[0]: (int(r[1]), r[2]) for r in rows}
+
+    def tries(self, dag_id: str, run_id: str, task_id: str) -> list[tuple[int, str | None]]:
+        """(try_number, state) of every try of one task, history included, in order."""
+        rows = self.query(
+            "select try_number, state from task_instance_history where dag_id = ? and run_id = ? "
+            "and task_id = ? union select try_number, state from task_instance where dag_id = ? "
+            "and run_id = ? and task_id = ? order by 1",
+            dag_id,
+            run_id,
+            task_id,
+            dag_id,
+            run_id,
+            task_id,
+        )
+        return [(int(r[0]), r[1]) for r in rows]
+
+    def dag_run_state(self, dag_id: str, run_id: str) -> str | None:
+        rows = self.query("select state from dag_run where dag_id = ? and run_id = ?", dag_id, run_id)
+        return rows[0][0] if rows else None
+
+    def trigger_holder(self, dag_id: str, run_id: str, task_id: str) -> str | None:
+        """The name of the triggerer process running this task instance's trigger, if any."""
+        rows = self.query(
+            "select t.triggerer_id from task_instance ti join trigger t on t.id = ti.trigger_id "
+            "where ti.dag_id = ? and ti.run_id = ? and ti.task_id = ?",
+            dag_id,
+            run_id,
+            task_id,
+        )
+        job = rows[0][0] if rows else None
+        return next((name for name, j in self.triggerer_jobs.items() if j == job), None)
+
+    # -- simulator ------------------------------------------------------------------------------
+
+    def pods_of(self, dag_id: str) -> list[dict[str, Any]]:
+        """Every pod ever created for ``dag_id`` (live and deleted), in creation order."""
+        return [
+            p for p in self.cluster.all_pods() if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id
+        ]
+
+    def live_pods(self, dag_id: str) -> list[dict[str, Any]]:
+        """The pods of ``dag_id`` that exist now."""
+        return [p for p in self.cluster.pods() if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id]
+
+    def pod_requests(self, verb: str, dag_id: str) -> list[dict[str, Any]]:
+        names = {p["metadata"]["name"] for p in self.pods_of(dag_id)}
+        return [
+            r
+            for r in self.cluster.audit_records()
+            if r.get("kind") == "request"
+            and r.get("resource") == "pods"
+            and r.get("verb") == verb
+            and (r.get("name") in names or (r.get("labels") or {}).get("dag_id") == dag_id)
+        ]
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait(
+        self,
+        probe: Callable[[], T | None],
+        timeout: float,
+        what: str,
+        describe: Callable[[], object] | None = None,
+    ) -> T:
+        """Poll ``probe`` until it returns something truthy (and return that); fail with the state seen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = probe()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                for name, proc in self.procs.items():
+                    if proc.poll() is not None:
+                        what += f"; {name} exited with {proc.returncode}"
+                state = describe() if describe is not None else None
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}; state: {state}")
+            time.sleep(POLL)
+
+
+@pytest.fixture(scope="package")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = Path(tmp_path_factory.mktemp("deployment"))
+    database = MigratedDatabase.create(root / "template")
+    home = AirflowHome.create(root / "home", dags_folder=DAGS, database=database)
+    with FakeCluster(scenario=SCENARIO, audit=root / "audit.jsonl") as cluster:
+        dep = Deployment(root, home, cluster)
+        try:
+            serialized = subprocess.run(
+                [AIRFLOW, "dags", "reserialize"],
+                env=dep.env,
+                cwd=home.home,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert serialized.returncode == 0, serialized.stdout[-3000:] + serialized.stderr[-3000:]
+            dep.start("api-server", "api-server", "--port", str(dep.port))
+            dep.start("scheduler", "scheduler")
+            dep.start_triggerer("triggerer-a")
+            dep.start_triggerer("triggerer-b")
+            dep.wait(
+                lambda: all(
+                    (dep.health().get(part) or {}).get("status") == "healthy"
+                    for part in ("metadatabase", "scheduler", "triggerer")
+                ),
+                90,
+                "api-server, scheduler and triggerers to report healthy",
+                dep.health,
+            )
+            yield dep
+        finally:
+            dep.stop_all()

@@ -1,0 +1,21 @@
+"""A pod whose image is missing: the task stays deferred through its grace while its trigger moves."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_k8s_retry.classification.policy import FailurePolicy
+from airflow_k8s_retry.operators import RetryingPodOperator
+
+#: Long enough to move the trigger to the other triggerer inside it, short enough for a quick test.
+GRACE_SECONDS = 30
+
+with DAG(dag_id="deployment_handover", schedule=None, start_date=datetime(2024, 1, 1)):
+    RetryingPodOperator(
+        task_id="pull",
+        image="registry.example.com/team/missing:1",
+        retries=0,
+        failure_policy=FailurePolicy(grace={"image.not_found": GRACE_SECONDS}),
+    )

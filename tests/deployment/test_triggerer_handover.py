@@ -1,0 +1,127 @@
+"""A deferred trigger moves to the other triggerer and resumes where it was: the pod survives the
+``on_kill`` that Airflow 3.3.0-3.3.2 sends on hand-over, no second pod is created, the grace timer
+keeps its first-seen time, and the task ends with one verdict.
+
+The triggerer running the trigger is frozen (SIGSTOP) until its heartbeat goes stale, so the other
+triggerer takes the trigger over; then it is thawed (SIGCONT), finds the trigger gone from its
+assignments and cancels it through the same path as a user action, which calls ``on_kill``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION
+from tests.deployment.conftest import HEALTH_THRESHOLD, Deployment
+from tests.deployment.dags.deployment_handover import GRACE_SECONDS
+
+pytestmark = pytest.mark.e2e
+
+DAG_ID = "deployment_handover"
+TASK_ID = "pull"
+ON_KILL = "invoking on_kill"
+KEPT = "kept: the task instance is still deferred"
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, str]:
+    return dict(pod["metadata"].get("annotations") or {})
+
+
+def test_trigger_moves_to_the_other_triggerer_and_keeps_pod_and_timer(deployment: Deployment) -> None:
+    dep = deployment
+    started = time.monotonic()
+    run_id = dep.trigger_dag(DAG_ID)
+
+    def stamped_history() -> dict[str, Any] | None:
+        live = dep.live_pods(DAG_ID)
+        raw = _annotations(live[0]).get(HISTORY_ANNOTATION) if live else None
+        return json.loads(raw) if raw else None
+
+    history = dep.wait(
+        stamped_history,
+        60,
+        "the trigger to stamp its history on the pod",
+        lambda: dep.task_states(DAG_ID, run_id),
+    )
+    first_seen = min(history["first_seen"].values())
+    [pod] = dep.pods_of(DAG_ID)
+    uid = pod["metadata"]["uid"]
+    holder = dep.wait(
+        lambda: dep.trigger_holder(DAG_ID, run_id, TASK_ID), 30, "a triggerer to hold the trigger"
+    )
+    other = next(name for name in dep.triggerer_jobs if name != holder)
+    assert dep.task_states(DAG_ID, run_id)[TASK_ID] == (1, "deferred")
+
+    # Freeze the holder well into the grace, so a timer restarted by the new trigger would show.
+    time.sleep(max(0.0, first_seen + 8 - time.time()))
+    frozen_at = time.time()
+    dep.signal(holder, signal.SIGSTOP)
+    try:
+        dep.wait(
+            lambda: dep.trigger_holder(DAG_ID, run_id, TASK_ID) == other,
+            HEALTH_THRESHOLD + 20,
+            f"{other} to take the trigger over",
+            lambda: dep.trigger_holder(DAG_ID, run_id, TASK_ID),
+        )
+    finally:
+        dep.signal(holder, signal.SIGCONT)
+    taken_over_at = time.time()
+
+    # The thawed triggerer cancels its copy and calls on_kill; the guard sees a deferred task.
+    def kill_handled() -> bool:
+        text = dep.trigger_logs(holder, DAG_ID)
+        return ON_KILL in text and KEPT in text
+
+    dep.wait(
+        kill_handled,
+        30,
+        f"{holder} to call on_kill and keep the pod",
+        lambda: dep.trigger_logs(holder, DAG_ID)[-3000:],
+    )
+    assert dep.task_states(DAG_ID, run_id)[TASK_ID] == (1, "deferred")
+    assert [p["metadata"]["uid"] for p in dep.live_pods(DAG_ID)] == [uid]
+    assert dep.pod_requests("delete", DAG_ID) == []
+
+    # The new trigger emits the verdict when the original grace runs out, not a fresh one.
+    resumed_at = dep.wait(
+        lambda: time.time() if dep.task_states(DAG_ID, run_id)[TASK_ID][1] != "deferred" else None,
+        GRACE_SECONDS + 30,
+        "the verdict",
+        lambda: dep.task_states(DAG_ID, run_id),
+    )
+    assert resumed_at >= first_seen + GRACE_SECONDS - 1, resumed_at - first_seen
+    assert resumed_at < frozen_at + GRACE_SECONDS, (
+        f"the verdict came {resumed_at - frozen_at:.1f} s after the freeze: the grace was restarted"
+    )
+    dep.wait(
+        lambda: dep.dag_run_state(DAG_ID, run_id) in ("success", "failed"),
+        60,
+        "the DAG run to finish",
+        lambda: dep.task_states(DAG_ID, run_id),
+    )
+    seconds = time.monotonic() - started
+
+    assert dep.tries(DAG_ID, run_id, TASK_ID) == [(1, "failed")]
+    [pod] = dep.pods_of(DAG_ID)  # still exactly one pod
+    assert pod["metadata"]["uid"] == uid
+    verdict = json.loads(_annotations(pod)[VERDICT_ANNOTATION])
+    assert verdict["reason"] == "image.not_found"
+    # The history the new trigger carried on with still starts at the first trigger's first sighting.
+    kept = json.loads(_annotations(pod)[HISTORY_ANNOTATION])
+    assert min(kept["first_seen"].values()) == pytest.approx(first_seen)
+    deletes = dep.pod_requests("delete", DAG_ID)
+    assert [(r["uid"], r["status"]) for r in deletes] == [(uid, 200)]
+    assert min(r["t"] for r in deletes) > resumed_at - 1
+    fired = dep.trigger_logs(holder, DAG_ID).count("Trigger fired event") + dep.trigger_logs(
+        other, DAG_ID
+    ).count("Trigger fired event")
+    assert fired == 1
+    print(
+        f"\nhand-over DAG run: {seconds:.1f} s; grace {GRACE_SECONDS} s from first seen, verdict after "
+        f"{resumed_at - first_seen:.1f} s; taken over {taken_over_at - frozen_at:.1f} s after the freeze"
+    )
