@@ -6,6 +6,7 @@ task instance is still deferred then, and the live pod must survive the hand-ove
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -40,10 +41,10 @@ class StateLookup:
         return self.state
 
 
-async def kill(
+async def stopped_trigger(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, *, owned: bool = True
-) -> tuple[str, TryIdentity]:
-    """Run a trigger on a running pod, then do what the triggerer does on a kill: cancel, on_kill."""
+) -> tuple[PodStateTrigger, str, TryIdentity]:
+    """Run a trigger on a running pod, then cancel it as the triggerer does before ``on_kill``."""
     use_cluster(monkeypatch, cluster)
     monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
     clock = ManualClock()
@@ -56,7 +57,15 @@ async def kill(
     # The trigger has seen the pod running and sleeps until its next re-check.
     await clock.wait_for_sleeper(clock.now() + 600)
     await run.stop()
-    await run.trigger.on_kill()
+    return run.trigger, name, identity
+
+
+async def kill(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, *, owned: bool = True
+) -> tuple[str, TryIdentity]:
+    """Do what the triggerer does on a kill: cancel the trigger, then call ``on_kill``."""
+    trigger, name, identity = await stopped_trigger(cluster, monkeypatch, lookup, owned=owned)
+    await trigger.on_kill()
     return name, identity
 
 
@@ -106,3 +115,36 @@ async def test_outside_a_triggerer_the_default_lookup_fails_safe(
     # No task SDK supervisor here: the real lookup raises, so the pod is kept.
     name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
     assert cluster.pod(name) is not None
+
+
+class SlowLookup(StateLookup):
+    """A state lookup that answers only when released, as a busy supervisor does (seen: about 4 s)."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, identity: TryIdentity) -> str | None:
+        self.asked.append(identity)
+        self.started.set()
+        await self.release.wait()
+        return self.state
+
+
+async def test_a_repeated_cancellation_during_the_lookup_still_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Airflow 3.3 re-sends the cancellation on every state sync until the trigger has ended, and
+    # each one lands inside on_kill while it is still asking for the task's state.
+    lookup = SlowLookup("failed")
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup)
+    on_kill = asyncio.ensure_future(trigger.on_kill())
+    await asyncio.wait_for(lookup.started.wait(), 10)
+    on_kill.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await on_kill
+    assert cluster.pod(name) is not None, "the kill work is still waiting for the state"
+    lookup.release.set()
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert cluster.request_counts()[("delete", "pods")] == 1
