@@ -370,9 +370,55 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         identity = self._identity(context)
         client, namespace = self._client()
         try:
+            self._sweep_earlier_tries(client, identity, namespace)
             return self._launch(context, client, identity, namespace, relaunch=0)
         finally:
             client.close()
+
+    def _sweep_earlier_tries(self, client: PodClient, identity: TryIdentity, namespace: str) -> None:
+        """Delete pods that an earlier try of this task left running.
+
+        An earlier try can end without reaching its cleanup: the task instance was marked failed
+        or cleared while deferred before any triggerer had started its trigger, so nothing called
+        ``on_kill``. Its pod would run on. A new try is proof that the earlier one is over, so its
+        unfinished pods go, by UID. Pods with a verdict stamp were kept on purpose
+        (``keep_failed_pods``, ``on_finish_action``) and stay.
+        """
+        from airflow_k8s_retry.kube.errors import KubeError
+        from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR
+
+        if identity.try_number <= 1:
+            return
+        labels = identity.labels()
+        selector = f"{MANAGED_SELECTOR},dag_id={labels['dag_id']},task_id={labels['task_id']}"
+        try:
+            pods = client.list_pods(namespace, selector)
+        except KubeError as exc:
+            self.log.warning("Could not look for pods of earlier tries: %s", exc)
+            return
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            pod_labels = meta.get("labels") or {}
+            try_label = str(pod_labels.get("try_number", ""))
+            if not try_label.isdigit() or int(try_label) >= identity.try_number:
+                continue
+            earlier = dataclasses.replace(identity, try_number=int(try_label))
+            if not earlier.owns(pod_labels) or VERDICT_ANNOTATION in (meta.get("annotations") or {}):
+                continue
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                deleted = client.delete(namespace, meta["name"], meta["uid"])
+            except KubeError as exc:
+                self.log.warning(
+                    "Pod %s of try %s left behind: delete failed: %s", meta["name"], try_label, exc
+                )
+                continue
+            if deleted:
+                self.log.warning(
+                    "Deleted pod %s/%s left running by try %s of this task (it ended without cleanup)",
+                    namespace, meta["name"], try_label,
+                )
 
     def _launch(
         self,

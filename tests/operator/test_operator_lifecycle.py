@@ -293,3 +293,34 @@ def test_a_server_error_at_create_costs_a_try_not_the_task(make_cluster, context
     assert not isinstance(failure.value, AirflowFailException)
     assert ti.xcom["verdict"]["outcome"] == "retry"
     assert cluster.all_pods() == []
+
+
+def test_a_new_try_deletes_unfinished_pods_its_earlier_tries_left_running(make_cluster, context, ti):
+    # Try 1 deferred, then the task was marked failed before any triggerer ran its trigger: nothing
+    # called on_kill and its pod runs on. A stamped pod was kept on purpose; another task's pod is
+    # none of this task's business.
+    cluster = make_cluster({"images": {"busybox:1.36": {"run": {"duration_seconds": 10_000}}}})
+    client = client_for(cluster)
+    abandoned = defer(operator(), context)
+    identity = TryIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, 1)
+    kept = operator().build_pod_request(identity, "default", 1)
+    kept["metadata"]["annotations"] = {VERDICT_ANNOTATION: json.dumps({"outcome": "retry"})}
+    client.core.create_namespaced_pod("default", kept)
+    neighbour = RetryingPodOperator(task_id="other", image="busybox:1.36", kubernetes_conn_id=None)
+    other = neighbour.build_pod_request(TryIdentity(ti.dag_id, "other", ti.run_id, -1, 1), "default")
+    client.core.create_namespaced_pod("default", other)
+
+    ti.try_number = 2
+    second = defer(operator(), context)
+
+    deletes = requests(cluster, "delete", 200)
+    assert [(d["name"], d["uid"]) for d in deletes] == [(abandoned.pod_name, abandoned.pod_uid)]
+    assert cluster.wait_for(lambda c: c.pod(abandoned.pod_name) is None, timeout=10)
+    live = {p["metadata"]["name"] for p in cluster.pods()}
+    assert live == {second.pod_name, kept["metadata"]["name"], other["metadata"]["name"]}
+
+
+def test_a_first_try_looks_for_no_earlier_pods(make_cluster, context):
+    cluster = make_cluster()
+    defer(operator(), context)
+    assert [r for r in cluster.audit_records() if r.get("verb") == "list"] == []
