@@ -146,8 +146,13 @@ def _default_kubeconfig_location() -> str:
     return os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
 
 
-def _expanded_path(config: ClusterConfig) -> str:
-    return os.path.expanduser(config.kube_config_path or "")
+def _kubeconfig_file(config: ClusterConfig, mode: str) -> str | None:
+    """The kubeconfig file to load in ``mode`` ("file" or "default"), None for the other modes."""
+    if mode == "file":
+        return os.path.expanduser(config.kube_config_path or "")
+    if mode == "default":
+        return _default_kubeconfig_location()
+    return None
 
 
 def _in_cluster_available() -> bool:
@@ -190,15 +195,9 @@ def sync_api_client(config: ClusterConfig) -> kubernetes.client.ApiClient:
             mode = "loaded"
         except ConfigException:
             mode = "default"
+    path = _kubeconfig_file(config, mode)
     if mode == "in_cluster":
         kconfig.load_incluster_config(client_configuration=configuration)
-    elif mode == "file":
-        kconfig.load_kube_config(
-            config_file=_expanded_path(config),
-            context=config.cluster_context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
     elif mode == "inline":
         kconfig.load_kube_config_from_dict(
             config_dict=dict(config.kube_config or {}),
@@ -206,9 +205,9 @@ def sync_api_client(config: ClusterConfig) -> kubernetes.client.ApiClient:
             client_configuration=configuration,
             persist_config=False,
         )
-    elif mode == "default":
+    elif path is not None:
         kconfig.load_kube_config(
-            config_file=_default_kubeconfig_location(),
+            config_file=path,
             context=config.cluster_context,
             client_configuration=configuration,
             persist_config=False,
@@ -236,24 +235,18 @@ async def async_api_client(config: ClusterConfig) -> kubernetes_asyncio.client.A
             mode = "loaded"
         except ConfigException:
             mode = "default"
+    path = _kubeconfig_file(config, mode)
     if mode == "in_cluster":
         kconfig.load_incluster_config(client_configuration=configuration)
-    elif mode == "file":
-        await kconfig.load_kube_config(
-            config_file=_expanded_path(config),
-            context=config.cluster_context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
     elif mode == "inline":
         await kconfig.load_kube_config_from_dict(
             dict(config.kube_config or {}),
             context=config.cluster_context,
             client_configuration=configuration,
         )
-    elif mode == "default":
+    elif path is not None:
         await kconfig.load_kube_config(
-            config_file=_default_kubeconfig_location(),
+            config_file=path,
             context=config.cluster_context,
             client_configuration=configuration,
             persist_config=False,
