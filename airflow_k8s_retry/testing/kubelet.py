@@ -571,16 +571,25 @@ class Kubelet:
         """``activeDeadlineSeconds`` passed since startTime: the kubelet kills the pod and fails it."""
         if run.phase in ("Succeeded", "Failed") or run.deleting:
             return
+        self.fail_pod(
+            run,
+            "DeadlineExceeded",
+            "Pod was active on the node longer than the specified deadline",
+            "deadline_exceeded",
+        )
+
+    def fail_pod(self, run: PodRun, reason: str, message: str, change: str) -> None:
+        """The kubelet kills every container and fails the pod with a status reason and an event."""
         for c in run.containers:
             c.kill(137)
-        run.reason = "DeadlineExceeded"
-        run.message = "Pod was active on the node longer than the specified deadline"
+        run.reason = reason
+        run.message = message
         changes = self.set_phase(run, "Failed")
         self.not_ready(run, "PodFailed")
         self.release(run)
-        self.event(run, "DeadlineExceeded", run.message, warning=True)
+        self.event(run, reason, message, warning=True)
         run.cancel_timers()
-        self.publish(run, "deadline_exceeded", *changes)
+        self.publish(run, change, *changes)
 
     def not_ready(self, run: PodRun, reason: str = "ContainersNotReady") -> None:
         unready = " ".join(c.name for c in run.main if not c.ready)
@@ -1048,16 +1057,7 @@ class Kubelet:
         self.store.put("pods", pod, "MODIFIED")
 
     def _evicted(self, run: PodRun) -> None:
-        for c in run.containers:
-            c.kill(137)
-        run.reason = "Evicted"
-        run.message = "The pod was evicted through the Eviction API."
-        changes = self.set_phase(run, "Failed")
-        self.not_ready(run, "PodFailed")
-        self.release(run)
-        self.event(run, "Evicted", run.message, warning=True)
-        self.publish(run, "evicted", *changes)
-        run.cancel_timers()
+        self.fail_pod(run, "Evicted", "The pod was evicted through the Eviction API.", "evicted")
 
     def _node_not_ready(self, run: PodRun) -> None:
         if run.gone:
