@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry.kube.pods import PodClient
 
 DEFAULT_CONN_ID = "kubernetes_default"
 _PREFIX = "extra__kubernetes__"
@@ -153,3 +156,16 @@ async def aresolve_cluster_config(conn_id: str | None) -> ClusterConfig:
         raise
     extras = await get_async_extra_dejson(connection)
     return cluster_config_from_extras(extras or {}, conn_id=conn_id)
+
+
+def pod_client(conn_id: str | None, namespace: str | None) -> tuple[PodClient, str]:
+    """A synchronous pod client for the connection, and the namespace to work in.
+
+    The namespace is the one asked for, else the connection's, else ``default``. Close the client
+    when done.
+    """
+    from airflow_k8s_retry.kube.config import sync_api_client
+    from airflow_k8s_retry.kube.pods import PodClient
+
+    config = resolve_cluster_config(conn_id)
+    return PodClient(sync_api_client(config)), namespace or config.namespace or "default"

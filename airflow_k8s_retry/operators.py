@@ -351,13 +351,9 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         )
 
     def _client(self) -> tuple[PodClient, str]:
-        from airflow_k8s_retry.connection import resolve_cluster_config
-        from airflow_k8s_retry.kube.config import sync_api_client
-        from airflow_k8s_retry.kube.pods import PodClient
+        from airflow_k8s_retry.connection import pod_client
 
-        config = resolve_cluster_config(self.kubernetes_conn_id)
-        namespace = self.namespace or config.namespace or "default"
-        return PodClient(sync_api_client(config)), namespace
+        return pod_client(self.kubernetes_conn_id, self.namespace)
 
     def _deadline(self, context: Context) -> float | None:
         if self.execution_timeout is None:
@@ -660,14 +656,7 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         self._pod = None
 
     def _push_verdict(self, context: Context, verdict: Verdict) -> None:
-        context["ti"].xcom_push(
-            key="verdict",
-            value={
-                "outcome": verdict.outcome.value,
-                "reason": verdict.reason.value,
-                "message": verdict.message,
-            },
-        )
+        context["ti"].xcom_push(key="verdict", value=verdict.summary())
 
     # -- endings that are not verdicts ----------------------------------------------------------
 

@@ -89,12 +89,9 @@ class PodCompletionSensor(BaseOperator):  # type: ignore[misc]
         self.timeout = timeout
 
     def _client(self) -> tuple[PodClient, str]:
-        from airflow_k8s_retry.connection import resolve_cluster_config
-        from airflow_k8s_retry.kube.config import sync_api_client
-        from airflow_k8s_retry.kube.pods import PodClient
+        from airflow_k8s_retry.connection import pod_client
 
-        config = resolve_cluster_config(self.kubernetes_conn_id)
-        return PodClient(sync_api_client(config)), self.namespace or config.namespace or "default"
+        return pod_client(self.kubernetes_conn_id, self.namespace)
 
     def _find(self, client: PodClient, namespace: str) -> dict[str, Any]:
         if self.pod_name:
@@ -178,14 +175,7 @@ class PodCompletionSensor(BaseOperator):  # type: ignore[misc]
                     self.log.warning("Could not read the evidence of pod %s: %s", name, exc)
                 report = failure_report(verdict.to_payload(), pod=body, events=events, log_tail="")
                 self.log.error("Pod %s: %s", name, report)
-                context["ti"].xcom_push(
-                    key="verdict",
-                    value={
-                        "outcome": verdict.outcome.value,
-                        "reason": verdict.reason.value,
-                        "message": verdict.message,
-                    },
-                )
+                context["ti"].xcom_push(key="verdict", value=verdict.summary())
             if self.delete_pod_on_finish:
                 client.stamp_verdict(namespace, name, uid, verdict.to_payload())
                 if client.delete(namespace, name, uid):

@@ -159,6 +159,10 @@ class Verdict:
         if self.outcome is Outcome.WAIT and (self.deadline is None or not math.isfinite(self.deadline)):
             raise ValueError(f"a wait verdict needs a finite deadline (rule {self.rule})")
 
+    def summary(self) -> dict[str, str]:
+        """Outcome, reason code and message: what a task publishes (XCom) about its failure."""
+        return {"outcome": self.outcome.value, "reason": self.reason.value, "message": self.message}
+
     def to_payload(self) -> dict[str, Any]:
         return {
             "outcome": self.outcome.value,
