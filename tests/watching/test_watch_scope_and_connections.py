@@ -163,7 +163,10 @@ async def test_a_hanging_credential_plugin_stalls_only_its_own_cluster(
 ) -> None:
     monkeypatch.setattr(aio, "CONNECT_TIMEOUT", 3.0, raising=False)
     with FakeCluster(LONG, time_scale=0.01) as cluster:
-        hanging = write_exec_kubeconfig(cluster, tmp_path, "#!/bin/sh\nexec sleep 3600\n")
+        # The plugin hangs until the test releases it (so that it never outlives the test).
+        release = tmp_path / "release"
+        script = f"#!/bin/sh\nwhile [ ! -e {release} ]; do sleep 0.1; done\n"
+        hanging = write_exec_kubeconfig(cluster, tmp_path, script)
         hub = WatchHub.current()
         stuck = asyncio.ensure_future(
             hub.subscribe(
@@ -172,12 +175,16 @@ async def test_a_hanging_credential_plugin_stalls_only_its_own_cluster(
         )
         await asyncio.sleep(0)
         # Another cluster (here: the same server, other credentials) is served meanwhile.
-        async with hub.client(ClusterConfig(kube_config_path=str(cluster.kubeconfig))) as kube:
-            listing = await asyncio.wait_for(kube.list_pods("default"), 2.5)
-        assert listing.items == []
-        assert not stuck.done()
-        with pytest.raises(TransportError, match="no credentials after 3 s"):
-            await stuck
+        async with asyncio.timeout(2.5):
+            async with hub.client(ClusterConfig(kube_config_path=str(cluster.kubeconfig))) as kube:
+                listing = await kube.list_pods("default")
+        try:
+            assert listing.items == []
+            assert not stuck.done()
+            with pytest.raises(TransportError, match="no credentials after 3 s"):
+                await stuck
+        finally:
+            release.touch()
 
 
 async def test_a_rotated_exec_token_is_picked_up_after_a_401(tmp_path: Path) -> None:
