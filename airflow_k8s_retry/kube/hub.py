@@ -381,12 +381,12 @@ class _Feed:
                     )
                     self.mode = "poll-list"
                 elif step == "list" and self.mode != "poll-get":
-                    log.error(
-                        "RBAC: may not list %s in %s, %s every %.0f s instead: %s",
-                        self.kind, self.where,
-                        "reading each pod" if self.kind == "pods" else "going without them",
-                        self.poll_interval, exc,
+                    instead = (
+                        f"reading each pod every {self.poll_interval:.0f} s instead"
+                        if self.kind == "pods"
+                        else "classifying without Events"
                     )
+                    log.error("RBAC: may not list %s in %s, %s: %s", self.kind, self.where, instead, exc)
                     self.mode = "poll-get"
                 else:
                     await asyncio.sleep(max(self.poll_interval, self._backoff.next()))
