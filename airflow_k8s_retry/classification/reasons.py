@@ -45,7 +45,7 @@ REASONS: Mapping[Reason, ReasonInfo] = {
     Reason.CONFIG_ERROR:               ReasonInfo("another container configuration error", "read the CreateContainerConfigError message: runAsNonRoot with a root image, a bad subPath or env reference"),
     Reason.CONTAINER_CREATE_ERROR:     ReasonInfo("the runtime could not create or start the container, or its sandbox", "read the runtime's message: a wrong command or entrypoint, a failing hook, or CNI/runtime trouble on the node"),
     Reason.VOLUME_MOUNT_FAILED:        ReasonInfo("a volume cannot be attached or mounted", "check the PVC and its volume (still attached elsewhere? right zone?) and any Secret or ConfigMap volume"),
-    Reason.NODE_DISRUPTION:            ReasonInfo("the cluster took the pod away: preemption, eviction, drain, taint, shutdown, admission", "nothing in the task to fix; if it repeats, give the pod a PriorityClass or a PodDisruptionBudget"),
+    Reason.NODE_DISRUPTION:            ReasonInfo("the cluster took the pod away: preemption, eviction, drain, taint, shutdown, admission", "nothing in the task to fix; if it keeps happening, check the node (taints, labels, capacity, drains) and the pod's PriorityClass"),
     Reason.NODE_LOST:                  ReasonInfo("the pod's node or container was lost (phase `Unknown`, `ContainerStatusUnknown`, `NodeLost`)", "check the node's health (kubectl describe node); nothing in the task to fix"),
     Reason.CONTAINER_OOM:              ReasonInfo("a container was killed for exceeding its memory limit", "raise the container's memory limit, or make the task use less memory"),
     Reason.CONTAINER_EXIT_CODE:        ReasonInfo("a container exited non-zero", "read the container's log (kept in the failure report) for the error the task raised"),
