@@ -57,11 +57,10 @@ def classify(
     updated = obs.history
     if obs.exists and obs.phase == "Pending":
         updated = updated.seen(keys.POD_PENDING, float(now))
-    for check in _walk(obs):
-        if check.fact is not None:
-            return decide(
-                check.rule, check.fact, updated, now=float(now), policy=policy, relaunches=relaunches
-            )
+    for rule in RULES:
+        fact = rule.match(obs)
+        if fact is not None:
+            return decide(rule, fact, updated, now=float(now), policy=policy, relaunches=relaunches)
     raise AssertionError("the last rule of RULES matches everything")  # pragma: no cover
 
 
