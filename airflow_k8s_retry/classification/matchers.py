@@ -150,14 +150,6 @@ def exit_detail(term: Termination) -> str:
 # --- gone or finished ----------------------------------------------------------------------------
 
 
-def pod_gone(obs: Observation) -> Fact | None:
-    """the pod no longer exists (404, watch `DELETED`)"""
-    if obs.exists:
-        return None
-    evidence = (_evidence(Reason.DELETED_EXTERNALLY, None, "pod not found", "api"),)
-    return Fact(Sighting.GONE, keys.POD_GONE, "the pod", evidence=evidence)
-
-
 def _gone_after(reason: Reason, doc: str, *seen: SignalKey) -> Matcher:
     """Match a vanished pod whose history shows the cluster was already taking it away."""
 
@@ -188,6 +180,14 @@ gone_after_node_lost = _gone_after(
 )
 
 
+def pod_gone(obs: Observation) -> Fact | None:
+    """the pod no longer exists (404, watch `DELETED`)"""
+    if obs.exists:
+        return None
+    evidence = (_evidence(Reason.DELETED_EXTERNALLY, None, "pod not found", "api"),)
+    return Fact(Sighting.GONE, keys.POD_GONE, "the pod", evidence=evidence)
+
+
 def succeeded(obs: Observation) -> Fact | None:
     """phase `Succeeded`"""
     if obs.phase != "Succeeded":
@@ -195,7 +195,7 @@ def succeeded(obs: Observation) -> Fact | None:
     return Fact(Sighting.PHASE, keys.POD_SUCCEEDED, obs.title)
 
 
-# --- infrastructure ------------------------------------------------------------------------------
+# --- infrastructure took the pod away or refused it ----------------------------------------------
 
 
 def storage_limit(obs: Observation) -> Fact | None:
@@ -275,7 +275,7 @@ def container_status_unknown(obs: Observation) -> Fact | None:
     return None
 
 
-# --- finished badly ------------------------------------------------------------------------------
+# --- a container finished badly, or the pod failed -----------------------------------------------
 
 
 def deadline_exceeded(obs: Observation) -> Fact | None:
@@ -386,7 +386,7 @@ def pod_failed(obs: Observation) -> Fact | None:
     )
 
 
-# --- cannot start --------------------------------------------------------------------------------
+# --- a container cannot start --------------------------------------------------------------------
 
 
 def _waiting(obs: Observation, reason: Reason, waiting: Iterable[str]) -> Fact | None:
@@ -589,7 +589,7 @@ def container_error(obs: Observation) -> Fact | None:
     )
 
 
-# --- running -------------------------------------------------------------------------------------
+# --- the pod runs, or its node stopped reporting -------------------------------------------------
 
 
 def running(obs: Observation) -> Fact | None:
@@ -608,7 +608,7 @@ def phase_unknown(obs: Observation) -> Fact | None:
     return Fact(Sighting.PHASE, keys.NODE_LOST_UNKNOWN_PHASE, obs.title, detail, evidence)
 
 
-# --- not placed or not started -------------------------------------------------------------------
+# --- not placed or not started yet ---------------------------------------------------------------
 
 
 def unschedulable(obs: Observation) -> Fact | None:
@@ -670,6 +670,9 @@ def pending(obs: Observation) -> Fact | None:
     if obs.phase != "Pending":
         return None
     return Fact(Sighting.PENDING, keys.POD_PENDING, obs.title)
+
+
+# --- anything else -------------------------------------------------------------------------------
 
 
 def anything(obs: Observation) -> Fact | None:

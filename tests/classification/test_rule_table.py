@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from airflow_k8s_retry.classification import (
@@ -282,3 +284,17 @@ def test_trace_lists_every_rule_up_to_the_match_in_table_order() -> None:
     assert names[-1] == "admission_rejected"
     assert [c.matched for c in checks] == [False] * (len(checks) - 1) + [True]
     assert checks[-1].rule.name == classify(REJECTED, now=T0).rule
+
+
+def test_the_matchers_are_defined_in_table_order() -> None:
+    from pathlib import Path
+
+    from airflow_k8s_retry.classification import matchers
+
+    source = Path(matchers.__file__).read_text().splitlines()
+    names = {id(v): k for k, v in vars(matchers).items() if callable(v) and not k.startswith("_")}
+    lines = []
+    for rule in RULES:
+        name = names[id(rule.match)]
+        lines.append(next(i for i, line in enumerate(source) if re.match(rf"^(def )?{name}\b", line)))
+    assert lines == sorted(lines), [r.name for r in RULES]
