@@ -256,6 +256,7 @@ def test_an_admission_rejection_then_a_vanished_pod_is_still_a_disruption() -> N
         ("OutOfnvidia.com/gpu", "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu"),
         ("OutOfpods", "Pod Node didn't have enough resource: pods, requested: 1, used: 110, capacity: 110"),
         ("", "Pod was rejected: Predicate SomeFuturePredicate failed"),
+        ("TopologyAffinityError", "Pod was rejected: Resources cannot be allocated with Topology locality"),
     ],
 )
 def test_any_admission_predicate_in_either_wording_is_relaunched(reason: str, message: str) -> None:
