@@ -150,7 +150,9 @@ class AsyncKube:
         self.api_client = api_client
         self.watch_client = watch_client if watch_client is not None else api_client
         self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
         self.watch_core = client.CoreV1Api(self.watch_client)
+        self.watch_batch = client.BatchV1Api(self.watch_client)
         self.config = config
         self._auth_lock = asyncio.Lock()
         self._auth_generation = 0
@@ -401,6 +403,30 @@ class AsyncKube:
             resource_version=resource_version,
             label_selector=None,
             field_selector=field_selector,
+            timeout_seconds=timeout_seconds,
+        )
+
+    # -- jobs (batch/v1), for the sensor following a Job's pods -------------------------------
+
+    async def list_jobs(self, namespace: str) -> Listing:
+        data = await self._json(
+            lambda: self.batch.list_namespaced_job(
+                namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            ),
+            f"listing jobs in {namespace}",
+        )
+        return _listing(data)
+
+    def watch_jobs(
+        self, namespace: str, *, resource_version: str, timeout_seconds: int = 300
+    ) -> AsyncIterator[WatchEvent]:
+        return self._watch(
+            self.watch_batch.list_namespaced_job,
+            (namespace,),
+            f"watching jobs in {namespace}",
+            resource_version=resource_version,
+            label_selector=None,
+            field_selector=None,
             timeout_seconds=timeout_seconds,
         )
 

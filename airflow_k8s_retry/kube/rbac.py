@@ -16,6 +16,7 @@ Each rule, and who needs it:
   sidecar; the websocket upgrade is a GET on older API servers, a POST on newer ones).
 * ``events``: ``list`` and ``watch`` (trigger and sensor: Events are evidence, e.g.
   ``FailedMount``; operator: the failure report).
+* ``batch`` ``jobs``: ``list`` and ``watch`` (sensor only, following a Job's pods).
 
 A ``403`` the code cannot work around is reported with :func:`rbac_message`: one line naming the
 verb, the resource and where, so the fix is one rule away.
@@ -33,6 +34,7 @@ NAMESPACED_RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("", "pods/log", frozenset({"get"})),
     ("", "pods/exec", frozenset({"create", "get"})),
     ("", "events", frozenset({"list", "watch"})),
+    ("batch", "jobs", frozenset({"list", "watch"})),
 )
 #: What the optional ClusterRole adds: one LIST+WATCH of this package's pods and of pod Events
 #: over all namespaces, instead of one per namespace.
