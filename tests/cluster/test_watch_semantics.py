@@ -31,7 +31,9 @@ async def test_a_watch_carries_bookmarks_before_its_timeout(kubeconfig: Path):
                 "default",
                 resource_version=listing.resource_version,
                 label_selector=selector,
-                timeout_seconds=5,
+                # The watch cache sends a bookmark about every minute and one 2 s before the
+                # deadline; a 20 s watch reliably gets one (a 10 s one, measured, often none).
+                timeout_seconds=20,
             )
         ]
     finally:

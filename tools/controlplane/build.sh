@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Builds the control plane's commands once into a cache folder outside the repository, keyed by
-# the pins (go.mod, go.sum, the sources here), and prints that folder. A folder that is complete
+# the pins (go.mod, go.sum, the Go sources here), and prints that folder. A folder that is complete
 # is reused as it is; a changed pin gives a new key and so a new build.
+# With --path it only prints the folder, and fails if that build is not there.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${AIRFLOW_K8S_RETRY_CACHE:-$HOME/.cache/airflow-k8s-retry}/controlplane"
-key="$(cd "$here" && cat go.mod go.sum build.sh tools.go cmd/etcd/main.go | sha256sum | cut -c1-16)"
+# Bump when the way of building changes (flags below), so the key changes with it.
+build_format=1
+key="$(cd "$here" && { cat go.mod go.sum tools.go cmd/etcd/main.go; echo "$build_format"; } | sha256sum | cut -c1-16)"
 out="$cache_root/$key/bin"
 if [ -f "$out/.complete" ]; then
   echo "$out"
   exit 0
+fi
+if [ "${1:-}" = "--path" ]; then
+  echo "controlplane: not built for these pins yet ($out); run 'make controlplane'" >&2
+  exit 1
 fi
 command -v go >/dev/null 2>&1 || { echo "controlplane: 'go' not found; install Go 1.26 (go.mod says which)" >&2; exit 1; }
 kube_version="$(awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/go.mod")"

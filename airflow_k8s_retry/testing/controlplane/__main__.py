@@ -8,6 +8,7 @@ removes its folder. Errors are one line on stderr and exit status 1.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--dir", default=Path(".cluster"), type=Path)
     status = sub.add_parser("status", help="say whether a control plane runs from the folder")
     status.add_argument("--dir", default=Path(".cluster"), type=Path)
+    disrupt = sub.add_parser("disrupt", help="play the scenario's disruptions (started by 'up')")
+    disrupt.add_argument("--dir", default=Path(".cluster"), type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -41,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             stopped = ControlPlane.stop_in(args.dir)
             print(f"controlplane: stopped {', '.join(stopped)}" if stopped else "controlplane: nothing ran")
+        elif args.command == "disrupt":
+            from airflow_k8s_retry.testing.controlplane.cluster import KWOK_NODE_ANNOTATION
+            from airflow_k8s_retry.testing.controlplane.disruptions import run_forever
+
+            state = json.loads((args.dir / "state.json").read_text())
+            run_forever(args.dir / "kubeconfig", Scenario.from_dict(state["scenario"]), KWOK_NODE_ANNOTATION)
         else:
             running = ControlPlane.attach(args.dir)
             if running is None:

@@ -18,6 +18,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +32,8 @@ from airflow_k8s_retry.testing.controlplane.stages import check_supported, kwok_
 from airflow_k8s_retry.testing.scenario import DEFAULT_NODES, Scenario
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: The process that plays a scenario's disruptions (only when it has some).
+DISRUPTOR = "disruptor"
 #: The annotation KWOK selects the nodes it plays the kubelet of by.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -120,6 +123,11 @@ class ControlPlane:
     args: dict[str, list[str]] = field(default_factory=dict)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        # Components run with the cluster folder as their working directory: every path is absolute.
+        self.directory = self.directory.absolute()
+        self.bin_dir = self.bin_dir.absolute()
+
     # -- paths ----------------------------------------------------------------------------------
 
     @property
@@ -139,6 +147,8 @@ class ControlPlane:
         return f"http://127.0.0.1:{self.ports['etcd']}"
 
     def binary(self, name: str) -> str:
+        if name == DISRUPTOR:
+            return sys.executable
         return str((self.bin_dir / name).resolve())
 
     def log_path(self, name: str) -> Path:
@@ -157,8 +167,8 @@ class ControlPlane:
         cp.ports = {k: int(v) for k, v in state["ports"].items()}
         cp.pids = {k: int(v) for k, v in state["pids"].items()}
         cp.args = {k: list(v) for k, v in state.get("args", {}).items()}
-        if all(_alive(pid, cp.binary(name)) for name, pid in cp.pids.items()) and set(cp.pids) == set(
-            COMPONENTS
+        if all(_alive(pid, cp.binary(name)) for name, pid in cp.pids.items()) and set(COMPONENTS) <= set(
+            cp.pids
         ):
             return cp
         return None
@@ -243,6 +253,9 @@ class ControlPlane:
             self._wait("kube-controller-manager", deadline, objects.service_accounts_ready)
         finally:
             objects.close()
+        if self.scenario.disruptions:
+            module = "airflow_k8s_retry.testing.controlplane"
+            self._launch(DISRUPTOR, ["-m", module, "disrupt", "--dir", str(self.directory.resolve())])
 
     # -- the components -------------------------------------------------------------------------
 
@@ -474,7 +487,7 @@ class ControlPlane:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every component (newest first) and remove the folder; safe to call twice."""
-        for name in reversed(COMPONENTS):
+        for name in (DISRUPTOR, *reversed(COMPONENTS)):
             self._stop_one(name, grace)
         self.pids.clear()
         self._procs.clear()

@@ -56,11 +56,6 @@ def check_supported(scenario: Scenario, where: str = "scenario") -> None:
             f"{where}.autoscaler: the real control plane has no cluster autoscaler; "
             "run autoscaler scenarios on FakeCluster"
         )
-    if scenario.disruptions:
-        raise UnsupportedScenario(
-            f"{where}.disruptions: not driven on the real control plane yet; "
-            "use the Eviction API or delete the pod from the test, or run it on FakeCluster"
-        )
     if scenario.kubernetes_version not in ("1.31", f"1.{KUBERNETES_MINOR}"):
         raise UnsupportedScenario(
             f"{where}.kubernetes_version: the control plane runs Kubernetes 1.{KUBERNETES_MINOR}, "
