@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             from airflow_k8s_retry.testing.controlplane.disruptions import run_forever
 
             state = json.loads((args.dir / "state.json").read_text())
-            run_forever(args.dir / "kubeconfig", Scenario.from_dict(state["scenario"]), KWOK_NODE_ANNOTATION)
+            scenario = Scenario.from_dict(state["scenario"])
+            run_forever(args.dir / "kubeconfig", scenario, KWOK_NODE_ANNOTATION, args.dir / "disruptor.ready")
         else:
             running = ControlPlane.attach(args.dir)
             if running is None:

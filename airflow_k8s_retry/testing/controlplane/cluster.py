@@ -255,7 +255,8 @@ class ControlPlane:
             objects.close()
         if self.scenario.disruptions:
             module = "airflow_k8s_retry.testing.controlplane"
-            self._launch(DISRUPTOR, ["-m", module, "disrupt", "--dir", str(self.directory.resolve())])
+            self._launch(DISRUPTOR, ["-m", module, "disrupt", "--dir", str(self.directory)])
+            self._wait(DISRUPTOR, deadline, (self.directory / "disruptor.ready").exists)
 
     # -- the components -------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ airflow_k8s_retry.testing.controlplane disrupt``) and writes what it did to its 
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 from pathlib import Path
@@ -44,10 +45,16 @@ class Disruptor:
         self.seen: set[str] = set()
         self._timers: list[threading.Timer] = []
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, ready: Path | None = None) -> None:
         from kubernetes import watch
 
-        rv = self.core.list_pod_for_all_namespaces().metadata.resource_version
+        listing = self.core.list_pod_for_all_namespaces()
+        for pod in listing.items:
+            meta = pod.metadata
+            self._on_created(meta.namespace, meta.name, meta.uid, meta.creation_timestamp)
+        rv = listing.metadata.resource_version
+        if ready is not None:
+            ready.write_text(rv)
         while not stop.is_set():
             w = watch.Watch()
             try:
@@ -57,7 +64,8 @@ class Disruptor:
                     pod = event["object"]
                     rv = pod.metadata.resource_version
                     if event["type"] == "ADDED":
-                        self._on_created(pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
+                        meta = pod.metadata
+                        self._on_created(meta.namespace, meta.name, meta.uid, meta.creation_timestamp)
                     if stop.is_set():
                         w.stop()
             except Exception as exc:
@@ -70,7 +78,7 @@ class Disruptor:
         for timer in self._timers:
             timer.cancel()
 
-    def _on_created(self, namespace: str, name: str, uid: str) -> None:
+    def _on_created(self, namespace: str, name: str, uid: str, created: datetime.datetime | None) -> None:
         if uid in self.seen or name.startswith("airflow-k8s-retry-preemptor-"):
             return
         self.seen.add(uid)
@@ -80,6 +88,9 @@ class Disruptor:
             remaining = self.left[index]
             self.left[index] = None if remaining is None else remaining - 1
             delay = disruption.after_seconds * self.scenario.time_scale
+            if created is not None:  # counted from the pod's creation, even if seen late
+                delay -= (datetime.datetime.now(datetime.UTC) - created).total_seconds()
+            delay = max(delay, 0.0)
             timer = threading.Timer(delay, self._disrupt, (disruption, namespace, name, uid))
             timer.daemon = True
             timer.start()
@@ -155,7 +166,7 @@ class Disruptor:
         self.core.patch_node(node_name, {"metadata": {"annotations": {self.node_annotation: None}}})
 
 
-def run_forever(kubeconfig: Path, scenario: Scenario, node_annotation: str) -> None:
+def run_forever(kubeconfig: Path, scenario: Scenario, node_annotation: str, ready: Path) -> None:
     """The disruptor process: runs until SIGTERM."""
     import signal
 
@@ -164,7 +175,7 @@ def run_forever(kubeconfig: Path, scenario: Scenario, node_annotation: str) -> N
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     disruptor = Disruptor(kubeconfig, scenario, node_annotation)
     log.info("disruptor running for %d disruption entries", len(scenario.disruptions))
-    thread = threading.Thread(target=disruptor.run, args=(stop,), daemon=True)
+    thread = threading.Thread(target=disruptor.run, args=(stop, ready), daemon=True)
     thread.start()
     while not stop.is_set():
         stop.wait(1.0)

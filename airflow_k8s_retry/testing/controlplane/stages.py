@@ -216,9 +216,13 @@ RUNNING_STATUS = """\
 conditions:
 - type: Ready
   status: "True"
+  reason: ""
+  message: ""
   lastTransitionTime: {{ $now | Quote }}
 - type: ContainersReady
   status: "True"
+  reason: ""
+  message: ""
   lastTransitionTime: {{ $now | Quote }}
 containerStatuses:
 {{ range .spec.containers }}
@@ -247,10 +251,12 @@ def _terminated_status(exit_code: int, oom: bool) -> str:
         "- type: Ready\n"
         '  status: "False"\n'
         f"  reason: {pod_reason}\n"
+        '  message: ""\n'
         "  lastTransitionTime: {{ $now | Quote }}\n"
         "- type: ContainersReady\n"
         '  status: "False"\n'
         f"  reason: {pod_reason}\n"
+        '  message: ""\n'
         "  lastTransitionTime: {{ $now | Quote }}\n"
         "- type: PodReadyToStartContainers\n"
         '  status: "False"\n'
