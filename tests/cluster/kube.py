@@ -101,3 +101,15 @@ def eventually(check: Callable[[], bool], *, timeout: float, interval: float = 0
         if time.monotonic() > deadline:
             return False
         time.sleep(interval)
+
+
+def wait_for_node_ready(api: k.CoreV1Api, name: str, timeout: float = 60.0) -> bool:
+    """Watch one node until its Ready condition is True."""
+    w = watch.Watch()
+    selector = f"metadata.name={name}"
+    for event in w.stream(api.list_node, field_selector=selector, timeout_seconds=int(timeout)):
+        conditions = {c.type: c.status for c in (event["object"].status.conditions or [])}
+        if conditions.get("Ready") == "True":
+            w.stop()
+            return True
+    return False

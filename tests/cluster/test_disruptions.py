@@ -12,7 +12,8 @@ import pytest
 from kubernetes import watch
 
 from airflow_k8s_retry.classification import classify
-from tests.cluster.kube import as_json, core_api, delete_now, pod_body
+from airflow_k8s_retry.testing.controlplane import ControlPlane
+from tests.cluster.kube import as_json, core_api, delete_now, pod_body, wait_for_node_ready, wait_for_pod
 
 pytestmark = pytest.mark.cluster
 
@@ -85,3 +86,37 @@ def test_preempt_is_the_real_scheduler_preempting_for_a_higher_priority_pod(kube
     condition = next(c for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget")
     assert condition["reason"] == "PreemptionByScheduler"
     assert classify(pod, now=time.time()).outcome.value == "relaunch"
+
+
+def test_node_lost_is_the_node_lifecycle_controller_evicting_from_a_silent_node(
+    kubeconfig: Path, control_plane: ControlPlane
+):
+    """The node's KWOK process stops (its Lease is no longer renewed); the real controllers mark
+    the node not ready, taint it and evict the pod when its toleration runs out."""
+    node = "kwok-node-3"
+    name = f"disrupt-lost-{uuid.uuid4().hex[:6]}"
+    body = pod_body(name, "registry.example.com/app:long")
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    body["spec"]["tolerations"] = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}
+        for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+    ]
+    with core_api(kubeconfig) as api:
+        api.create_namespaced_pod("default", body)
+        # Cordoned (a real admin action, not part of the path under test), so that no other pod
+        # lands on the node while it goes silent.
+        api.patch_node(node, {"spec": {"unschedulable": True}})
+        try:
+            pod = wait_for_pod(api, name, lambda p: disruption_target([p]) is not None, timeout=180)
+            condition = next(c for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget")
+            assert condition["reason"] == "DeletionByTaintManager"
+            conditions = {c.type: c for c in api.read_node(node).status.conditions}
+            assert conditions["Ready"].status == "Unknown"
+            assert conditions["Ready"].reason == "NodeStatusUnknown"
+            assert classify(pod, now=time.time()).outcome.value == "relaunch"
+        finally:
+            delete_now(api, name)
+            control_plane.restart(f"kwok@{node}")
+            api.patch_node(node, {"spec": {"unschedulable": False}})
+            ready = wait_for_node_ready(api, node)
+    assert ready, f"node {node} is Ready again once its KWOK process is back"

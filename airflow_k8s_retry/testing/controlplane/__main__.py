@@ -45,12 +45,10 @@ def main(argv: list[str] | None = None) -> int:
             stopped = ControlPlane.stop_in(args.dir)
             print(f"controlplane: stopped {', '.join(stopped)}" if stopped else "controlplane: nothing ran")
         elif args.command == "disrupt":
-            from airflow_k8s_retry.testing.controlplane.cluster import KWOK_NODE_ANNOTATION
             from airflow_k8s_retry.testing.controlplane.disruptions import run_forever
 
             state = json.loads((args.dir / "state.json").read_text())
-            scenario = Scenario.from_dict(state["scenario"])
-            run_forever(args.dir / "kubeconfig", scenario, KWOK_NODE_ANNOTATION, args.dir / "disruptor.ready")
+            run_forever(args.dir.absolute(), Scenario.from_dict(state["scenario"]))
         else:
             running = ControlPlane.attach(args.dir)
             if running is None:

@@ -29,9 +29,14 @@ from typing import Any
 
 from airflow_k8s_retry.testing.controlplane import pki as pki_module
 from airflow_k8s_retry.testing.controlplane.stages import check_supported, kwok_config
-from airflow_k8s_retry.testing.scenario import DEFAULT_NODES, Scenario
+from airflow_k8s_retry.testing.scenario import DEFAULT_NODES, NodeSpec, Scenario
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: The components a running control plane cannot do without (a KWOK process plays one node: a
+#: node whose process was stopped is a lost node, not a broken control plane).
+CORE = COMPONENTS[:4]
+#: Process name prefix of the KWOK process that plays one node: ``kwok@NODE``.
+KWOK_PREFIX = "kwok@"
 #: The process that plays a scenario's disruptions (only when it has some).
 DISRUPTOR = "disruptor"
 #: The annotation KWOK selects the nodes it plays the kubelet of by.
@@ -149,10 +154,16 @@ class ControlPlane:
     def binary(self, name: str) -> str:
         if name == DISRUPTOR:
             return sys.executable
+        if name.startswith(KWOK_PREFIX):
+            name = "kwok"
         return str((self.bin_dir / name).resolve())
 
+    def lost_marker(self, node: str) -> Path:
+        """Written before a node's KWOK process is stopped on purpose (a ``node_lost`` disruption)."""
+        return self.directory / "lost" / node
+
     def log_path(self, name: str) -> Path:
-        return self.directory / "logs" / f"{name}.log"
+        return self.directory / "logs" / f"{name.replace('@', '-')}.log"
 
     # -- finding a running one ------------------------------------------------------------------
 
@@ -167,9 +178,8 @@ class ControlPlane:
         cp.ports = {k: int(v) for k, v in state["ports"].items()}
         cp.pids = {k: int(v) for k, v in state["pids"].items()}
         cp.args = {k: list(v) for k, v in state.get("args", {}).items()}
-        if all(_alive(pid, cp.binary(name)) for name, pid in cp.pids.items()) and set(COMPONENTS) <= set(
-            cp.pids
-        ):
+        core = {name: cp.pids.get(name) for name in (*CORE, DISRUPTOR) if name in cp.pids or name in CORE}
+        if all(pid is not None and _alive(pid, cp.binary(name)) for name, pid in core.items()):
             return cp
         return None
 
@@ -216,7 +226,6 @@ class ControlPlane:
             "kube-apiserver": self.apiserver_port or free_port(),
             "kube-controller-manager": free_port(),
             "kube-scheduler": free_port(),
-            "kwok": free_port(),
         }
         for stem in CLIENTS:
             pair = pki.clients[stem]
@@ -238,7 +247,11 @@ class ControlPlane:
         self._launch("kube-scheduler", self._scheduler_args(pki))
         config = self.directory / "kwok.yaml"
         config.write_text(kwok_config(self.scenario))
-        self._launch("kwok", self._kwok_args(pki, config))
+        given = () if self.scenario.nodes == DEFAULT_NODES else self.scenario.nodes
+        nodes = list(given) or [NodeSpec(name=f"kwok-node-{i + 1}") for i in range(self.nodes)]
+        for node in nodes:
+            self.ports[f"{KWOK_PREFIX}{node.name}"] = free_port()
+            self._launch(f"{KWOK_PREFIX}{node.name}", self._kwok_args(node.name, config))
         self._write_state()
         for name in ("kube-controller-manager", "kube-scheduler"):
             self._wait(name, deadline, functools.partial(self._https_ok, name, "/healthz"))
@@ -246,10 +259,9 @@ class ControlPlane:
 
         objects = ClusterObjects(self.kubeconfig)
         try:
-            given = () if self.scenario.nodes == DEFAULT_NODES else self.scenario.nodes
-            objects.create_nodes(self.nodes, KWOK_NODE_ANNOTATION, given)
+            objects.create_nodes(KWOK_NODE_ANNOTATION, nodes)
             objects.create_scenario_objects(self.scenario)
-            self._wait("kwok", deadline, objects.nodes_ready)
+            self._wait(f"{KWOK_PREFIX}{nodes[0].name}", deadline, objects.nodes_ready)
             self._wait("kube-controller-manager", deadline, objects.service_accounts_ready)
         finally:
             objects.close()
@@ -332,14 +344,15 @@ class ControlPlane:
     def _scheduler_args(self, pki: pki_module.Pki) -> list[str]:
         return self._component_common("kube-scheduler", pki)
 
-    def _kwok_args(self, pki: pki_module.Pki, config: Path) -> list[str]:
+    def _kwok_args(self, node: str, config: Path) -> list[str]:
+        # One KWOK process per node, as one kubelet per node: stopping it stops that node's
+        # heartbeats (its Lease) and nothing else.
         return [
             f"--kubeconfig={self.directory / 'kwok.kubeconfig'}",
             f"--config={config}",
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            f"--manage-single-node={node}",
             "--node-ip=127.0.0.1",
-            f"--node-port={self.ports['kwok']}",
+            f"--node-port={self.ports[KWOK_PREFIX + node]}",
             "--node-lease-duration-seconds=40",
             "--cidr=10.244.0.1/16",
         ]
@@ -376,6 +389,8 @@ class ControlPlane:
         self.state_file.write_text(json.dumps(state, indent=2))
 
     def _died(self, name: str) -> str | None:
+        if name.startswith(KWOK_PREFIX) and self.lost_marker(name[len(KWOK_PREFIX) :]).exists():
+            return None
         proc = self._procs.get(name)
         if proc is not None:
             code = proc.poll()
@@ -456,6 +471,8 @@ class ControlPlane:
         """Stop one component and start it again with the same arguments; returns once it is ready
         (an API server restart drops every watch and rebuilds its watch cache from etcd)."""
         self._stop_one(name, grace=10.0)
+        if name.startswith(KWOK_PREFIX):  # the node's "kubelet" is back
+            self.lost_marker(name[len(KWOK_PREFIX) :]).unlink(missing_ok=True)
         self._launch(name, self.args[name])
         deadline = time.monotonic() + timeout
         if name == "kube-apiserver":
@@ -488,7 +505,8 @@ class ControlPlane:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every component (newest first) and remove the folder; safe to call twice."""
-        for name in (DISRUPTOR, *reversed(COMPONENTS)):
+        nodes = [name for name in self.pids if name.startswith(KWOK_PREFIX)]
+        for name in (DISRUPTOR, *nodes, *reversed(CORE)):
             self._stop_one(name, grace)
         self.pids.clear()
         self._procs.clear()
@@ -525,7 +543,7 @@ class ControlPlane:
         self.stop()
 
     def logs(self) -> Iterator[tuple[str, Path]]:
-        for name in COMPONENTS:
+        for name in self.pids:
             yield name, self.log_path(name)
 
     def state(self) -> dict[str, Any]:

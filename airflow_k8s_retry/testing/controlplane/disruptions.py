@@ -9,9 +9,10 @@ The disruptor watches pods in every namespace; ``after_seconds`` (times the scen
 * ``preempt``: creates a pod of a higher PriorityClass that asks for all of the victim's node's
   CPU, so the real scheduler preempts the victim (``DisruptionTarget`` reason
   ``PreemptionByScheduler``); only a victim that requests CPU can be preempted this way;
-* ``node_lost``: removes the node from KWOK's care, so its heartbeats (the node Lease) stop; the
-  real node lifecycle controller marks it not ready after its grace period and the taint
-  eviction controller evicts its pods after their ``tolerationSeconds`` (300 s by default).
+* ``node_lost``: stops the KWOK process that plays the victim's node (one per node, as one
+  kubelet per node), so that node's heartbeats (its Lease) stop; the real node lifecycle
+  controller marks it not ready after its grace period (50 s) and the taint eviction controller
+  evicts its pods after their ``tolerationSeconds`` (300 s by default).
 
 It runs as its own process next to the components (``python -m
 airflow_k8s_retry.testing.controlplane disrupt``) and writes what it did to its log.
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -33,14 +36,14 @@ PREEMPTOR_CLASS = "airflow-k8s-retry-preemptor"
 
 
 class Disruptor:
-    def __init__(self, kubeconfig: Path, scenario: Scenario, node_annotation: str) -> None:
+    def __init__(self, directory: Path, scenario: Scenario) -> None:
         from kubernetes import client, config
 
-        self._api_client = config.new_client_from_config(str(kubeconfig))
+        self.directory = directory
+        self._api_client = config.new_client_from_config(str(directory / "kubeconfig"))
         self.core = client.CoreV1Api(self._api_client)
         self.scheduling = client.SchedulingV1Api(self._api_client)
         self.scenario = scenario
-        self.node_annotation = node_annotation
         self.left: list[int | None] = [d.count for d in scenario.disruptions]
         self.seen: set[str] = set()
         self._timers: list[threading.Timer] = []
@@ -163,17 +166,27 @@ class Disruptor:
         node_name = pod.spec.node_name
         if not node_name:
             raise RuntimeError("the pod is not on a node yet")
-        self.core.patch_node(node_name, {"metadata": {"annotations": {self.node_annotation: None}}})
+        from airflow_k8s_retry.testing.controlplane.cluster import KWOK_PREFIX, ControlPlane, _alive
+
+        cp = ControlPlane.attach(self.directory)
+        if cp is None:
+            raise RuntimeError(f"the control plane in {self.directory} is not running")
+        pid = cp.pids.get(f"{KWOK_PREFIX}{node_name}")
+        if pid is None or not _alive(pid, cp.binary(f"{KWOK_PREFIX}{node_name}")):
+            raise RuntimeError(f"no running KWOK process plays node {node_name}")
+        marker = cp.lost_marker(node_name)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(pid))
+        os.kill(pid, signal.SIGTERM)
 
 
-def run_forever(kubeconfig: Path, scenario: Scenario, node_annotation: str, ready: Path) -> None:
-    """The disruptor process: runs until SIGTERM."""
-    import signal
-
+def run_forever(directory: Path, scenario: Scenario) -> None:
+    """The disruptor process of the control plane in ``directory``: runs until SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    disruptor = Disruptor(kubeconfig, scenario, node_annotation)
+    disruptor = Disruptor(directory, scenario)
+    ready = directory / "disruptor.ready"
     log.info("disruptor running for %d disruption entries", len(scenario.disruptions))
     thread = threading.Thread(target=disruptor.run, args=(stop, ready), daemon=True)
     thread.start()

@@ -25,17 +25,12 @@ class ClusterObjects:
     def close(self) -> None:
         self._api_client.close()
 
-    def create_nodes(self, count: int, annotation: str, specs: tuple[NodeSpec, ...] = ()) -> None:
-        """Create ``count`` nodes for KWOK to play (``specs`` give their names and sizes)."""
+    def create_nodes(self, annotation: str, specs: list[NodeSpec]) -> None:
+        """Create the nodes KWOK plays, with their sizes and labels."""
         from kubernetes.client.exceptions import ApiException
 
-        chosen = list(specs) if specs else [NodeSpec(name=f"kwok-node-{i + 1}") for i in range(count)]
-        for spec in chosen:
-            resources = {
-                "cpu": _quantity(spec.cpu),
-                "memory": str(int(spec.memory)),
-                "pods": str(min(spec.pods, 110)) if not specs else str(spec.pods),
-            }
+        for spec in specs:
+            resources = {"cpu": _quantity(spec.cpu), "memory": str(int(spec.memory)), "pods": str(spec.pods)}
             body: dict[str, Any] = {
                 "apiVersion": "v1",
                 "kind": "Node",
