@@ -19,6 +19,8 @@ from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedData
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
+REPO = Path(__file__).resolve().parents[2]
+
 SUCCESS = Scenario(
     "cluster_success",
     """
@@ -59,7 +61,37 @@ NOT_FOUND = Scenario(
     """,
     {},
 )
-DAGS = (SUCCESS, EXIT_CODE, NOT_FOUND)
+KPO = Scenario(
+    "cluster_kpo_deferrable",
+    """
+    common = dict(
+        namespace="default",
+        cmds=["sh", "-c", "echo conformance"],
+        deferrable=True,
+        startup_timeout_seconds=20,
+        poll_interval=1,
+        retries=0,
+        on_finish_action="delete_pod",
+    )
+    good = KubernetesPodOperator(task_id="good_image", image="registry.example.com/app:ok", **common)
+    missing = KubernetesPodOperator(
+        task_id="missing_image", image="registry.example.com/app:missing", **common
+    )
+    good >> missing
+    """,
+    {},
+    header="""
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import DAG
+""",
+)
+#: The shipped example DAG of the sensor, as it is.
+SENSOR_EXAMPLE = REPO / "dags" / "06_sensor.py"
+DAGS = (SUCCESS, EXIT_CODE, NOT_FOUND, KPO)
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +100,14 @@ def runs(
 ) -> dict[str, DagRunResult]:
     root = tmp_path_factory.mktemp("lifecycle")
     started = {}
-    for dag in DAGS:
-        dags = root / dag.dag_id / "dags"
+    files = {dag.dag_id: dag.dag_file() for dag in DAGS}
+    files["06_sensor"] = SENSOR_EXAMPLE.read_text()
+    for dag_id, text in files.items():
+        dags = root / dag_id / "dags"
         dags.mkdir(parents=True)
-        (dags / f"{dag.dag_id}.py").write_text(dag.dag_file())
-        home = AirflowHome.create(root / dag.dag_id / "home", dags_folder=dags, database=migrated_database)
-        started[dag.dag_id] = (home, home.start_dag(dag.dag_id, kubeconfig=kubeconfig), time.monotonic())
+        (dags / f"{dag_id}.py").write_text(text)
+        home = AirflowHome.create(root / dag_id / "home", dags_folder=dags, database=migrated_database)
+        started[dag_id] = (home, home.start_dag(dag_id, kubeconfig=kubeconfig), time.monotonic())
     return {
         dag_id: home.finish(dag_id, proc, t0, timeout=600) for dag_id, (home, proc, t0) in started.items()
     }
@@ -110,3 +144,25 @@ def test_a_missing_image_costs_one_pod_per_try(runs: dict[str, DagRunResult], ku
     for n in (1, 2):
         assert f"-t{n}: image." in result.output, f"try {n} logs an image reason code"
     assert live_pods(kubeconfig, NOT_FOUND.dag_id) == []
+
+
+def test_the_sensor_example_waits_for_a_pod_it_did_not_create(
+    runs: dict[str, DagRunResult], kubeconfig: Path
+):
+    result = runs["06_sensor"]
+    assert result.dag_run_state() == "success", result.output[-3000:]
+    assert [(t.try_number, t.state) for t in result.tries("wait_for_report")] == [(1, "success")]
+    client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig))))
+    assert [
+        p["metadata"]["name"]
+        for p in client.list_pods("default", "app=nightly-report")
+        if not p["metadata"].get("deletionTimestamp")
+    ] == [], "delete_pod_on_finish removed the pod"
+
+
+def test_the_cncf_kubernetes_pod_operator_conforms(runs: dict[str, DagRunResult]):
+    """The provider's own deferrable KubernetesPodOperator on the same cluster: a good image
+    succeeds, a missing one fails (the control plane, not this package, is what is checked)."""
+    result = runs[KPO.dag_id]
+    assert result.final_state("good_image") == "success", result.output[-3000:]
+    assert result.final_state("missing_image") == "failed", result.output[-3000:]
