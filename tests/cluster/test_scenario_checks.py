@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from airflow_k8s_retry.testing.controlplane import ControlPlane, ControlPlaneError
+from airflow_k8s_retry.testing.controlplane import COMPONENTS, ControlPlane, ControlPlaneError
 from airflow_k8s_retry.testing.controlplane.stages import UnsupportedScenario, check_supported, kwok_config
 from airflow_k8s_retry.testing.scenario import Scenario
 
@@ -45,4 +46,24 @@ def test_missing_binaries_are_one_line_that_says_what_to_do(tmp_path: Path):
     message = str(caught.value)
     assert "\n" not in message
     assert "kube-apiserver" in message and "run 'make controlplane' first" in message
+    assert not (tmp_path / "cluster").exists()
+
+
+def test_a_port_in_use_is_one_line_that_says_what_to_do(tmp_path: Path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in COMPONENTS:  # never started: the port is checked before anything runs
+        (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / name).chmod(0o755)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cp = ControlPlane(tmp_path / "cluster", bin_dir, apiserver_port=port)
+        with pytest.raises(ControlPlaneError) as caught:
+            cp.start()
+    assert str(caught.value) == (
+        f"controlplane: port {port} on 127.0.0.1 is in use; choose another (APISERVER_PORT=N) "
+        "or leave it unset for a free one"
+    )
     assert not (tmp_path / "cluster").exists()

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from airflow_k8s_retry.testing.controlplane.cluster import ControlPlane, ControlPlaneError
+from airflow_k8s_retry.testing.controlplane.stages import check_supported
 from airflow_k8s_retry.testing.scenario import Scenario, ScenarioError
 
 
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             scenario = Scenario.load(args.scenario) if args.scenario else Scenario()
+            if args.scenario:  # name the file in the message, as the scenario's own errors do
+                check_supported(scenario, where=Path(args.scenario).name)
             port = args.port if args.port is not None else _env_port()
             cp = ControlPlane(args.dir, args.bin, scenario, nodes=args.nodes, apiserver_port=port)
             cp.start(timeout=args.timeout)
