@@ -6,7 +6,7 @@ CONSTRAINTS := constraints/constraints-3.11.txt
 STAMP := $(VENV)/.installed
 export AIRFLOW_K8S_RETRY_REPO := $(CURDIR)
 
-.PHONY: test lint unit demo bench bench-smoke tools constraints clean
+.PHONY: test lint unit demo bench bench-smoke tools constraints clean controlplane cluster-up cluster-down
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,22 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not cluster"
 
-test: $(STAMP) tools lint
+test: $(STAMP) tools lint controlplane
 	$(BIN)/pytest
+	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
+	  $(BIN)/pytest -m cluster
+
+# The real control plane (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, KWOK),
+# built from tools/controlplane/go.mod into a cache outside the repository, keyed by the pins.
+controlplane:
+	@tools/controlplane/build.sh >/dev/null
+
+cluster-up: $(STAMP) controlplane
+	$(BIN)/python -m airflow_k8s_retry.testing.controlplane up --bin "$$(tools/controlplane/build.sh --path)" \
+	  --dir .cluster $(if $(SCENARIO),--scenario "$(SCENARIO)")
+
+cluster-down: $(STAMP)
+	$(BIN)/python -m airflow_k8s_retry.testing.controlplane down --dir .cluster
 
 demo: $(STAMP)
 	$(BIN)/python -m demo.run
