@@ -341,7 +341,17 @@ class ApiServer:
         if status == "slow":
             await asyncio.sleep(slot.fault.delay_seconds)
             return await self.route(request, info)
-        if status == "reset":
+        if status == "lost" and info.verb != "watch":
+            # The change lands (the store is written), but its answer never reaches the client.
+            try:
+                await self.route(request, info)
+            except ApiError:
+                pass
+            self.audit(request, info, 0)
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        if status in ("reset", "lost"):  # a lost watch is a reset watch
             self.audit(request, info, 0)
             if request.transport is not None:
                 request.transport.abort()
@@ -352,6 +362,18 @@ class ApiServer:
             await self.write_error_event(response, 410, "too old resource version: 1 (2)", "Expired")
             await response.write_eof()
             return response
+        if status == 403:
+            if info.verb == "create" and info.full_resource == "pods":
+                message = (
+                    f'pods "{info.name or "pod"}" is forbidden: exceeded quota: compute, requested: '
+                    "limits.cpu=1, used: limits.cpu=8, limited: limits.cpu=8"
+                )
+            else:
+                message = (
+                    f'{info.resource} is forbidden: User "system:serviceaccount:default:airflow" cannot '
+                    f'{info.verb} resource "{info.full_resource}" in API group "" (injected fault)'
+                )
+            raise ApiError(403, message, details={"kind": info.resource})
         messages = {
             500: "Internal error occurred: injected fault",
             429: "Too many requests, please try again later.",
