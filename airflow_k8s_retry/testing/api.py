@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import json
 import logging
@@ -343,10 +344,8 @@ class ApiServer:
             return await self.route(request, info)
         if status == "lost" and info.verb != "watch":
             # The change lands (the store is written), but its answer never reaches the client.
-            try:
+            with contextlib.suppress(ApiError):
                 await self.route(request, info)
-            except ApiError:
-                pass
             self.audit(request, info, 0)
             if request.transport is not None:
                 request.transport.abort()

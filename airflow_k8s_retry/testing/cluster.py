@@ -488,8 +488,10 @@ class FakeCluster:
         """Create (or replace) a ConfigMap; ``data=None`` means any key looked up in it exists."""
         self._call(lambda: self._put_data("configmaps", name, namespace, data))
 
-    def add_disruption(self, pod_name_prefix: str, after_seconds: float, kind: str, count: int | None = 1) -> None:
-        """From now on, disrupt pods created with this name prefix, as a scenario's ``disruptions`` entry says."""
+    def add_disruption(
+        self, pod_name_prefix: str, after_seconds: float, kind: str, count: int | None = 1
+    ) -> None:
+        """From now on, disrupt pods created with this name prefix (a scenario ``disruptions`` entry)."""
         import dataclasses
 
         from airflow_k8s_retry.testing.scenario import Disruption

@@ -24,11 +24,11 @@ Airflow 3.3.2's own code so the harness keeps working whatever the operator look
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -216,7 +216,7 @@ class TaskStates:
                 out[run] = per_run
             return out
 
-    @contextmanager
+    @contextlib.contextmanager
     def serving(self) -> Iterator[TaskStates]:
         """Answer ``RuntimeTaskInstance.get_task_states`` (the triggerer's read) from this model."""
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
@@ -232,7 +232,7 @@ class TaskStates:
 # -- the worker ----------------------------------------------------------------------------------
 
 
-class WorkerDied(BaseException):  # noqa: N818 - a process death, not an error a task may catch
+class WorkerDied(BaseException):
     """The worker process is gone (``kill -9``): nothing after this point runs."""
 
 
@@ -277,10 +277,10 @@ class Worker:
             worker: Worker | None = getattr(cls._active, "worker", None)
             if worker is None:
                 return original(self, method, url, *args, **kwargs)
-            lost = worker.before(f"{method} {url.split('?')[0]}")
+            lost = worker.before(f"{method} {url.split('?', maxsplit=1)[0]}")
             result = original(self, method, url, *args, **kwargs)
             if lost:
-                worker.die(f"after {method} {url.split('?')[0]} (answer lost)")
+                worker.die(f"after {method} {url.split('?', maxsplit=1)[0]} (answer lost)")
             return result
 
         request._chaos_boundary = True  # type: ignore[attr-defined]
@@ -313,7 +313,7 @@ class Worker:
         self.died_at = where
         raise WorkerDied(where)
 
-    @contextmanager
+    @contextlib.contextmanager
     def running(self) -> Iterator[Worker]:
         Worker._active.worker = self
         try:
@@ -377,16 +377,14 @@ class Triggerer:
                     await asyncio.wait_for(trigger.on_kill(), timeout=ON_KILL_TIMEOUT)
                 except (TimeoutError, asyncio.CancelledError):
                     pass
-                except Exception:  # noqa: S110 - the triggerer logs it and goes on
+                except Exception:
                     pass
             raise
         except Exception as exc:  # the triggerer fails the task's deferral
             self._on_event(self.name, trigger_id, TriggerFailed(repr(exc)))
         finally:
-            try:
+            with contextlib.suppress(Exception):  # the triggerer ignores cleanup errors
                 await trigger.cleanup()
-            except Exception:  # noqa: S110 - cleanup errors are ignored by the triggerer
-                pass
 
     def cancel(self, trigger_id: int, *, user_action: bool = True) -> None:
         """The trigger is no longer assigned here (user action, hand-over, DAG run deleted)."""
@@ -415,7 +413,9 @@ class Triggerer:
 
         async def check() -> None:
             pending = [t for t in self._tasks.values() if not t.done()] + [
-                t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()
+                t
+                for t in asyncio.all_tasks(self._loop)
+                if t is not asyncio.current_task()
                 and getattr(t.get_coro(), "__qualname__", "").endswith("_run_trigger")
             ]
             if pending:
@@ -465,7 +465,7 @@ class Triggerer:
             if tasks:
                 self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        except Exception:  # noqa: S110 - best effort for a process that is already gone
+        except Exception:
             pass
         self._loop.close()
 

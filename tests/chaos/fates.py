@@ -46,18 +46,33 @@ def draw(rng: random.Random, seed: int) -> Fate:
 
 
 def succeed(rng: random.Random, seed: int) -> Fate:
-    return Fate("succeed", {"run": _run(rng, exit_code=0)}, frozenset({"pod.succeeded"}), terminal="success",
-                bound=100)
+    return Fate(
+        "succeed",
+        {"run": _run(rng, exit_code=0)},
+        frozenset({"pod.succeeded"}),
+        terminal="success",
+        bound=100,
+    )
 
 
 def exit_code(rng: random.Random, seed: int) -> Fate:
-    return Fate("exit_code", {"run": _run(rng, exit_code=rng.choice([1, 2, 3, 42]))},
-                frozenset({"container.exit_code"}), bound=100)
+    return Fate(
+        "exit_code",
+        {"run": _run(rng, exit_code=rng.choice([1, 2, 3, 42]))},
+        frozenset({"container.exit_code"}),
+        bound=100,
+    )
 
 
 def skip(rng: random.Random, seed: int) -> Fate:
-    return Fate("skip", {"run": _run(rng, exit_code=99)}, frozenset({"container.exit_code"}),
-                operator={"skip_on_exit_code": 99}, terminal="skipped", bound=100)
+    return Fate(
+        "skip",
+        {"run": _run(rng, exit_code=99)},
+        frozenset({"container.exit_code"}),
+        operator={"skip_on_exit_code": 99},
+        terminal="skipped",
+        bound=100,
+    )
 
 
 def oom(rng: random.Random, seed: int) -> Fate:
@@ -74,9 +89,13 @@ def unauthorized(rng: random.Random, seed: int) -> Fate:
 
 def rate_limited_recovers(rng: random.Random, seed: int) -> Fate:
     # The registry throttles for a while, then serves: the kubelet's back-off rides it out.
-    return Fate("pull_rate_limited_recovers",
-                {"pull": "rate_limited", "for_seconds": round(rng.uniform(20, 200)), "run": _run(rng)},
-                frozenset({"pod.succeeded"}), terminal="success", bound=700)
+    return Fate(
+        "pull_rate_limited_recovers",
+        {"pull": "rate_limited", "for_seconds": round(rng.uniform(20, 200)), "run": _run(rng)},
+        frozenset({"pod.succeeded"}),
+        terminal="success",
+        bound=700,
+    )
 
 
 def rate_limited(rng: random.Random, seed: int) -> Fate:
@@ -84,47 +103,81 @@ def rate_limited(rng: random.Random, seed: int) -> Fate:
 
 
 def invalid_name(rng: random.Random, seed: int) -> Fate:
-    return Fate("pull_invalid_name", {"pull": "invalid_name"}, frozenset({"image.invalid_name"}),
-                terminal="failed_now", bound=60)
+    return Fate(
+        "pull_invalid_name",
+        {"pull": "invalid_name"},
+        frozenset({"image.invalid_name"}),
+        terminal="failed_now",
+        bound=60,
+    )
 
 
 def missing_secret(rng: random.Random, seed: int) -> Fate:
     env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": f"absent-{seed}", "key": "token"}}}]
-    return Fate("missing_secret", {"run": _run(rng)}, frozenset({"config.missing_secret"}),
-                operator={"env_vars": env}, bound=300)
+    return Fate(
+        "missing_secret",
+        {"run": _run(rng)},
+        frozenset({"config.missing_secret"}),
+        operator={"env_vars": env},
+        bound=300,
+    )
 
 
 def missing_volume(rng: random.Random, seed: int) -> Fate:
     volumes = [{"name": "creds", "secret": {"secretName": f"absent-{seed}"}}]
     mounts = [{"name": "creds", "mountPath": "/creds"}]
-    return Fate("missing_volume", {"run": _run(rng)}, frozenset({"volume.mount_failed"}),
-                operator={"volumes": volumes, "volume_mounts": mounts}, bound=600)
+    return Fate(
+        "missing_volume",
+        {"run": _run(rng)},
+        frozenset({"volume.mount_failed"}),
+        operator={"volumes": volumes, "volume_mounts": mounts},
+        bound=600,
+    )
 
 
 def unschedulable(rng: random.Random, seed: int) -> Fate:
-    return Fate("unschedulable", {"run": _run(rng)}, frozenset({"schedule.timeout"}),
-                operator={"container_resources": {"requests": {"cpu": "4000"}}, "schedule_timeout_seconds": 120},
-                bound=400)
+    return Fate(
+        "unschedulable",
+        {"run": _run(rng)},
+        frozenset({"schedule.timeout"}),
+        operator={"container_resources": {"requests": {"cpu": "4000"}}, "schedule_timeout_seconds": 120},
+        bound=400,
+    )
 
 
 def deadline(rng: random.Random, seed: int) -> Fate:
-    return Fate("active_deadline", {"run": {"duration_seconds": 10_000}}, frozenset({"pod.deadline_exceeded"}),
-                operator={"active_deadline_seconds": rng.randint(15, 60)}, bound=200)
+    return Fate(
+        "active_deadline",
+        {"run": {"duration_seconds": 10_000}},
+        frozenset({"pod.deadline_exceeded"}),
+        operator={"active_deadline_seconds": rng.randint(15, 60)},
+        bound=200,
+    )
 
 
 def _disrupted(kind: str, reasons: set[str]) -> Any:
     def make(rng: random.Random, seed: int) -> Fate:
         # The first pod of each try is disrupted while it runs; its relaunch (or the next try) succeeds.
-        return Fate(f"disruption_{kind}", {"run": {"duration_seconds": round(rng.uniform(60, 120))}},
-                    frozenset(reasons), disruption=(kind, round(rng.uniform(5, 40), 1)), terminal="success",
-                    bound=900)
+        return Fate(
+            f"disruption_{kind}",
+            {"run": {"duration_seconds": round(rng.uniform(60, 120))}},
+            frozenset(reasons),
+            disruption=(kind, round(rng.uniform(5, 40), 1)),
+            terminal="success",
+            bound=900,
+        )
 
     return make
 
 
 def outlives_timeout(rng: random.Random, seed: int) -> Fate:
-    return Fate("execution_timeout", {"run": {"duration_seconds": 10_000}}, frozenset({TIMEOUT}),
-                operator={"execution_timeout": rng.randint(60, 240)}, bound=500)
+    return Fate(
+        "execution_timeout",
+        {"run": {"duration_seconds": 10_000}},
+        frozenset({TIMEOUT}),
+        operator={"execution_timeout": rng.randint(60, 240)},
+        bound=500,
+    )
 
 
 FATES = {

@@ -86,7 +86,9 @@ class Plan:
             parts.append(f"triggerer={self.triggerer[0]}@+{self.triggerer[1]:.0f}s")
         if self.crash:
             try_number, crash = self.crash
-            what = "kill" if crash.kill else ("crash-after-call" if crash.answer_lost else "crash-before-call")
+            what = (
+                "kill" if crash.kill else ("crash-after-call" if crash.answer_lost else "crash-before-call")
+            )
             parts.append(f"worker={what}#{crash.at}@try{try_number}")
         if self.user_kill:
             parts.append(f"user={self.user_kill[0]}@+{self.user_kill[1]:.0f}s")
@@ -324,7 +326,8 @@ class ChaosRun:
                     name=e["name"],
                     value_from=k.V1EnvVarSource(
                         secret_key_ref=k.V1SecretKeySelector(
-                            name=e["valueFrom"]["secretKeyRef"]["name"], key=e["valueFrom"]["secretKeyRef"]["key"]
+                            name=e["valueFrom"]["secretKeyRef"]["name"],
+                            key=e["valueFrom"]["secretKeyRef"]["key"],
                         )
                     ),
                 )
@@ -334,7 +337,9 @@ class ChaosRun:
             from kubernetes.client import models as k
 
             kwargs["volumes"] = [
-                k.V1Volume(name=v["name"], secret=k.V1SecretVolumeSource(secret_name=v["secret"]["secretName"]))
+                k.V1Volume(
+                    name=v["name"], secret=k.V1SecretVolumeSource(secret_name=v["secret"]["secretName"])
+                )
                 for v in kwargs["volumes"]
             ]
             kwargs["volume_mounts"] = [
@@ -486,10 +491,11 @@ class ChaosRun:
             self.env.states.set(ti, state)
             return state
 
-    def call_worker(self, worker: Worker, op: Any, context: dict[str, Any], call: tuple[str, Any]) -> tuple[str, Any]:
-        from airflow.sdk.exceptions import TaskDeferred
-
+    def call_worker(
+        self, worker: Worker, op: Any, context: dict[str, Any], call: tuple[str, Any]
+    ) -> tuple[str, Any]:
         from airflow.sdk.bases.operator import ExecutorSafeguard
+        from airflow.sdk.exceptions import TaskDeferred
 
         kind, resumed = call
         ctx = contextvars.copy_context()  # as the task runner: the executor safeguard sees its task
@@ -592,7 +598,12 @@ class ChaosRun:
                 return payload.resumed()
             verdict = payload.get("verdict") or {}
             self.verdicts.append(
-                (ti.try_number, str(payload.get("pod_uid")), str(verdict.get("outcome")), str(verdict.get("reason")))
+                (
+                    ti.try_number,
+                    str(payload.get("pod_uid")),
+                    str(verdict.get("outcome")),
+                    str(verdict.get("reason")),
+                )
             )
             return deferral.resumed_with(payload)
 
@@ -614,7 +625,10 @@ class ChaosRun:
             try_number = labels.get("try_number", "")
             if try_number in self._disrupted or meta.get("deletionTimestamp"):
                 continue
-            running = any("running" in (c.get("state") or {}) for c in pod.get("status", {}).get("containerStatuses") or [])
+            running = any(
+                "running" in (c.get("state") or {})
+                for c in pod.get("status", {}).get("containerStatuses") or []
+            )
             if not running:
                 continue
             due = self._disrupt_at.setdefault(meta["name"], self.clock.now() + after)
@@ -630,9 +644,7 @@ class ChaosRun:
                 t.idle(within=5.0)
 
         def quiet(cluster: Any) -> bool:
-            return all(
-                not p["metadata"].get("deletionTimestamp") for p in cluster.pods(self.namespace)
-            )
+            return all(not p["metadata"].get("deletionTimestamp") for p in cluster.pods(self.namespace))
 
         self.cluster.wait_for(quiet, timeout=2.0)
 
@@ -653,20 +665,24 @@ def _intervals(audit: list[dict[str, Any]]) -> dict[str, tuple[float, float, dic
             labels[uid] = dict(r.get("labels") or {})
         if change.startswith("running:") and not change.endswith("airflow-xcom-sidecar"):
             out.setdefault(uid, [r["t"], float("inf")])
-        elif uid in out and out[uid][1] == float("inf") and (
-            change.startswith("terminated:") or change in ("deleted", "phase:Succeeded", "phase:Failed")
+        elif (
+            uid in out
+            and out[uid][1] == float("inf")
+            and (change.startswith("terminated:") or change in ("deleted", "phase:Succeeded", "phase:Failed"))
         ):
             out[uid][1] = r["t"]
     return {uid: (a, b, labels.get(uid, {})) for uid, (a, b) in out.items()}
 
 
-def check(run: ChaosRun, state: str | None, audit: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[Violation]:
+def check(
+    run: ChaosRun, state: str | None, audit: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> list[Violation]:
     plan = run.plan
     found: list[Violation] = []
 
     # 1. At most one running pod per try, never two of one task at once.
     spans = sorted(_intervals(audit).items(), key=lambda kv: kv[1][0])
-    for i, (uid_a, (start_a, end_a, labels_a)) in enumerate(spans):
+    for i, (uid_a, (_, end_a, labels_a)) in enumerate(spans):
         for uid_b, (start_b, end_b, labels_b) in spans[i + 1 :]:
             if start_b < end_a:
                 same_try = labels_a.get("try_number") == labels_b.get("try_number")
@@ -686,7 +702,9 @@ def check(run: ChaosRun, state: str | None, audit: list[dict[str, Any]], pods: l
         created[(lab.get("try_number", "?"), lab.get("airflow-k8s-retry.io/relaunch", "0"))] += 1
     for (try_number, relaunch), count in created.items():
         if count > 1:
-            found.append(Violation("duplicate_pod", f"{count} pods created for try {try_number} relaunch {relaunch}"))
+            found.append(
+                Violation("duplicate_pod", f"{count} pods created for try {try_number} relaunch {relaunch}")
+            )
 
     # 2. Every pod deleted unless kept on purpose, and then stamped.
     for p in pods:
@@ -722,7 +740,10 @@ def check(run: ChaosRun, state: str | None, audit: list[dict[str, Any]], pods: l
         stamp = ((by_uid.get(uid) or {}).get("metadata", {}).get("annotations") or {}).get(VERDICT_ANNOTATION)
         if stamp and json.loads(stamp).get("reason") != reason:
             found.append(
-                Violation("conflicting_verdicts", f"pod {uid[:8]}: stamped {json.loads(stamp).get('reason')}, acted on {reason}")
+                Violation(
+                    "conflicting_verdicts",
+                    f"pod {uid[:8]}: stamped {json.loads(stamp).get('reason')}, acted on {reason}",
+                )
             )
 
     # 4. Every task ends within its bound.
@@ -740,13 +761,21 @@ def check(run: ChaosRun, state: str | None, audit: list[dict[str, Any]], pods: l
     for try_number, uid, outcome, reason in run.verdicts:
         if reason not in allowed:
             found.append(
-                Violation("wrong_verdict", f"try {try_number} pod {uid[:8]}: {outcome} {reason}, fate {plan.fate.kind} allows {sorted(allowed)}")
+                Violation(
+                    "wrong_verdict",
+                    f"try {try_number} pod {uid[:8]}: {outcome} {reason}, "
+                    f"fate {plan.fate.kind} allows {sorted(allowed)}",
+                )
             )
     undisturbed = not plan.faults and plan.crash is None and plan.user_kill is None
     if undisturbed and not run.hang:
-        expected = {"success": "success", "skipped": "skipped", "failed": "failed", "failed_now": "failed"}[plan.fate.terminal]
+        expected = {"success": "success", "skipped": "skipped", "failed": "failed", "failed_now": "failed"}[
+            plan.fate.terminal
+        ]
         if state != expected:
-            found.append(Violation("wrong_end", f"fate {plan.fate.kind} should end {expected}, ended {state}"))
+            found.append(
+                Violation("wrong_end", f"fate {plan.fate.kind} should end {expected}, ended {state}")
+            )
         if plan.fate.terminal == "failed_now" and run_tries(run) > 1:
             found.append(Violation("wrong_end", "a permanent failure was retried"))
     return found

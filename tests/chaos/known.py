@@ -67,8 +67,10 @@ def diagnose(violation: Any, result: Any) -> str:
         return "stale_recheck_hang"
     if kind == "wrong_end" and "exceeded quota" in notes:
         return "quota_403_permanent"
-    if kind in ("wrong_verdict", "wrong_end") and "fate=disruption" in plan and (
-        "pod.deleted_externally" in detail or "pod.deleted_externally" in " ".join(result.verdicts)
+    if (
+        kind in ("wrong_verdict", "wrong_end")
+        and "fate=disruption" in plan
+        and ("pod.deleted_externally" in detail or "pod.deleted_externally" in " ".join(result.verdicts))
     ):
         return "disruption_judged_as_deletion"
     if kind in ("wrong_verdict", "no_verdict") and "triggerer=stale" in plan:

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -25,10 +26,16 @@ from typing import Any
 _ENV: Any = None
 
 
+def _airflow_home() -> None:
+    """A throw-away AIRFLOW_HOME (never the user's own), as the test suite uses."""
+    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-k8s-retry-chaos-"))
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+
 def _init(logs: str) -> None:
     """In each worker process: logs to a file, then one simulator for all of its runs."""
-    global _ENV
-    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    global _ENV  # noqa: PLW0603 - one simulator per worker process, made by its initializer
+    _airflow_home()
     Path(logs).mkdir(parents=True, exist_ok=True)
     log = os.open(Path(logs) / f"chaos-{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)
@@ -54,14 +61,19 @@ def run_many(seeds: list[int], jobs: int, logs: str, progress: bool = True) -> l
 
     results: list[dict[str, Any]] = []
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init, initargs=(logs,)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=context, initializer=_init, initargs=(logs,)
+    ) as pool:
         futures = {pool.submit(_one, seed): seed for seed in seeds}
         for done, future in enumerate(as_completed(futures), 1):
             data = future.result()
             results.append(data)
             if data["violations"]:
-                print(f"seed {data['seed']}: {len(data['violations'])} violation(s) "
-                      f"[{', '.join(data['causes'])}] -> make chaos SEED={data['seed']}", flush=True)
+                print(
+                    f"seed {data['seed']}: {len(data['violations'])} violation(s) "
+                    f"[{', '.join(data['causes'])}] -> make chaos SEED={data['seed']}",
+                    flush=True,
+                )
             if progress and done % 100 == 0:
                 print(f"... {done}/{len(seeds)} runs", flush=True)
     return sorted(results, key=lambda d: d["seed"])
@@ -94,10 +106,16 @@ def summary(results: list[dict[str, Any]], wall: float, jobs: int) -> dict[str, 
         "faults_hit": dict(faults.most_common()),
         "fates": dict(fate_kinds.most_common()),
         "triggerer_events": Counter(
-            w.split("=")[1].split("@")[0] for d in results for w in d["plan"].split() if w.startswith("triggerer=")
+            w.split("=")[1].split("@")[0]
+            for d in results
+            for w in d["plan"].split()
+            if w.startswith("triggerer=")
         ),
         "worker_events": Counter(
-            w.split("=")[1].split("#")[0] for d in results for w in d["plan"].split() if w.startswith("worker=")
+            w.split("=")[1].split("#")[0]
+            for d in results
+            for w in d["plan"].split()
+            if w.startswith("worker=")
         ),
         "user_kills": Counter(
             w.split("=")[1].split("@")[0] for d in results for w in d["plan"].split() if w.startswith("user=")
@@ -105,7 +123,9 @@ def summary(results: list[dict[str, Any]], wall: float, jobs: int) -> dict[str, 
         "wall_seconds": round(wall, 1),
         "jobs": jobs,
         "median_run_seconds": round(times[len(times) // 2], 3) if times else 0.0,
-        "slowest": {k: slowest[k] for k in ("seed", "plan", "real_seconds", "sim_seconds")} if slowest else None,
+        "slowest": {k: slowest[k] for k in ("seed", "plan", "real_seconds", "sim_seconds")}
+        if slowest
+        else None,
     }
 
 
@@ -138,19 +158,32 @@ def report(summary_data: dict[str, Any], first: int, command: str) -> str:
     if s["slowest"]:
         slow = s["slowest"]
         lines.append(
-            f"| slowest run | seed {slow['seed']}: {slow['real_seconds']} s real, {slow['sim_seconds']:.0f} s simulated |"
+            f"| slowest run | seed {slow['seed']}: {slow['real_seconds']} s real, "
+            f"{slow['sim_seconds']:.0f} s simulated |"
         )
         lines += ["", f"Slowest run's plan: `{slow['plan']}`"]
     lines += ["", "## Violations by invariant", "", "| invariant broken | count |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in s["violation_kinds"].items()] or ["| (none) | 0 |"]
-    lines += ["", "## Violations by cause", "", "| cause | review item | runs | example seeds |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Violations by cause",
+        "",
+        "| cause | review item | runs | example seeds |",
+        "|---|---|---|---|",
+    ]
     for cause, count in s["causes"].items():
         item, text = CAUSES.get(cause, ("?", cause))
         seeds = ", ".join(str(x) for x in s["seeds_by_cause"].get(cause, []))
         lines.append(f"| {text} | {item} | {count} | {seeds} |")
     if not s["causes"]:
         lines.append("| (none) | | 0 | |")
-    lines += ["", "## Faults injected (requests that hit a fault, by kind and verb)", "", "| fault | hits |", "|---|---|"]
+    lines += [
+        "",
+        "## Faults injected (requests that hit a fault, by kind and verb)",
+        "",
+        "| fault | hits |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v} |" for k, v in s["faults_hit"].items()]
     lines += ["", "## What the runs drew", "", "| pod fate | runs |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in s["fates"].items()]
@@ -174,13 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write every run's result here")
     parser.add_argument("--logs", default=".chaos-logs")
     args = parser.parse_args(argv)
+    _airflow_home()  # inherited by the worker processes
 
     if args.seed is not None:
         started = time.monotonic()
         [data] = run_many([args.seed], 1, args.logs, progress=False)
         print(data["explain"])
-        print(f"causes: {', '.join(data['causes']) or 'none'}; {time.monotonic() - started:.1f} s; "
-              f"logs in {args.logs}/")
+        print(
+            f"causes: {', '.join(data['causes']) or 'none'}; {time.monotonic() - started:.1f} s; "
+            f"logs in {args.logs}/"
+        )
         return 1 if data["violations"] else 0
 
     seeds = list(range(args.first, args.first + args.runs))
@@ -188,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     results = run_many(seeds, args.jobs, args.logs)
     wall = time.monotonic() - started
     s = summary(results, wall, args.jobs)
-    print(json.dumps({k: s[k] for k in ("runs", "failing_runs", "violations", "causes", "slowest")}, indent=1))
+    print(
+        json.dumps({k: s[k] for k in ("runs", "failing_runs", "violations", "causes", "slowest")}, indent=1)
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": s, "runs": results}, indent=1, default=str))
     if args.report:
