@@ -137,7 +137,10 @@ def report(summary_data: dict[str, Any], first: int, command: str) -> str:
         "# Reliability: the chaos suite",
         "",
         "Produced by `" + command + "` (`tests/chaos/run.py`); re-run it to refresh this page.",
-        "Every run is seeded: `make chaos SEED=N` replays run N and explains what happened.",
+        "Every run is seeded: `make chaos SEED=N` replays run N and explains what happened. The seed",
+        "fixes everything the run draws (fate, arguments, faults and when they start, the triggerer",
+        "event, the crash point, the kill); the interleaving of the worker, the triggerers and the",
+        "simulator is real, so a timing-sensitive violation may need a few replays to show again.",
         "",
         "Each run drives one task the way Airflow does (execute, `TaskDeferred`, the trigger rebuilt from",
         "its `serialize()` kwargs in a triggerer, `resume_execution` with the event, `on_kill`, Airflow's",
@@ -206,7 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", default=None, help="write the Markdown report here")
     parser.add_argument("--json", default=None, help="write every run's result here")
     parser.add_argument("--logs", default=".chaos-logs")
+    parser.add_argument("--render", default=None, help="only rewrite --report from a --json file")
     args = parser.parse_args(argv)
+    if args.render:
+        saved = json.loads(Path(args.render).read_text())
+        first = min((d["seed"] for d in saved["runs"]), default=0)
+        command = f"make chaos CHAOS_RUNS={len(saved['runs'])}"
+        Path(args.report).write_text(report(saved["summary"], first, command))
+        return 0
     _airflow_home()  # inherited by the worker processes
 
     if args.seed is not None:
