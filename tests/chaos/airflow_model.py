@@ -58,10 +58,22 @@ class TaskInstance:
     task: Any = None
     #: Set by the worker model: called before every XCom push (a dead worker pushes nothing).
     boundary: Callable[[str], None] | None = None
+    #: The XCom push (1-based, in this try) that the API server answers with a 503, if any.
+    xcom_fails_at: int | None = None
+    xcom_pushes: int = 0
 
     def xcom_push(self, key: str, value: Any) -> None:
         if self.boundary is not None:
             self.boundary(f"xcom_push:{key}")
+        self.xcom_pushes += 1
+        if self.xcom_pushes == self.xcom_fails_at:
+            # What the task runner raises when the supervisor's call to the execution API fails.
+            from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+            from airflow.sdk.execution_time.comms import ErrorResponse
+
+            raise AirflowRuntimeError(
+                ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={"status_code": 503, "key": key})
+            )
         self.xcom[key] = value
 
     def xcom_pull(self, task_ids: Any = None, key: str = "return_value", **_: Any) -> Any:

@@ -76,6 +76,8 @@ class Plan:
     crash: tuple[int, CrashPlan] | None
     #: ``(kind, after)``: ``mark_failed`` or ``delete_run`` while deferred.
     user_kill: tuple[str, float] | None
+    #: ``(try number, n)``: the n-th XCom push of that try fails (the execution API answers 503).
+    xcom_fault: tuple[int, int] | None = None
 
     def describe(self) -> str:
         parts = [f"fate={self.fate.kind}", f"retries={self.retries}", f"on_finish={self.on_finish_action}"]
@@ -92,6 +94,8 @@ class Plan:
             parts.append(f"worker={what}#{crash.at}@try{try_number}")
         if self.user_kill:
             parts.append(f"user={self.user_kill[0]}@+{self.user_kill[1]:.0f}s")
+        if self.xcom_fault:
+            parts.append(f"airflow=xcom_push_503#{self.xcom_fault[1]}@try{self.xcom_fault[0]}")
         return " ".join(parts)
 
 
@@ -132,12 +136,17 @@ def draw_plan(seed: int) -> Plan:
     user_kill = None
     if rng.random() < 0.1:
         user_kill = (rng.choice(["mark_failed", "mark_failed", "delete_run"]), round(rng.uniform(0, 120), 1))
+    do_xcom_push = rng.random() < 0.15
+    xcom_fault = None  # drawn last, so the draws above stay what they were before it existed
+    if rng.random() < 0.08:
+        xcom_fault = (rng.randint(1, retries + 1), rng.randint(1, 3))
     return Plan(
+        xcom_fault=xcom_fault,
         seed=seed,
         fate=fate,
         retries=retries,
         on_finish_action=on_finish,
-        do_xcom_push=rng.random() < 0.15,
+        do_xcom_push=do_xcom_push,
         faults=faults,
         triggerer=triggerer,
         crash=crash,
@@ -169,6 +178,8 @@ class Result:
     faults_hit: Counter[str] = field(default_factory=Counter)
     verdicts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The latest a scripted kubelet step fired, in simulated seconds (how starved the run was).
+    max_lag: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -186,6 +197,7 @@ class Result:
             "faults_hit": dict(self.faults_hit),
             "verdicts": self.verdicts,
             "notes": self.notes,
+            "max_lag": round(self.max_lag, 1),
         }
 
     def explain(self) -> str:
@@ -205,6 +217,7 @@ class Environment:
 
     def __init__(self, time_scale: float = TIME_SCALE) -> None:
         self.time_scale = time_scale
+        self.executions = 0
         _warm_up()
         self._start_cluster()
         self.clock = self.cluster.sim_clock()
@@ -292,7 +305,8 @@ class ChaosRun:
         self.cluster = env.cluster
         self.clock = env.clock
         seed = plan.seed
-        self.namespace = f"chaos-{seed}"
+        env.executions += 1
+        self.namespace = f"chaos-{seed}-{env.executions}"
         self.image = f"chaos.example/s{seed}/app:1"
         self.dag_id = "chaos"
         self.task_id = f"task{seed}"
@@ -383,8 +397,10 @@ class ChaosRun:
         self.cluster.add_namespace(self.namespace)
         self.cluster.set_image(self.image, plan.fate.image)
         started_real = time.monotonic()
+        lags_before = len(self.cluster.timer_lag())
         self.started = self.clock.now()
-        per_try = 2 * plan.fate.bound + (self.execution_timeout() or 0) + 600
+        # Generous: a task that never ends exceeds any bound, one slowed by a loaded machine should not.
+        per_try = 3 * plan.fate.bound + (self.execution_timeout() or 0) + 1500
         self.bound = self.started + (plan.retries + 1) * per_try
         self.dag_run = DagRun(self.dag_id, self.run_id, now_as_datetime(self.started))
         state: str | None = None
@@ -416,6 +432,10 @@ class ChaosRun:
             sim_seconds=self.clock.now() - self.started,
             notes=self.notes,
         )
+        lags = self.cluster.timer_lag()[lags_before:]
+        result.max_lag = max(lags, default=0.0) / self.env.time_scale
+        if result.max_lag > 200:
+            self.notes.append(f"the simulator ran up to {result.max_lag:.0f} sim s late (a loaded machine)")
         result.verdicts = [f"try {t} pod {u[:8]}: {o} {r}" for t, u, o, r in self.verdicts]
         result.faults_hit = Counter(
             f"{r['fault']} {r['verb']}" for r in audit if r.get("kind") == "request" and "fault" in r
@@ -437,6 +457,8 @@ class ChaosRun:
         """One try from the worker's start to the state Airflow gives it."""
         plan = self.plan
         ti = self.new_ti(try_number)
+        if plan.xcom_fault and plan.xcom_fault[0] == try_number:
+            ti.xcom_fails_at = plan.xcom_fault[1]
         self.env.states.set(ti, "running")
         crash = plan.crash[1] if plan.crash and plan.crash[0] == try_number else None
         worker: Worker | None = None
@@ -767,7 +789,7 @@ def check(
                     f"fate {plan.fate.kind} allows {sorted(allowed)}",
                 )
             )
-    undisturbed = not plan.faults and plan.crash is None and plan.user_kill is None
+    undisturbed = not plan.faults and plan.crash is None and plan.user_kill is None and not plan.xcom_fault
     if undisturbed and not run.hang:
         expected = {"success": "success", "skipped": "skipped", "failed": "failed", "failed_now": "failed"}[
             plan.fate.terminal

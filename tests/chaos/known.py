@@ -18,6 +18,10 @@ CAUSES: dict[str, tuple[str, str]] = {
         "#1",
         "the next try started beside a stamped, undeleted pod of the try before",
     ),
+    "verdict_to_delete_crash": (
+        "#1 (and #6 on the last try)",
+        "the worker died between the verdict and the delete on the last try: nothing deletes the pod",
+    ),
     "create_to_defer_leak": (
         "#6",
         "the pod outlives a failure between create and defer (lost create answer, crash, error)",
@@ -38,6 +42,10 @@ CAUSES: dict[str, tuple[str, str]] = {
         "new (not in the review)",
         "a preempted/evicted pod seen only once gone is judged pod.deleted_externally: a try is spent",
     ),
+    "starved_run": (
+        "none (the test machine)",
+        "no verdict within the bound while the simulator itself ran late: a starved run, not a finding",
+    ),
     "unexplained": ("?", "not yet placed; see the seed's replay"),
 }
 
@@ -56,14 +64,22 @@ def diagnose(violation: Any, result: Any) -> str:
             return "deleted_run_keeps_pod"
         if ", stamped" in detail:
             return "stamped_pod_not_deleted"
+        if "airflow=xcom_push_503" in plan:
+            return "create_to_defer_leak"  # the XCom push after the create failed (#6)
         if "user=mark_failed" in plan or "worker=kill" in plan:
             return "on_kill_delete_failed"
+        died = [n for n in result.notes if "worker died" in n]
+        launching = ("POST", "pod_name", "pod_namespace", "defer")
+        if died and not any(word in n for n in died for word in launching):
+            return "verdict_to_delete_crash"
         return "create_to_defer_leak"
     if kind in ("two_pods_running",):
         return "earlier_try_still_running"
     if kind == "two_pods_running_in_one_try":
         return "relaunch_overlap"
     if kind == "hang":
+        if "ran up to" in notes and "a loaded machine" in notes:
+            return "starved_run"
         return "stale_recheck_hang"
     if kind == "wrong_end" and "exceeded quota" in notes:
         return "quota_403_permanent"

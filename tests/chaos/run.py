@@ -200,6 +200,20 @@ def report(summary_data: dict[str, Any], first: int, command: str) -> str:
     return "\n".join(lines)
 
 
+def _rediagnose(saved: dict[str, Any]) -> None:
+    """Place the saved violations again with the current ``known.diagnose`` and re-summarize."""
+    from types import SimpleNamespace
+
+    from tests.chaos.known import diagnose
+
+    for data in saved["runs"]:
+        result = SimpleNamespace(plan=data["plan"], notes=data["notes"], verdicts=data["verdicts"])
+        violations = [SimpleNamespace(**v) for v in data["violations"]]
+        data["causes"] = sorted({diagnose(v, result) for v in violations})
+    old = saved["summary"]
+    saved["summary"] = summary(saved["runs"], old["wall_seconds"], old["jobs"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -213,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render:
         saved = json.loads(Path(args.render).read_text())
+        _rediagnose(saved)
         first = min((d["seed"] for d in saved["runs"]), default=0)
         command = f"make chaos CHAOS_RUNS={len(saved['runs'])}"
         Path(args.report).write_text(report(saved["summary"], first, command))

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -129,7 +130,7 @@ def _worker_pid(dep: Deployment, run_id: str) -> int | None:
     )
     if not rows:
         return None
-    ti_id = str(rows[0][0])
+    ti_id = str(uuid.UUID(str(rows[0][0])))  # the database keeps it without dashes
     listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
     for line in listing.splitlines():
         pid, _, args = line.strip().partition(" ")
