@@ -340,6 +340,9 @@ class ApiServer:
         status = slot.fault.status
         info.extra["fault"] = status
         if status == "slow":
+            # The request has arrived whole; the server is slow to act on it (and acts even if the
+            # client has gone meanwhile, as an API server that already has the body does).
+            await request.read()
             await asyncio.sleep(slot.fault.delay_seconds)
             return await self.route(request, info)
         if status == "lost" and info.verb != "watch":
