@@ -28,7 +28,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     ),
     "deleted_run_keeps_pod": ("#4", "a deleted DAG run leaves its pod (on_kill keeps it)"),
     "on_kill_delete_failed": (
-        "#2/#9 (on_kill's DELETE fails)",
+        "#1's missing DELETE retry, in on_kill (review answers §1: on_kill DELETE, logged, leak)",
         "on_kill could not delete the pod of a killed task (its DELETE hit a fault, no retry)",
     ),
     "handover_deletes_live_pod": (

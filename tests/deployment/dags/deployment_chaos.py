@@ -28,3 +28,6 @@ with DAG(dag_id="deployment_chaos_deferred", schedule=None, start_date=datetime(
 
 with DAG(dag_id="deployment_chaos_worker_crash", schedule=None, start_date=datetime(2024, 1, 1)):
     RetryingPodOperator(task_id="crash", image=CRASH_IMAGE, retries=1, retry_delay=timedelta(seconds=10))
+
+with DAG(dag_id="deployment_chaos_worker_crash_last_try", schedule=None, start_date=datetime(2024, 1, 1)):
+    RetryingPodOperator(task_id="crash", image=CRASH_IMAGE, retries=0)
