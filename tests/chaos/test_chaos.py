@@ -22,6 +22,7 @@ KNOWN: dict[str, list[int]] = {
     "stamped_pod_not_deleted": [227, 13, 205, 168, 223, 160, 26, 53],
     "earlier_try_still_running": [163],
     "create_to_defer_leak": [235, 212, 59],
+    "verdict_to_delete_crash": [43, 52, 105, 164, 225],
     "deleted_run_keeps_pod": [237, 97, 74],
     "on_kill_delete_failed": [220, 107],
     "disruption_judged_as_deletion": [247, 144, 130],

@@ -51,7 +51,9 @@ def test_image_behaviours_and_disruptions_can_change_while_running(cluster: Fake
     def waiting_reason(c: FakeCluster) -> bool:
         pod = c.pod("ghost") or {}
         states = [s.get("state", {}) for s in pod.get("status", {}).get("containerStatuses") or []]
-        return any((s.get("waiting") or {}).get("reason") in ("ErrImagePull", "ImagePullBackOff") for s in states)
+        return any(
+            (s.get("waiting") or {}).get("reason") in ("ErrImagePull", "ImagePullBackOff") for s in states
+        )
 
     assert cluster.wait_for(waiting_reason, timeout=10)
     cluster.add_disruption("victim-", after_seconds=1, kind="delete")
