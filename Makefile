@@ -6,7 +6,7 @@ CONSTRAINTS := constraints/constraints-3.11.txt
 STAMP := $(VENV)/.installed
 export AIRFLOW_K8S_RETRY_REPO := $(CURDIR)
 
-.PHONY: test lint unit demo bench bench-smoke tools constraints clean controlplane cluster-up cluster-down
+.PHONY: test lint unit demo bench bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,14 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
+# Seeded randomized runs under faults, restarts, crashes and kills (tests/chaos); SEED=N replays one.
+CHAOS_RUNS ?= 1000
+CHAOS_JOBS ?= 2
+chaos: $(STAMP)
+	@if [ -n "$(SEED)" ]; then $(BIN)/python -m tests.chaos.run --seed $(SEED); \
+	else nice -n 10 $(BIN)/python -m tests.chaos.run --runs $(CHAOS_RUNS) --jobs $(CHAOS_JOBS) \
+	  --report docs/reliability.md --json .chaos-logs/results.json; fi
+
 constraints:
 	rm -rf .venv-constraints
 	$(PYTHON) -m venv .venv-constraints
@@ -63,4 +71,4 @@ constraints:
 	rm -rf .venv-constraints
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs
