@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
+from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -164,6 +165,7 @@ class PodCompletionSensor(BaseOperator):  # type: ignore[misc]
         pod_event = PodEvent.from_payload(event)
         verdict = pod_event.verdict
         name, namespace, uid = pod_event.pod_name, pod_event.namespace, pod_event.pod_uid
+        count_task_verdict(verdict, context, namespace)
         client, _ = self._client()
         try:
             if verdict.outcome is not Outcome.SUCCEED:
