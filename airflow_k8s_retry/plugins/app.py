@@ -10,15 +10,13 @@ and back; an API client gets 401.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
+from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from airflow_k8s_retry.plugins.failures import DEFAULT_HOURS, RANGES, FailureRecord, Summary, summarize
-
-if TYPE_CHECKING:
-    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 
 #: Keys the operator and the sensor publish for each failing try.
 VERDICT_KEY, POD_NAME_KEY, POD_NAMESPACE_KEY = "verdict", "pod_name", "pod_namespace"
@@ -31,6 +29,10 @@ async def current_user(request: Request) -> BaseUser:
     from airflow.api_fastapi.core_api.security import bearer_scheme, get_user, oauth2_scheme
 
     return await get_user(request, await oauth2_scheme(request), await bearer_scheme(request))
+
+
+#: The caller, as a route parameter (FastAPI resolves annotations at module level).
+User = Annotated[BaseUser, Depends(current_user)]
 
 
 def readable_dags(user: BaseUser, candidates: set[str]) -> set[str]:
@@ -84,8 +86,12 @@ def load_records(since: datetime, until: datetime, dag_id: str | None) -> list[F
         tries: dict[tuple[str, str, str, int], tuple[int, str | None]] = {}
         for ti in session.execute(
             select(
-                TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index,
-                TaskInstance.try_number, TaskInstance.state,
+                TaskInstance.dag_id,
+                TaskInstance.run_id,
+                TaskInstance.task_id,
+                TaskInstance.map_index,
+                TaskInstance.try_number,
+                TaskInstance.state,
             ).where(TaskInstance.dag_id.in_(dags), TaskInstance.run_id.in_(runs))
         ):
             tries[(ti[0], ti[1], ti[2], ti[3])] = (int(ti[4]), None if ti[5] is None else str(ti[5]))
@@ -139,8 +145,6 @@ def create_app() -> FastAPI:
 
             return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), 307)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
-
-    User = Annotated["BaseUser", Depends(current_user)]
 
     @app.get("/", response_class=HTMLResponse)
     def page(

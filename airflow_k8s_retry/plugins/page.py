@@ -91,9 +91,7 @@ def _filters(dag_ids: list[str], dag_id: str | None, hours: int) -> str:
         for d in dag_ids
     ]
     spans = {1: "last hour", 6: "last 6 hours", 24: "last 24 hours", 168: "last 7 days", 720: "last 30 days"}
-    ranges = [
-        f'<option value="{h}"{" selected" if h == hours else ""}>{spans[h]}</option>' for h in RANGES
-    ]
+    ranges = [f'<option value="{h}"{" selected" if h == hours else ""}>{spans[h]}</option>' for h in RANGES]
     return (
         '<form method="get" action="">'
         f'<label>DAG <select name="dag_id" id="dag_id">{"".join(dags)}</select></label>'
@@ -115,7 +113,7 @@ def render(summary: Summary, *, dag_ids: list[str], dag_id: str | None, hours: i
         )
         hint = f'<div class="hint">fix: {escape(r.hint)}</div>' if r.hint else ""
         rows.append(
-            "<tr class=\"failure\">"
+            '<tr class="failure">'
             f"<td>{r.at:%Y-%m-%d %H:%M:%S}</td>"
             f'<td><a href="{link}" target="_top">{escape(r.task)}</a>'
             f'<div class="muted">{escape(r.run_id)}</div></td>'
@@ -135,7 +133,7 @@ def render(summary: Summary, *, dag_ids: list[str], dag_id: str | None, hours: i
     scope = f"DAG {escape(dag_id)}" if dag_id else "all DAGs"
     empty = '<div class="empty">No verdicts in this range.</div>'
     return (
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         "<title>Kubernetes pod failures</title>"
         f"<style>{STYLE}</style></head><body>"
         "<h1>Kubernetes pod failures</h1>"
@@ -148,13 +146,17 @@ def render(summary: Summary, *, dag_ids: list[str], dag_id: str | None, hours: i
         + "<h2>Tasks failing most</h2>"
         + (
             '<table id="top-tasks"><tr><th>task</th><th>failures</th><th>reasons</th><th>last</th></tr>'
-            + "".join(tops) + "</table>" if tops else empty
+            + "".join(tops)
+            + "</table>"
+            if tops
+            else empty
         )
         + "<h2>Tries</h2>"
         + (
             '<table id="tries"><tr><th>when (UTC)</th><th>task / run</th><th>try</th><th>pod</th>'
             "<th>outcome</th><th>reason</th><th>message and fix</th></tr>" + "".join(rows) + "</table>"
-            if rows else empty
+            if rows
+            else empty
         )
         + "</body></html>"
     )

@@ -56,9 +56,16 @@ def test_segments_outside_airflows_characters_are_replaced() -> None:
 
 
 def test_every_counter_of_the_default_rules_and_every_other_name_is_documented() -> None:
-    names = [*metrics.default_verdict_metrics(), metrics.RELAUNCHES, metrics.DETECTION_LATENCY,
-             metrics.GRACE_WAIT, metrics.FEEDS, metrics.SUBSCRIPTIONS, metrics.WATCH_RECONNECTS,
-             metrics.POLLING_FEEDS]
+    names = [
+        *metrics.default_verdict_metrics(),
+        metrics.RELAUNCHES,
+        metrics.DETECTION_LATENCY,
+        metrics.GRACE_WAIT,
+        metrics.FEEDS,
+        metrics.SUBSCRIPTIONS,
+        metrics.WATCH_RECONNECTS,
+        metrics.POLLING_FEEDS,
+    ]
     missing = [n for n in names if f"`{n}`" not in DOCS]
     assert not missing
     # And nothing documented that the code cannot send.
