@@ -8,12 +8,14 @@ ending: an exit code (retry), an image that does not exist (a 2 s grace, then re
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 
 from airflow_k8s_retry import metrics
+from airflow_k8s_retry.hints import fix_hint
 from airflow_k8s_retry.testing import FakeCluster
 from tests.end_to_end.scenarios import Scenario
 from tests.observability.statsd_listener import Datagram, StatsdListener
@@ -151,3 +153,23 @@ def test_every_name_sent_is_documented(received: tuple[DagRunResult, list[Datagr
     assert sent
     for name in sent:
         assert f"`{name}`" in documented, name
+
+
+@pytest.mark.parametrize(
+    ("task_id", "reason"), [("exits", "container.exit_code"), ("pull", "image.not_found")]
+)
+def test_the_failure_report_opens_with_the_fix_hint(
+    received: tuple[DagRunResult, list[Datagram]], task_id: str, reason: str
+) -> None:
+    result, _ = received
+    lines = result.output.splitlines()
+    start = next(
+        i for i, line in enumerate(lines) if re.search(rf"\] Pod metrics-e2e-{task_id}-\w+-t1: ", line)
+    )
+    head = lines[start].split(": ", 1)[1]
+    hint = fix_hint(reason)
+    if hint is None:
+        assert head.startswith(f"{reason}: ")
+    else:
+        assert head == f"fix: {hint}"
+        assert lines[start + 1].startswith(f"{reason}: ")
