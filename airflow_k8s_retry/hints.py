@@ -1,8 +1,8 @@
 """Fix hints: one line per reason code saying what to do about a failure.
 
-The hints belong to the classifier (each rule knows its cause best); this module is the one place
-the operator's failure report, ``explain`` and the failures page read them from, so they all say
-the same thing and none of them breaks where the classifier has no hint for a reason.
+The hints belong to the classifier (``classification.hint_for``, one per reason code); this module
+is where the failure reports and the failures page read them, so an XCom with a reason code this
+version does not know shows no hint instead of breaking the page.
 
 Example::
 
@@ -19,18 +19,15 @@ if TYPE_CHECKING:
 
 
 def fix_hint(reason: str) -> str | None:
-    """The classifier's one-line fix hint for reason code ``reason``, or ``None`` when it has none.
-
-    Unknown reason codes (a newer package wrote the XCom) have none either.
+    """The classifier's one-line fix hint for reason code ``reason`` (``hint_for``), or ``None``
+    when it has none: a reason code this version does not know (a newer package wrote the XCom).
     """
-    from airflow_k8s_retry.classification import RULES
+    from airflow_k8s_retry.classification import Reason, hint_for
 
-    for rule in RULES:
-        if rule.reason.value == reason or (rule.waiting_reason and rule.waiting_reason.value == reason):
-            hint = getattr(rule, "hint", None)
-            if isinstance(hint, str) and hint.strip():
-                return hint.strip()
-    return None
+    try:
+        return hint_for(Reason(reason)) or None
+    except (ValueError, KeyError):
+        return None
 
 
 def with_hint(report: str, verdict: Verdict | None) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import kubernetes
 import pytest
 
+from airflow_k8s_retry.classification import hint_for
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION
 from airflow_k8s_retry.testing import FakeCluster
 from tests.support.airflow_runner import kubernetes_connection
@@ -108,6 +109,15 @@ def test_a_finished_pod_gets_its_final_verdict_in_json(cluster: FakeCluster) -> 
     )
     assert result["source"] == "the default kubeconfig"
     assert result["stamped"] is None
+    assert result["hint"] == hint_for("container.exit_code")
+
+
+def test_trace_works_on_a_live_pod(cluster: FakeCluster) -> None:
+    proc = explain(cluster, "--pod", "broken", "-n", "jobs", "--json", "--trace")
+    assert proc.returncode == 0, proc.stderr
+    trace = json.loads(proc.stdout)["trace"]
+    assert trace[-1] == {**trace[-1], "rule": "exit_code", "matched": True}
+    assert not any(step["matched"] for step in trace[:-1])
 
 
 def test_an_airflow_connection_is_used_with_conn_id(cluster: FakeCluster, tmp_path: Path) -> None:

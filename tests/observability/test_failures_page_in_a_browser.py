@@ -261,8 +261,11 @@ def test_the_page_renders_real_verdicts_in_a_browser(site: Site, tmp_path: Path)
     assert "exit code 3" in exit_row[6]
     missing_row = next(r for r in seen["tries"] if r[5] == "image.not_found")
     assert "past its grace of 2s" in missing_row[6]
-    expected_hints = sum(1 for r in seen["tries"] if fix_hint(r[5]))
-    assert seen["hints"] == expected_hints
+    # Every reason code has a fix hint, shown under the message.
+    assert seen["hints"] == 7
+    for row in seen["tries"]:
+        hint = fix_hint(row[5])
+        assert hint and row[6].endswith(f"fix: {hint}")
     assert seen["dags"] == ["", "failures_a", "failures_b"]
     assert total_b == "1" and len(only_b) == 1 and only_b[0].startswith("failures_b.exits")
 

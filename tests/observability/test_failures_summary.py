@@ -83,3 +83,13 @@ def test_the_page_escapes_messages_and_links_each_try() -> None:
     assert "<code>jobs/etl-load-abc-t2</code>" in html
     assert 'data-reason="image.rate_limited" data-count="1"' in html
     assert html.count('class="failure"') == 1
+
+
+def test_every_reason_code_has_a_hint_and_unknown_codes_have_none() -> None:
+    from airflow_k8s_retry.classification import Reason, hint_for
+    from airflow_k8s_retry.hints import fix_hint, with_hint
+
+    for reason in Reason:
+        assert fix_hint(reason.value) == hint_for(reason)
+    assert fix_hint("image.from_the_future") is None
+    assert with_hint("report", None) == "report"
