@@ -14,13 +14,19 @@ $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e ".[test,bench]"
 	touch $(STAMP)
 
-# kubectl (Debian's kubernetes-client) is used by one conformance test of the simulator.
+# kubectl (Debian's kubernetes-client) is used by one conformance test of the simulator;
+# chromium (Debian's) by the browser test of the failures page.
 tools:
 	@command -v kubectl >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null) \
 	      || echo "warning: could not install kubectl (Debian package kubernetes-client)"; \
 	  else echo "warning: kubectl missing; install Debian's kubernetes-client"; fi; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "warning: could not install chromium (Debian package chromium)"; \
+	  else echo "warning: chromium missing; install Debian's chromium"; fi; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
