@@ -176,6 +176,10 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     :param poll_interval: seconds between polls, used only when RBAC forbids watching.
     :param owned: ``False`` for a pod this package did not create: never deleted, and annotated
         only where RBAC allows.
+    :param target: ``Target.to_payload()`` (:mod:`airflow_k8s_retry.following`) for a sensor that
+        waits for a pod by name, the newest pod of a label selector, or a Job: the trigger follows
+        the target (``pod_name`` and ``pod_uid`` are then empty) and emits a ``TargetEvent``.
+        Serialized only when given, so an operator's trigger kwargs stay as they were.
     """
 
     #: Where "now" comes from; replace with a ``ManualClock`` in tests.
@@ -197,9 +201,12 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         execution_deadline: float | None = None,
         poll_interval: float = 10.0,
         owned: bool = True,
+        target: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         for label, value in (("namespace", namespace), ("pod_name", pod_name), ("pod_uid", pod_uid)):
+            if target is not None and label != "namespace" and value == "":
+                continue  # a target is followed, not a pod known in advance
             if not isinstance(value, str) or not value:
                 raise ValueError(f"PodStateTrigger needs a non-empty {label}, got {value!r}")
         if not isinstance(poll_interval, int | float) or poll_interval <= 0:
@@ -217,6 +224,13 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self.execution_deadline = None if execution_deadline is None else float(execution_deadline)
         self.poll_interval = float(poll_interval)
         self.owned = bool(owned)
+        self.target = dict(target) if target is not None else None
+        if self.target is not None:
+            from airflow_k8s_retry.following import Target
+
+            Target.from_payload(self.target)
+            if self.owned:
+                raise ValueError("PodStateTrigger follows a target only with owned=False")
         # Parse early, so a bad payload fails at defer time with a clear message, not in the triggerer.
         self._identity = TryIdentity.from_payload(self.identity) if self.identity is not None else None
         self._policy = _load_policy(self.policy)
@@ -226,22 +240,22 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self._may_annotate = True
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            CLASSPATH,
-            {
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "namespace": self.namespace,
-                "pod_name": self.pod_name,
-                "pod_uid": self.pod_uid,
-                "identity": self.identity,
-                "policy": self.policy,
-                "history": self.history,
-                "relaunches": self.relaunches,
-                "execution_deadline": self.execution_deadline,
-                "poll_interval": self.poll_interval,
-                "owned": self.owned,
-            },
-        )
+        kwargs: dict[str, Any] = {
+            "kubernetes_conn_id": self.kubernetes_conn_id,
+            "namespace": self.namespace,
+            "pod_name": self.pod_name,
+            "pod_uid": self.pod_uid,
+            "identity": self.identity,
+            "policy": self.policy,
+            "history": self.history,
+            "relaunches": self.relaunches,
+            "execution_deadline": self.execution_deadline,
+            "poll_interval": self.poll_interval,
+            "owned": self.owned,
+        }
+        if self.target is not None:
+            kwargs["target"] = self.target
+        return CLASSPATH, kwargs
 
     # -- run ------------------------------------------------------------------------------------
 
@@ -249,6 +263,12 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         from airflow_k8s_retry.connection import aresolve_cluster_config
 
         self._config = await aresolve_cluster_config(self.kubernetes_conn_id)
+        if self.target is not None:
+            from airflow_k8s_retry.following import follow
+
+            followed = await follow(self, self._config, self._judge)
+            yield TriggerEvent(followed.to_payload())
+            return
         sub = await WatchHub.current().subscribe(
             self._config,
             self.namespace,
@@ -275,6 +295,20 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             relaunches=self.relaunches,
         )
         yield TriggerEvent(event.to_payload())
+
+    def _judge(self, pod_name: str, pod_uid: str) -> PodStateTrigger:
+        """The trigger that judges one pod of this trigger's target."""
+        return PodStateTrigger(
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            namespace=self.namespace,
+            pod_name=pod_name,
+            pod_uid=pod_uid,
+            identity=None,
+            policy=self.policy,
+            execution_deadline=self.execution_deadline,
+            poll_interval=self.poll_interval,
+            owned=False,
+        )
 
     async def _decide(self, sub: PodSubscription) -> Verdict:
         """Classify every change and every due deadline until a verdict survives the last look."""

@@ -121,6 +121,7 @@ class AsyncKube:
 
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
 
     @classmethod
     async def connect(cls, config: ClusterConfig) -> AsyncKube:
@@ -296,6 +297,30 @@ class AsyncKube:
             resource_version=resource_version,
             label_selector=None,
             field_selector=field_selector,
+            timeout_seconds=timeout_seconds,
+        )
+
+    # -- jobs (batch/v1), for the sensor following a Job's pods -------------------------------
+
+    async def list_jobs(self, namespace: str) -> Listing:
+        data = await _json_of(
+            self.batch.list_namespaced_job(
+                namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            ),
+            f"listing jobs in {namespace}",
+        )
+        return _listing(data)
+
+    def watch_jobs(
+        self, namespace: str, *, resource_version: str, timeout_seconds: int = 300
+    ) -> AsyncIterator[WatchEvent]:
+        return self._watch(
+            self.batch.list_namespaced_job,
+            namespace,
+            f"watching jobs in {namespace}",
+            resource_version=resource_version,
+            label_selector=None,
+            field_selector=None,
             timeout_seconds=timeout_seconds,
         )
 

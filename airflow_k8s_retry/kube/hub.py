@@ -17,6 +17,10 @@ Failure handling, so no change is lost and none is delivered twice:
   subscribed pod every ``poll_interval``;
 * every delivery is de-duplicated per subscriber by resourceVersion.
 
+A *follower* (:meth:`WatchHub.follow`) reads every object of a feed instead of one pod: a sensor
+waiting for a pod to appear, following the newest pod of a selector, or following a Job (the
+namespace's ``batch/v1`` Jobs have a feed of their own, for followers only).
+
 Feeds are keyed by the running event loop as well, because ``airflow dags test`` runs each trigger
 in its own ``asyncio.run`` and a client must never outlive its loop.
 
@@ -279,6 +283,10 @@ class _Feed:
         """Polling when even LIST is forbidden; the default gives up on this feed's data."""
         self.synced.set()
 
+    def idle(self) -> bool:
+        """True when nobody reads this feed any more (the last one out stops it)."""
+        return not self.subscribers
+
     # -- the loop -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -381,6 +389,7 @@ class _PodFeed(_Feed):
         super().__init__(hub, conn, namespace, selector)
         self.cache: dict[str, Json] = {}
         self.by_name: dict[str, set[PodSubscription]] = {}
+        self.followers: set[CollectionSubscription] = set()
         self._confirming: set[asyncio.Task[None]] = set()
 
     async def _list(self) -> Listing:
@@ -397,6 +406,8 @@ class _PodFeed(_Feed):
     def _deliver(self, name: str, change: PodChange) -> None:
         for sub in list(self.by_name.get(name, ())):
             sub.offer(change)
+        for follower in list(self.followers):
+            follower.offer(name, change)
 
     def _resync(self, items: list[Json]) -> None:
         fresh = {str(_meta(p).get("name")): p for p in items if _meta(p).get("name")}
@@ -478,7 +489,18 @@ class _PodFeed(_Feed):
         self._confirming.add(task)
         task.add_done_callback(self._confirming.discard)
 
-    def remove(self, sub: PodSubscription) -> None:
+    def follow(self, follower: CollectionSubscription) -> None:
+        self.followers.add(follower)
+        if self.synced.is_set():
+            follower.seed(self.cache)
+
+    def idle(self) -> bool:
+        return not self.subscribers and not self.followers
+
+    def remove(self, sub: PodSubscription | CollectionSubscription) -> None:
+        if isinstance(sub, CollectionSubscription):
+            self.followers.discard(sub)
+            return
         self.subscribers.discard(sub)
         subs = self.by_name.get(sub.name)
         if subs is not None:
@@ -568,6 +590,133 @@ class _EventFeed(_Feed):
             self.by_pod.pop(sub.name, None)
 
 
+class CollectionSubscription:
+    """Every object of one feed, whatever its name: the pods of a label selector, or the Jobs of a
+    namespace. For a follower that does not know yet which object it waits for (a sensor waiting
+    for a pod to appear, or following a Job's pods as they are replaced).
+
+    Read with :meth:`wait` then :meth:`drain`; :attr:`objects` is the feed's view, by name.
+    """
+
+    def __init__(self, hub: WatchHub, conn: _Connection, feed: _PodFeed | _JobFeed) -> None:
+        self.hub = hub
+        self._conn = conn
+        self._feed = feed
+        self.objects: dict[str, Json] = {}
+        self._changed = False
+        self._wakeup = asyncio.Event()
+        self.closed = False
+
+    @property
+    def kube(self) -> AsyncKube:
+        return self._conn.kube
+
+    @property
+    def synced(self) -> bool:
+        """True once the feed's first LIST is in: an empty :attr:`objects` then means "none yet"."""
+        return self._feed.synced.is_set()
+
+    def seed(self, cache: Mapping[str, Json]) -> None:
+        for name, obj in cache.items():
+            self.offer(name, PodChange(pod=obj))
+
+    def offer(self, name: str, change: PodChange) -> None:
+        if self.closed:
+            return
+        if change.deleted:
+            if self.objects.pop(name, None) is None:
+                return
+        else:
+            if change.pod is None:
+                return
+            old = self.objects.get(name)
+            if old is not None and not _rv_newer(
+                change.resource_version, str(_meta(old).get("resourceVersion") or "") or None
+            ):
+                return
+            self.objects[name] = change.pod
+        self._changed = True
+        self._wakeup.set()
+
+    @property
+    def pending(self) -> bool:
+        return self._changed
+
+    def drain(self) -> bool:
+        """Whether anything changed since the last call."""
+        changed, self._changed = self._changed, False
+        self._wakeup.clear()
+        return changed
+
+    async def wait(self) -> None:
+        """Until something changes."""
+        if self._changed:
+            return
+        self._wakeup.clear()
+        await self._wakeup.wait()
+
+    async def close(self) -> None:
+        """Stop following; idempotent. The last reader of a feed stops it."""
+        if self.closed:
+            return
+        self.closed = True
+        self._wakeup.set()
+        await self.hub._unfollow(self)
+
+
+class _JobFeed(_Feed):
+    """The ``batch/v1`` Jobs of one namespace, for followers only."""
+
+    kind = "jobs"
+
+    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str) -> None:
+        super().__init__(hub, conn, namespace, None)
+        self.cache: dict[str, Json] = {}
+        self.followers: set[CollectionSubscription] = set()
+
+    async def _list(self) -> Listing:
+        return await self.conn.kube.list_jobs(self.namespace)
+
+    def _watch(self, resource_version: str) -> Any:
+        return self.conn.kube.watch_jobs(
+            self.namespace,
+            resource_version=resource_version,
+            timeout_seconds=random.randint(*self.hub.watch_timeout),
+        )
+
+    def _deliver(self, name: str, change: PodChange) -> None:
+        for follower in list(self.followers):
+            follower.offer(name, change)
+
+    def _resync(self, items: list[Json]) -> None:
+        fresh = {str(_meta(j).get("name")): j for j in items if _meta(j).get("name")}
+        for name, last in list(self.cache.items()):
+            if name not in fresh:
+                self._deliver(name, PodChange(pod=last, deleted=True))
+        for name, job in fresh.items():
+            self._deliver(name, PodChange(pod=job))
+        self.cache = fresh
+
+    def _apply(self, event: WatchEvent) -> None:
+        name = str(_meta(event.object).get("name") or "")
+        if not name:
+            return
+        if event.type == "DELETED":
+            self.cache.pop(name, None)
+            self._deliver(name, PodChange(pod=event.object, deleted=True))
+            return
+        self.cache[name] = event.object
+        self._deliver(name, PodChange(pod=event.object))
+
+    def follow(self, follower: CollectionSubscription) -> None:
+        self.followers.add(follower)
+        if self.synced.is_set():
+            follower.seed(self.cache)
+
+    def idle(self) -> bool:
+        return not self.followers
+
+
 def _event_matches(event: Mapping[str, Any], uid: str | None) -> bool:
     event_uid = (event.get("involvedObject") or {}).get("uid")
     return not uid or not event_uid or event_uid == uid
@@ -618,6 +767,7 @@ class WatchHub:
         self._connections: dict[str, _Connection] = {}
         self._pod_feeds: dict[tuple[str, str, str | None], _PodFeed] = {}
         self._event_feeds: dict[tuple[str, str], _EventFeed] = {}
+        self._job_feeds: dict[tuple[str, str], _JobFeed] = {}
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -665,13 +815,65 @@ class WatchHub:
                 sub._feeds.append(event_feed)
         return sub
 
+    async def follow(
+        self,
+        config: ClusterConfig,
+        namespace: str,
+        *,
+        jobs: bool = False,
+        label_selector: str | None = None,
+        poll_interval: float = 10.0,
+    ) -> CollectionSubscription:
+        """Follow every pod of ``label_selector`` (every pod of the namespace when None), or with
+        ``jobs`` every Job of the namespace, through the same shared feeds as :meth:`subscribe`."""
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        async with self._lock:
+            conn = await self._acquire(config)
+            feed: _PodFeed | _JobFeed
+            if jobs:
+                job_key = (config.key, namespace)
+                job_feed = self._job_feeds.get(job_key)
+                if job_feed is None:
+                    job_feed = self._job_feeds[job_key] = _JobFeed(self, conn, namespace)
+                    job_feed.poll_interval = poll_interval
+                    job_feed.start()
+                feed = job_feed
+            else:
+                pod_key = (config.key, namespace, label_selector)
+                pod_feed = self._pod_feeds.get(pod_key)
+                if pod_feed is None:
+                    pod_feed = self._pod_feeds[pod_key] = _PodFeed(self, conn, namespace, label_selector)
+                    pod_feed.poll_interval = poll_interval
+                    pod_feed.start()
+                feed = pod_feed
+            feed.poll_interval = min(feed.poll_interval, poll_interval)
+            follower = CollectionSubscription(self, conn, feed)
+            feed.follow(follower)
+        return follower
+
+    async def _unfollow(self, follower: CollectionSubscription) -> None:
+        feed = follower._feed
+        async with self._lock:
+            if isinstance(feed, _PodFeed):
+                feed.remove(follower)
+            else:
+                feed.followers.discard(follower)
+            idle = feed.idle()
+            if idle:
+                self._pod_feeds = {k: f for k, f in self._pod_feeds.items() if f is not feed}
+                self._job_feeds = {k: f for k, f in self._job_feeds.items() if f is not feed}
+        if idle:
+            await feed.stop()
+        await self._release(follower._conn)
+
     async def _unsubscribe(self, sub: PodSubscription) -> None:
         stopping: list[_Feed] = []
         async with self._lock:
             for feed in sub._feeds:
                 if isinstance(feed, _PodFeed | _EventFeed):
                     feed.remove(sub)
-                if not feed.subscribers:
+                if feed.idle():
                     stopping.append(feed)
                     self._pod_feeds = {k: f for k, f in self._pod_feeds.items() if f is not feed}
                     self._event_feeds = {k: f for k, f in self._event_feeds.items() if f is not feed}
@@ -714,14 +916,16 @@ class WatchHub:
             await self._release(conn)
 
     def stats(self) -> list[FeedStats]:
-        feeds: list[_Feed] = [*self._pod_feeds.values(), *self._event_feeds.values()]
+        feeds: list[_Feed] = [
+            *self._pod_feeds.values(), *self._event_feeds.values(), *self._job_feeds.values()
+        ]
         return [
             FeedStats(
                 namespace=f.namespace,
                 selector=f.selector,
                 kind=f.kind,
                 mode=f.mode,
-                subscribers=len(f.subscribers),
+                subscribers=len(f.subscribers) + len(getattr(f, "followers", ())),
                 counts=dict(f.counts),
             )
             for f in feeds

@@ -166,6 +166,10 @@ class FakeCluster:
             faults=self._faults,
         )
         self._seed()
+        from airflow_k8s_retry.testing.jobs import JobController
+
+        self.job_controller = JobController(self.store, self.kubelet, self.clock)
+        self.job_controller.start()
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         ssl_context = self._cert.server_context() if self._cert is not None else None
@@ -178,6 +182,7 @@ class FakeCluster:
         self.api.host = f"127.0.0.1:{self.port}"
         self._ready.set()
         await self._stop_event.wait()
+        await self.job_controller.stop()
         self.api.stopping.set()
         await asyncio.sleep(0)
         await runner.cleanup()
@@ -340,6 +345,10 @@ class FakeCluster:
         with self.store.lock:
             obj = self.store.get("pods", namespace, name)
             return copy.deepcopy(obj) if obj is not None else None
+
+    def jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The ``batch/v1`` Jobs (see ``testing/jobs.py``), as copies."""
+        return self.store.copy_items("jobs", namespace)
 
     def all_pods(self) -> list[dict[str, Any]]:
         """Every pod ever created, in creation order; deleted ones carry ``"deleted": True``."""
