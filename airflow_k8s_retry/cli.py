@@ -260,7 +260,10 @@ def _explain_live(args: argparse.Namespace) -> int:
             live.pod, live.events, elapsed=args.elapsed, now=now, policy=policy, relaunches=relaunches
         )
         elapsed = args.elapsed
-    checks = trace(live.pod, live.events, now=now) if args.trace else None
+    # The trace reads the same memory as the verdict: a decayed pull message is explained by the
+    # strongest cause the trigger remembers, as it was for the verdict.
+    remembered = live.history if live.history is not None and not args.elapsed else None
+    checks = trace(live.pod, live.events, remembered, now=now) if args.trace else None
     if args.json:
         result = explanation(verdict, now=now, elapsed=elapsed, checks=checks)
         result["stamped"] = live.stamped.summary() if live.stamped else None
