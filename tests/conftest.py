@@ -11,3 +11,6 @@ import tempfile
 
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-k8s-retry-home-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+# The real control plane's session fixtures (the cluster tier and the fidelity suite share them).
+from tests.support.cluster_session import cluster_scenario, control_plane  # noqa: E402, F401

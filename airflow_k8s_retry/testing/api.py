@@ -580,6 +580,7 @@ class ApiServer:
                 since = int(rv_param)
             except ValueError:
                 raise ApiError(400, f"invalid resource version: {rv_param}") from None
+            watcher.after = since
             try:
                 backlog = [e.payload for e in self.store.since(since) if watcher.matches(e)]
             except TooOld as exc:
@@ -1146,7 +1147,7 @@ def invalid(kind: str, name: str, causes: list[Cause]) -> ApiError:
         f'{kind} "{name}" is invalid: {summary}',
         details={
             "name": name,
-            "kind": kind.lower() + "s" if kind[0].isupper() else kind,
+            "kind": kind,  # the Kind, as the API server writes it for Invalid (not the resource)
             "causes": [{"reason": r, "message": m, "field": f} for r, f, m in causes],
         },
     )
@@ -1245,6 +1246,15 @@ def validate_pod_spec(spec: Any) -> list[Cause]:
                 seen.add(name)
             if not c.get("image"):
                 causes.append(("FieldValueRequired", f"{where}.image", "Required value"))
+    volumes: set[str] = set()
+    for i, volume in enumerate(spec.get("volumes") or []):
+        name = volume.get("name") if isinstance(volume, dict) else None
+        if not name:
+            causes.append(("FieldValueRequired", f"spec.volumes[{i}].name", "Required value"))
+        elif name in volumes:
+            causes.append(("FieldValueDuplicate", f"spec.volumes[{i}].name", f'Duplicate value: "{name}"'))
+        else:
+            volumes.add(name)
     policy = spec.get("restartPolicy")
     if policy not in (None, "Always", "OnFailure", "Never"):
         causes.append(

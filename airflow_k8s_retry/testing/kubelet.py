@@ -590,6 +590,10 @@ class Kubelet:
         self.event(run, reason, message, warning=True)
         run.cancel_timers()
         self.publish(run, change, *changes)
+        if run.deleting:
+            # A terminal pod under deletion has nothing left to stop: the kubelet confirms the
+            # deletion at once (the timers just cancelled included the deletion's own).
+            self.after(run, 0.05, self.finish_delete, run)
 
     def not_ready(self, run: PodRun, reason: str = "ContainersNotReady") -> None:
         unready = " ".join(c.name for c in run.main if not c.ready)

@@ -102,9 +102,12 @@ class Watcher:
         self.queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
         self.dropped = asyncio.Event()  # set to cut this watch short (see FakeCluster.drop_watches)
         self.reset = False  # cut it by resetting the connection instead of ending the stream
+        #: Deliver only changes after this version: a watch from a version the store has not reached
+        #: yet waits for it, as the API server's watch cache does, instead of replaying older ones.
+        self.after = 0
 
     def matches(self, event: WatchEvent) -> bool:
-        if event.resource != self.resource:
+        if event.resource != self.resource or event.rv <= self.after:
             return False
         if self.namespace is not None and event.namespace != self.namespace:
             return False

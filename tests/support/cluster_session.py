@@ -1,0 +1,59 @@
+"""The real control plane's session fixture, shared by the cluster tier (``tests/cluster``) and the
+fidelity suite (``tests/fidelity``): one control plane per session, whichever starts first."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_k8s_retry.testing.controlplane import ControlPlane
+from airflow_k8s_retry.testing.scenario import Scenario
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIO_FILE = REPO / "tests" / "cluster" / "scenario.yaml"
+
+
+def _bin_dir() -> Path | None:
+    given = os.environ.get("AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN")
+    if given:
+        return Path(given)
+    proc = subprocess.run(
+        ["bash", str(REPO / "tools" / "controlplane" / "build.sh"), "--path"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return Path(proc.stdout.strip()) if proc.returncode == 0 else None
+
+
+@pytest.fixture(scope="session")
+def cluster_scenario() -> Scenario:
+    return Scenario.load(SCENARIO_FILE)
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory, cluster_scenario: Scenario
+) -> Iterator[ControlPlane]:
+    running = ControlPlane.attach(REPO / ".cluster")
+    if running is not None and running.scenario.to_dict() == cluster_scenario.to_dict():
+        yield running
+        return
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        message = "the control plane is not built; run 'make controlplane'"
+        if os.environ.get("AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    cp = ControlPlane(tmp_path_factory.mktemp("controlplane") / "cluster", bin_dir, cluster_scenario)
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
