@@ -875,20 +875,20 @@ class ApiServer:
             raise ApiError(400, "DeleteOptions must be a JSON object")
         name = current["metadata"]["name"]
         pre = options.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
-            raise ApiError(
-                409,
-                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
-                f"{current['metadata']['uid']}",
-                details={"name": name, "kind": info.resource},
-            )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise ApiError(
-                409,
-                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}",
-                details={"name": name, "kind": info.resource},
-            )
+        kind = KINDS.get(info.resource, info.resource)
+        for field, label, ending in (
+            ("uid", "UID", "deleted and then recreated"),
+            ("resourceVersion", "ResourceVersion", "modified"),
+        ):
+            if pre.get(field) and pre[field] != current["metadata"][field]:
+                raise ApiError(
+                    409,
+                    f'Operation cannot be fulfilled on {kind} "{name}": the {label} in the precondition '
+                    f"({pre[field]}) does not match the {label} in record ({current['metadata'][field]}). "
+                    f"The object might have been {ending}",
+                    reason="Conflict",
+                    details={"name": name, "kind": kind},
+                )
         policy = options.get("propagationPolicy") or request.query.get("propagationPolicy")
         if policy not in (None, "Orphan", "Background", "Foreground"):
             raise invalid(

@@ -29,6 +29,7 @@ from airflow_k8s_retry.testing.controlplane import ControlPlane
 
 T = TypeVar("T")
 
+_VERSION = re.compile(r"\((\d+)\)")  # "(1234)": a resourceVersion quoted in a message
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -90,7 +91,7 @@ def masked(value: Any, **names: str) -> Any:
     text = json.dumps(value)
     for placeholder, actual in names.items():
         text = text.replace(actual, placeholder)
-    return json.loads(_UID.sub("UID", text))
+    return json.loads(_VERSION.sub("(RV)", _UID.sub("UID", text)))
 
 
 def status_of(exc: ApiException, **names: str) -> dict[str, Any]:
@@ -152,3 +153,10 @@ def condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
         if c["type"] == kind:
             return dict(c)
     return None
+
+
+def assert_same(seen: dict[str, Any]) -> None:
+    """The probe read the same on both backends (both shown when it did not)."""
+    assert seen["fake"] == seen["real"], "FakeCluster and the real control plane differ:\n" + json.dumps(
+        seen, indent=1, sort_keys=True, default=str
+    )

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.fidelity.probes import Backends, Side, condition, delete_now, error_of, follow, pod_body
+from tests.fidelity.probes import Backends, Side, assert_same, condition, delete_now, error_of, follow, pod_body
 
 pytestmark = pytest.mark.cluster
 
@@ -60,7 +60,7 @@ def test_a_pod_deleted_gracefully_while_it_is_evicted_goes_away(backends: Backen
             delete_now(api, name)
 
     seen = backends.run(probe)
-    assert seen["fake"] == seen["real"]
+    assert_same(seen)
     assert seen["real"] == {
         "disruption_target": {"status": "True", "reason": "EvictionByEvictionAPI"},
         "gone_within_10s": True,
@@ -111,6 +111,6 @@ def test_duplicate_volume_names_are_refused_with_422(backends: Backends):
             delete_now(side.api, name)
 
     seen = backends.run(probe)
-    assert seen["fake"] == seen["real"]
+    assert_same(seen)
     assert seen["real"]["http"] == 422
     assert seen["real"]["body"]["message"] == 'Pod "NAME" is invalid: spec.volumes[1].name: Duplicate value: "v"'

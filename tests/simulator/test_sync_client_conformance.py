@@ -141,14 +141,15 @@ def test_delete_with_preconditions_and_grace(core: kubernetes.client.CoreV1Api, 
     assert caught.value.status == 409
     assert (
         body["message"]
-        == f"Precondition failed: UID in precondition: other, UID in object meta: {pod.metadata.uid}"
+        == f'Operation cannot be fulfilled on Pod "d": the UID in the precondition (other) does not match '
+        f"the UID in record ({pod.metadata.uid}). The object might have been deleted and then recreated"
     )
     stale = kubernetes.client.V1DeleteOptions(
         preconditions=kubernetes.client.V1Preconditions(resource_version="1")
     )
     with pytest.raises(ApiException) as caught:
         core.delete_namespaced_pod("d", "default", body=stale)
-    assert "ResourceVersion in precondition: 1" in status_of(caught.value)["message"]
+    assert "the ResourceVersion in the precondition (1) does not match" in status_of(caught.value)["message"]
     with pytest.raises(ApiException) as caught:
         core.delete_namespaced_pod("d", "default", propagation_policy="Sometimes")
     assert caught.value.status == 422
