@@ -256,6 +256,9 @@ class Store:
             rv = self.next_rv()
             obj["metadata"]["resourceVersion"] = str(rv)
             if resource == "pods":
+                # The API server marks every pod it deletes, a deletion with no grace period too.
+                obj["metadata"].setdefault("deletionTimestamp", now_iso())
+                obj["metadata"].setdefault("deletionGracePeriodSeconds", 0)
                 final = copy.deepcopy(obj)
                 final["deleted"] = True
                 final["metadata"].setdefault("deletionTimestamp", now_iso())
