@@ -383,6 +383,9 @@ class Kubelet:
         if run.phase == phase:
             return []
         run.phase = phase
+        if phase in ("Succeeded", "Failed"):
+            # The kubelet tears the sandbox down once the pod is terminal.
+            self.condition(run, "PodReadyToStartContainers", False)
         return [f"phase:{phase}"]
 
     # -- creation and scheduling -----------------------------------------------------------------
