@@ -13,4 +13,4 @@ os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-k8s-retry-home-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 # The real control plane's session fixtures (the cluster tier and the fidelity suite share them).
-from tests.support.cluster_session import cluster_scenario, control_plane  # noqa: E402, F401
+from tests.support.cluster_session import cluster_scenario, control_plane  # noqa: F401

@@ -876,15 +876,15 @@ class ApiServer:
         name = current["metadata"]["name"]
         pre = options.get("preconditions") or {}
         kind = KINDS.get(info.resource, info.resource)
-        for field, label, ending in (
+        for key, label, ending in (
             ("uid", "UID", "deleted and then recreated"),
             ("resourceVersion", "ResourceVersion", "modified"),
         ):
-            if pre.get(field) and pre[field] != current["metadata"][field]:
+            if pre.get(key) and pre[key] != current["metadata"][key]:
                 raise ApiError(
                     409,
                     f'Operation cannot be fulfilled on {kind} "{name}": the {label} in the precondition '
-                    f"({pre[field]}) does not match the {label} in record ({current['metadata'][field]}). "
+                    f"({pre[key]}) does not match the {label} in record ({current['metadata'][key]}). "
                     f"The object might have been {ending}",
                     reason="Conflict",
                     details={"name": name, "kind": kind},

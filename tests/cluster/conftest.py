@@ -23,6 +23,7 @@ from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.testing.controlplane import ControlPlane
 from tests.support.airflow_runner import MigratedDatabase
 
+
 class WatchProbe:
     """One long watch through the package's client, opened with the first cluster test and read by
     the bookmark test at its end (the watch cache's periodic bookmark comes about once a minute, so

@@ -11,7 +11,16 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.fidelity.probes import Backends, Side, assert_same, condition, delete_now, error_of, follow, pod_body
+from tests.fidelity.probes import (
+    Backends,
+    Side,
+    assert_same,
+    condition,
+    delete_now,
+    error_of,
+    follow,
+    pod_body,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -24,7 +33,9 @@ def test_a_pod_deleted_gracefully_while_it_is_evicted_goes_away(backends: Backen
     def probe(side: Side) -> dict[str, Any]:
         name = side.unique("disrupt-evict-")
         api = side.api
-        rv = api.list_namespaced_pod("default", field_selector=f"metadata.name={name}").metadata.resource_version
+        rv = api.list_namespaced_pod(
+            "default", field_selector=f"metadata.name={name}"
+        ).metadata.resource_version
         api.create_namespaced_pod("default", pod_body(name, "registry.example.com/app:long"))
         try:
             seen = follow(
@@ -87,7 +98,11 @@ def test_a_watch_from_a_version_the_server_has_not_reached_replays_nothing(backe
             response = api.api_client.call_api(
                 "/api/v1/namespaces/default/pods",
                 "GET",
-                query_params=[("watch", "1"), ("resourceVersion", str(rv + 100_000)), ("timeoutSeconds", "4")],
+                query_params=[
+                    ("watch", "1"),
+                    ("resourceVersion", str(rv + 100_000)),
+                    ("timeoutSeconds", "4"),
+                ],
                 auth_settings=["BearerToken"],
                 _preload_content=False,
             )
@@ -113,4 +128,6 @@ def test_duplicate_volume_names_are_refused_with_422(backends: Backends):
     seen = backends.run(probe)
     assert_same(seen)
     assert seen["real"]["http"] == 422
-    assert seen["real"]["body"]["message"] == 'Pod "NAME" is invalid: spec.volumes[1].name: Duplicate value: "v"'
+    assert (
+        seen["real"]["body"]["message"] == 'Pod "NAME" is invalid: spec.volumes[1].name: Duplicate value: "v"'
+    )

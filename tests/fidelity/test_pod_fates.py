@@ -56,9 +56,7 @@ def _read(pod: dict[str, Any], events: list[dict[str, Any]], name: str) -> dict[
         {
             "phase": status.get("phase"),
             "reason": status.get("reason"),
-            "conditions": {
-                c["type"]: [c["status"], c.get("reason")] for c in status.get("conditions") or []
-            },
+            "conditions": {c["type"]: [c["status"], c.get("reason")] for c in status.get("conditions") or []},
             "state": kind,
             "state_reason": detail.get("reason"),
             "state_message": detail.get("message"),

@@ -28,7 +28,10 @@ def _with_pod(make_error: Callable[[Side, str, dict[str, Any]], object]) -> Call
         body = pod_body(name, LONG)
         created = side.api.create_namespaced_pod("default", body)
         try:
-            return error_of(lambda: make_error(side, name, side.api.api_client.sanitize_for_serialization(created)), NAME=name)
+            return error_of(
+                lambda: make_error(side, name, side.api.api_client.sanitize_for_serialization(created)),
+                NAME=name,
+            )
         finally:
             delete_now(side.api, name)
 
@@ -71,7 +74,9 @@ CASES: dict[str, Callable[[Side], dict[str, Any]]] = {
         )
     ),
     "409 deleting with a stale resourceVersion as precondition": _with_pod(
-        lambda s, n, pod: s.api.delete_namespaced_pod(n, "default", body={"preconditions": {"resourceVersion": "1"}})
+        lambda s, n, pod: s.api.delete_namespaced_pod(
+            n, "default", body={"preconditions": {"resourceVersion": "1"}}
+        )
     ),
     "400 a field selector on an unsupported field": _without_pod(
         lambda s, n: s.api.list_namespaced_pod("default", field_selector="spec.bogus=1")
@@ -97,7 +102,7 @@ CASES: dict[str, Callable[[Side], dict[str, Any]]] = {
 def test_the_status_body(backends: Backends, case: str):
     seen = backends.run(CASES[case])
     assert_same(seen)
-    assert seen["real"]["http"] == int(case.split()[0])
+    assert seen["real"]["http"] == int(case.split(maxsplit=1)[0])
 
 
 def test_403_for_a_service_account_without_rbac(backends: Backends):

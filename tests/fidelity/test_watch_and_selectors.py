@@ -3,23 +3,30 @@ label and field selectors the package's LIST+WATCH uses."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from typing import Any
 
 import pytest
 
-from tests.fidelity.probes import Backends, Side, as_json, assert_same, delete_now, follow, masked, pod_body
+from tests.fidelity.probes import Backends, Side, assert_same, delete_now, follow, masked, pod_body
 
 pytestmark = pytest.mark.cluster
 
 LONG = "registry.example.com/app:long"
 
 
-def _raw_watch(side: Side, query: list[tuple[str, str]], path: str = "/api/v1/namespaces/default/pods") -> tuple[int, list[dict[str, Any]], float]:
+def _raw_watch(
+    side: Side, query: list[tuple[str, str]], path: str = "/api/v1/namespaces/default/pods"
+) -> tuple[int, list[dict[str, Any]], float]:
     started = time.monotonic()
     response = side.api.api_client.call_api(
-        path, "GET", query_params=[("watch", "1"), *query], auth_settings=["BearerToken"], _preload_content=False
+        path,
+        "GET",
+        query_params=[("watch", "1"), *query],
+        auth_settings=["BearerToken"],
+        _preload_content=False,
     )
     lines = [json.loads(line) for line in response.data.decode().splitlines() if line]
     return response.status, lines, time.monotonic() - started
@@ -32,14 +39,26 @@ def test_a_pod_s_watch_is_ordered_and_ends_with_its_deletion(backends: Backends)
     def probe(side: Side) -> dict[str, Any]:
         api = side.api
         name = side.unique("fidelity-order-")
-        rv = api.list_namespaced_pod("default", field_selector=f"metadata.name={name}").metadata.resource_version
+        rv = api.list_namespaced_pod(
+            "default", field_selector=f"metadata.name={name}"
+        ).metadata.resource_version
         api.create_namespaced_pod("default", pod_body(name, LONG))
         try:
             seen = follow(
-                api, name, lambda _k, p: p.get("status", {}).get("phase") == "Running", resource_version=rv, timeout=30
+                api,
+                name,
+                lambda _k, p: p.get("status", {}).get("phase") == "Running",
+                resource_version=rv,
+                timeout=30,
             )
             api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
-            seen += follow(api, name, lambda k, _p: k == "DELETED", resource_version=seen[-1][1]["metadata"]["resourceVersion"], timeout=15)
+            seen += follow(
+                api,
+                name,
+                lambda k, _p: k == "DELETED",
+                resource_version=seen[-1][1]["metadata"]["resourceVersion"],
+                timeout=15,
+            )
         finally:
             delete_now(api, name)
         versions = [int(p["metadata"]["resourceVersion"]) for _, p in seen]
@@ -47,7 +66,7 @@ def test_a_pod_s_watch_is_ordered_and_ends_with_its_deletion(backends: Backends)
             "first": seen[0][0],
             "last": seen[-1][0],
             "types": sorted({kind for kind, _ in seen}),
-            "increasing": all(a < b for a, b in zip(versions, versions[1:], strict=False)),
+            "increasing": all(a < b for a, b in itertools.pairwise(versions)),
             "after_the_list": versions[0] > int(rv),
             "deleted_has_deletion_timestamp": bool(seen[-1][1]["metadata"].get("deletionTimestamp")),
             "deleted_grace": seen[-1][1]["metadata"].get("deletionGracePeriodSeconds"),
@@ -62,7 +81,9 @@ def test_a_watch_ends_cleanly_at_its_timeout(backends: Backends):
     """``timeoutSeconds`` with nothing changing: a 200 stream that ends, no ERROR event."""
 
     def probe(side: Side) -> dict[str, Any]:
-        rv = side.api.list_namespaced_pod("default", label_selector="fidelity=nothing").metadata.resource_version
+        rv = side.api.list_namespaced_pod(
+            "default", label_selector="fidelity=nothing"
+        ).metadata.resource_version
         status, events, took = _raw_watch(
             side, [("resourceVersion", rv), ("labelSelector", "fidelity=nothing"), ("timeoutSeconds", "2")]
         )
@@ -107,8 +128,11 @@ def test_initial_events_end_with_a_bookmark(backends: Backends):
             "added": sorted(masked(e["object"]["metadata"]["name"], L=label) for e in added),
             "bookmark_after_the_added": first_bookmark == len(added),
             "bookmark": bookmarks[0]["object"]["kind"] if bookmarks else None,
-            "bookmark_annotations": bookmarks[0]["object"]["metadata"].get("annotations") if bookmarks else None,
-            "bookmark_version_is_a_number": bool(bookmarks) and bookmarks[0]["object"]["metadata"]["resourceVersion"].isdigit(),
+            "bookmark_annotations": bookmarks[0]["object"]["metadata"].get("annotations")
+            if bookmarks
+            else None,
+            "bookmark_version_is_a_number": bool(bookmarks)
+            and bookmarks[0]["object"]["metadata"]["resourceVersion"].isdigit(),
         }
 
     seen = backends.run(probe)

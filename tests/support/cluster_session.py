@@ -55,5 +55,3 @@ def control_plane(
         yield cp
     finally:
         cp.stop()
-
-
