@@ -183,6 +183,6 @@ def kubernetes_hook(conn_id: str | None) -> Any:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     path = os.environ.get("KUBECONFIG") if not conn_id else None
-    if path and (os.pathsep in path or not os.path.isfile(path)):
-        path = None  # several files, or none: leave it to the client's own default loading
+    if path and os.pathsep in path:
+        path = None  # several files: leave it to the client's own default loading
     return KubernetesHook(conn_id=conn_id, config_file=path)

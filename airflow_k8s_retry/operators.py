@@ -61,9 +61,8 @@ def _refusals(args: Mapping[str, Any]) -> list[str]:
     if args["logging_interval"] is not None:
         out.append("logging_interval: not supported; container logs reach the task log when the pod ends")
     if args["on_finish_action"] not in ON_FINISH_ACTIONS:
-        out.append(
-            f"on_finish_action must be one of {', '.join(ON_FINISH_ACTIONS)}, got {args['on_finish_action']!r}"
-        )
+        got = args["on_finish_action"]
+        out.append(f"on_finish_action must be one of {', '.join(ON_FINISH_ACTIONS)}, got {got!r}")
     poll = args["poll_interval"]
     if not isinstance(poll, int | float) or isinstance(poll, bool) or poll <= 0:
         out.append(f"poll_interval must be a positive number of seconds, got {poll!r}")
@@ -177,15 +176,20 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
 
     @cached_property
     def hook(self) -> Any:
-        """The provider's ``KubernetesHook`` for ``kubernetes_conn_id`` (see ``connection.kubernetes_hook``)."""
+        """The provider's ``KubernetesHook`` (see :func:`~airflow_k8s_retry.connection.kubernetes_hook`)."""
         from airflow_k8s_retry.connection import kubernetes_hook
 
         return kubernetes_hook(self.kubernetes_conn_id)
 
     def _client(self) -> PodClient:
+        import os
+
         from airflow_k8s_retry.kube.pods import PodClient
 
-        with _local_config_errors(self.task_id, f"connection {self.kubernetes_conn_id!r}"):
+        source = f"connection {self.kubernetes_conn_id!r}"
+        if not self.kubernetes_conn_id:
+            source = f"default kubeconfig, KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}"
+        with _local_config_errors(self.task_id, source):
             return PodClient(self.hook.api_client)
 
     # -- running --------------------------------------------------------------------------------
