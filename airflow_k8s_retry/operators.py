@@ -345,6 +345,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     ) -> Any:
         from airflow_k8s_retry.classification.model import Outcome
         from airflow_k8s_retry.kube import lifecycle
+        from airflow_k8s_retry.kube.pods import failure_report
 
         outcome = verdict.outcome
         if outcome is Outcome.RELAUNCH:
@@ -362,6 +363,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             )
         keep = self._keeps(client, pod, verdict)
         result = None
+        published = verdict  # what reaches XCom, the stamp and the exception
         try:
             if outcome is Outcome.SUCCEED:
                 if self.get_logs:
@@ -369,8 +371,17 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                 if self.do_xcom_push:
                     result = client.read_xcom(pod.namespace, pod.name)
             else:
-                report = self._report(client, pod, verdict)
-                self._push_verdict(context, verdict)
+                body, events, tail = self._evidence(client, pod)
+                # A termination message can be a log tail (FallbackToLogsOnError): only the task
+                # log may show it, and only with get_logs=True.
+                published = lifecycle.withhold_termination_messages(verdict, body)
+                report = failure_report(
+                    (verdict if self.get_logs else published).to_payload(),
+                    pod=body,
+                    events=events,
+                    log_tail=tail,
+                )
+                self._push_verdict(context, published)
                 if outcome is Outcome.SKIP:
                     self.log.info("%s\n(pod %s)", report, pod.name)
                 else:
@@ -380,14 +391,14 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self._callbacks("on_pod_completion", context, pod=self._v1pod(pod))
         finally:
             # Whatever failed above (logs, XCom), the pod is finished business: stamp, then delete.
-            lifecycle.stamp(client, pod, verdict, kept=keep, log=self.log.warning)
+            lifecycle.stamp(client, pod, published, kept=keep, log=self.log.warning)
             self._cleanup(client, pod, keep=keep)
             self._callbacks("on_pod_cleanup", context, pod=self._v1pod(pod))
         if outcome is Outcome.SUCCEED:
             self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)
             return result
         raise exception_for(
-            verdict, f"pod {pod.namespace}/{pod.name}: {verdict.reason.value}: {verdict.message}"
+            published, f"pod {pod.namespace}/{pod.name}: {published.reason.value}: {published.message}"
         )
 
     def _keeps(self, client: PodClient, pod: CreatedPod, verdict: Verdict) -> bool:
@@ -410,9 +421,11 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             return ((body or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
         return False
 
-    def _report(self, client: PodClient, pod: CreatedPod, verdict: Verdict) -> str:
+    def _evidence(
+        self, client: PodClient, pod: CreatedPod
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
+        """The pod (if it is still this pod), its Events and, with ``get_logs``, a log tail."""
         from airflow_k8s_retry.kube.errors import KubeError
-        from airflow_k8s_retry.kube.pods import failure_report
 
         body: dict[str, Any] | None = None
         events: list[dict[str, Any]] = []
@@ -427,7 +440,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                 body = None
         except KubeError as exc:
             self.log.warning("Could not read the evidence of pod %s: %s", pod.name, exc)
-        return failure_report(verdict.to_payload(), pod=body, events=events, log_tail=tail)
+        return body, events, tail
 
     def _write_logs_of(self, pod: CreatedPod) -> None:
         """The whole log of ``container_logs`` (the base container by default), through the

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
@@ -79,6 +79,36 @@ def stamp(client: PodClient, pod: CreatedPod, verdict: Verdict, *, kept: bool, l
     except KubeError as exc:
         log("Could not stamp the verdict on pod %s: %s", pod.name, exc)
         return False
+
+
+def withhold_termination_messages(verdict: Verdict, pod: Mapping[str, Any] | None) -> Verdict:
+    """``verdict`` without the containers' termination messages (in its message and evidence).
+
+    A termination message is whatever the container wrote (with ``FallbackToLogsOnError``, the end
+    of its log), so it stays out of XCom, the pod's annotation and the exception text.
+    """
+    status = (pod or {}).get("status") or {}
+    messages = sorted(
+        {
+            str(((cs.get("state") or {}).get("terminated") or {}).get("message") or "").strip()
+            for kind in ("initContainerStatuses", "containerStatuses")
+            for cs in status.get(kind) or []
+        }
+        - {""},
+        key=len,
+        reverse=True,
+    )
+    if not messages:
+        return verdict
+
+    def scrub(text: str) -> str:
+        for message in messages:
+            for piece in (message, message[:500]):
+                text = text.replace(piece, "<termination message withheld>")
+        return text
+
+    evidence = tuple(replace(e, message=scrub(e.message)) for e in verdict.evidence)
+    return replace(verdict, message=scrub(verdict.message), evidence=evidence)
 
 
 # -- deleting ----------------------------------------------------------------------------------

@@ -133,3 +133,30 @@ def test_create_errors_are_judged_by_status_and_message(case, exc, outcome, reas
     verdict = create_error_verdict(translate(exc), "jobs", "etl-load-t1")
     assert (verdict.outcome, verdict.reason) == (outcome, reason)
     assert "\n" not in verdict.message and "jobs/etl-load-t1" in verdict.message
+
+
+def test_termination_messages_are_withheld_from_what_is_published():
+    from airflow_k8s_retry.classification import classify
+    from airflow_k8s_retry.kube.lifecycle import withhold_termination_messages
+
+    secret_tail = "Traceback ... password=hunter2-s3cret"
+    pod = {
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "base", "image": "x"}]},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "base",
+                    "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": secret_tail}},
+                }
+            ],
+        },
+    }
+    verdict = classify(pod, now=0.0)
+    assert secret_tail in verdict.message  # the classifier quotes it ...
+    published = withhold_termination_messages(verdict, pod)
+    text = json.dumps(published.to_payload())
+    assert "hunter2" not in text and "<termination message withheld>" in published.message  # ... we don't
+    assert (published.outcome, published.reason) == (verdict.outcome, verdict.reason)
+    assert withhold_termination_messages(verdict, None) is verdict
