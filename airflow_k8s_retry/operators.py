@@ -13,9 +13,8 @@ same try. The pod's lifecycle rules live in :mod:`airflow_k8s_retry.kube.lifecyc
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
@@ -25,7 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
-from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent, exception_for
+from airflow_k8s_retry.exceptions import PodFailure, exception_for
+from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
+from airflow_k8s_retry.kpo_arguments import local_config_errors, refusals
 from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
 
 if TYPE_CHECKING:
@@ -36,37 +37,6 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
 
 DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
-ON_FINISH_ACTIONS = ("delete_pod", "delete_succeeded_pod", "keep_pod", "delete_active_pod")
-
-
-def _refusals(args: Mapping[str, Any]) -> list[str]:
-    """KPO arguments whose value contradicts this operator's design: one line each, with the fix."""
-    out = []
-    if args["deferrable"] is False:
-        out.append("deferrable=False: RetryingPodOperator always defers (it needs a running triggerer)")
-    for key in ("reattach_on_restart", "durable"):
-        if args[key] is False:
-            out.append(f"{key}=False: a retried execute always re-attaches to its try's pod; drop it")
-    if args["random_name_suffix"] is False:
-        out.append("random_name_suffix=False: pod names always end in a per-try suffix; drop it")
-    for key, extra in (
-        ("in_cluster", "in_cluster"),
-        ("cluster_context", "cluster_context"),
-        ("config_file", "kube_config_path"),
-    ):
-        if args[key] is not None:
-            out.append(f"{key}: the triggerer reads the cluster from the connection; set its extra {extra!r}")
-    if args["trigger_kwargs"]:
-        out.append("trigger_kwargs: the trigger is PodStateTrigger; use poll_interval or failure_policy")
-    if args["logging_interval"] is not None:
-        out.append("logging_interval: not supported; container logs reach the task log when the pod ends")
-    if args["on_finish_action"] not in ON_FINISH_ACTIONS:
-        got = args["on_finish_action"]
-        out.append(f"on_finish_action must be one of {', '.join(ON_FINISH_ACTIONS)}, got {got!r}")
-    poll = args["poll_interval"]
-    if not isinstance(poll, int | float) or isinstance(poll, bool) or poll <= 0:
-        out.append(f"poll_interval must be a positive number of seconds, got {poll!r}")
-    return out
 
 
 class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
@@ -114,7 +84,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
-        problems = _refusals(locals())
+        problems = refusals(locals())
         if problems:
             raise ValueError(f"{task_id}: " + "; ".join(problems))
         if keep_failed_pods:
@@ -129,7 +99,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             on_finish_action=on_finish_action,
             **kwargs,
         )
-        self.failure_policy = _policy(
+        self.failure_policy = failure_policy_from(
             task_id,
             failure_policy,
             skip_on_exit_code=skip_on_exit_code,
@@ -146,7 +116,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         the per-try name, this package's labels and the task instance annotation."""
         identity = self._identity(context)
         if getattr(self, "pod_request_obj", None) is None:
-            with _local_config_errors(self.task_id):
+            with local_config_errors(self.task_id):
                 if self.pod_template_file and not Path(self.pod_template_file).is_file():
                     raise ValueError(f"pod_template_file {self.pod_template_file!r} is not a file")
                 self.pod_request_obj = self.build_pod_request_obj(context)
@@ -189,7 +159,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         source = f"connection {self.kubernetes_conn_id!r}"
         if not self.kubernetes_conn_id:
             source = f"default kubeconfig, KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}"
-        with _local_config_errors(self.task_id, source):
+        with local_config_errors(self.task_id, source):
             return PodClient(self.hook.api_client)
 
     # -- running --------------------------------------------------------------------------------
@@ -361,7 +331,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             return self._launch(
                 context, client, self.build_try_pod(context, relaunch + 1), relaunch + 1, deadline=deadline
             )
-        keep = self._keeps(client, pod, verdict)
+        keep = lifecycle.keeps(client, pod, self.on_finish_action.value, verdict)
         result = None
         published = verdict  # what reaches XCom, the stamp and the exception
         try:
@@ -371,7 +341,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                 if self.do_xcom_push:
                     result = client.read_xcom(pod.namespace, pod.name)
             else:
-                body, events, tail = self._evidence(client, pod)
+                body, events, tail = lifecycle.evidence(
+                    client, pod, self.base_container_name if self.get_logs else None, log=self.log.warning
+                )
                 # A termination message can be a log tail (FallbackToLogsOnError): only the task
                 # log may show it, and only with get_logs=True.
                 published = lifecycle.withhold_termination_messages(verdict, body)
@@ -400,47 +372,6 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         raise exception_for(
             published, f"pod {pod.namespace}/{pod.name}: {published.reason.value}: {published.message}"
         )
-
-    def _keeps(self, client: PodClient, pod: CreatedPod, verdict: Verdict) -> bool:
-        """``on_finish_action`` with KPO's meanings (a skip is not a success)."""
-        from airflow_k8s_retry.classification.model import Outcome
-        from airflow_k8s_retry.kube.errors import KubeError
-
-        action = self.on_finish_action.value
-        if action == "keep_pod":
-            return True
-        if action == "delete_succeeded_pod":
-            return verdict.outcome is not Outcome.SUCCEED
-        if action == "delete_active_pod":  # keep pods that have finished, delete active ones
-            if verdict.outcome is Outcome.SUCCEED:
-                return True
-            try:
-                body = client.read(pod.namespace, pod.name)
-            except KubeError:
-                return False
-            return ((body or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        return False
-
-    def _evidence(
-        self, client: PodClient, pod: CreatedPod
-    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str]:
-        """The pod (if it is still this pod), its Events and, with ``get_logs``, a log tail."""
-        from airflow_k8s_retry.kube.errors import KubeError
-
-        body: dict[str, Any] | None = None
-        events: list[dict[str, Any]] = []
-        tail = ""
-        try:
-            body = client.read(pod.namespace, pod.name)
-            if body is not None and body["metadata"].get("uid") == pod.uid:
-                events = client.events(pod.namespace, pod.name, pod.uid)
-                if self.get_logs:  # get_logs=False keeps container output out of Airflow's logs
-                    tail = client.log(pod.namespace, pod.name, self.base_container_name, tail_lines=20)
-            else:
-                body = None
-        except KubeError as exc:
-            self.log.warning("Could not read the evidence of pod %s: %s", pod.name, exc)
-        return body, events, tail
 
     def _write_logs_of(self, pod: CreatedPod) -> None:
         """The whole log of ``container_logs`` (the base container by default), through the
@@ -536,22 +467,15 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     def _delete_try_pods(self, context: Context) -> None:
         """Delete every pod of this try (any relaunch): the deferral timed out or failed."""
         from airflow_k8s_retry.kube import lifecycle
-        from airflow_k8s_retry.kube.errors import KubeError
 
-        identity = self._identity(context)
-        labels = identity.labels()
-        keys = [k for k in ("dag_id", "task_id", "run_id", "map_index", "try_number") if k in labels]
-        client = self._client()
         namespace = self.build_try_pod(context)["metadata"]["namespace"]
-        try:
-            for pod in client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys)):
-                meta = pod["metadata"]
-                if identity.owns_pod(pod) and lifecycle.delete(
-                    client, namespace, meta["name"], meta["uid"], sleep=type(self).retry_sleep
-                ):
-                    self.log.info("Deleted pod %s/%s after the deferral ended", namespace, meta["name"])
-        except KubeError as exc:
-            self.log.error("Could not clean up the pods of try %d: %s", identity.try_number, exc)
+        lifecycle.delete_try_pods(
+            self._client(),
+            self._identity(context),
+            namespace,
+            log=self.log.info,
+            sleep=type(self).retry_sleep,
+        )
 
     def on_kill(self) -> None:
         """The task was killed in the worker: delete the pod (``on_kill_action`` may keep it),
@@ -563,53 +487,3 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self.log.info("Keeping pod %s on kill (on_kill_action=keep_pod)", pod.name)
             return
         self._cleanup(self._client(), pod, keep=False, grace=self.termination_grace_period)
-
-
-@contextmanager
-def _local_config_errors(task_id: str, what: str = "") -> Iterator[None]:
-    """Errors of local configuration (templates, connections, kubeconfig) fail the task at once:
-    no retry can fix them. One line, naming what is wrong."""
-    from airflow_k8s_retry.kube.errors import KubeError
-
-    try:
-        yield
-    except (PodFailure, PodFailurePermanent, KubeError):
-        raise
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        where = f" ({what})" if what else ""
-        raise PodFailurePermanent(
-            f"{task_id}: configuration error{where}: {type(exc).__name__}: {first}"
-        ) from None
-
-
-def _policy(
-    task_id: str,
-    policy: FailurePolicy | None,
-    *,
-    skip_on_exit_code: int | Container[int] | None,
-    startup: float | None,
-    schedule: float | None,
-    relaunch_budget: int | None,
-) -> FailurePolicy:
-    """The operator's policy: ``failure_policy`` with the KPO-style arguments laid over it."""
-    from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
-
-    if policy is not None and not isinstance(policy, FailurePolicy):
-        raise PolicyError(
-            f"{task_id}: failure_policy must be an airflow_k8s_retry.classification.policy."
-            f"FailurePolicy, got {type(policy).__name__}"
-        )
-    changes: dict[str, Any] = {}
-    if skip_on_exit_code is not None:
-        codes = [skip_on_exit_code] if isinstance(skip_on_exit_code, int) else skip_on_exit_code
-        if not isinstance(codes, Sequence | set | frozenset):
-            raise ValueError(f"{task_id}: skip_on_exit_code must be an int or a list of ints")
-        changes["skip_on_exit_codes"] = [int(c) for c in codes]
-    if startup is not None:
-        changes["startup_timeout"] = startup
-    if schedule is not None:
-        changes["schedule_timeout"] = schedule
-    if relaunch_budget is not None:
-        changes["relaunch_budget"] = relaunch_budget
-    return dataclasses.replace(policy or FailurePolicy(), **changes)

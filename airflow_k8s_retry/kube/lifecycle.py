@@ -191,6 +191,71 @@ def sweep_earlier_tries(
     return deleted
 
 
+def delete_try_pods(
+    client: PodClient,
+    identity: TryIdentity,
+    namespace: str,
+    *,
+    log: Log,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Delete every pod of this task-instance try (any relaunch), e.g. after its deferral ended."""
+    labels = identity.labels()
+    keys = [k for k in ("dag_id", "task_id", "run_id", "map_index", "try_number") if k in labels]
+    try:
+        for pod in client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys)):
+            meta = pod["metadata"]
+            if identity.owns_pod(pod) and delete(client, namespace, meta["name"], meta["uid"], sleep=sleep):
+                log("Deleted pod %s/%s after the deferral ended", namespace, meta["name"])
+    except KubeError as exc:
+        log("Could not clean up the pods of try %d: %s", identity.try_number, exc)
+
+
+# -- finishing ---------------------------------------------------------------------------------
+
+
+def keeps(client: PodClient, pod: CreatedPod, on_finish_action: str, verdict: Verdict) -> bool:
+    """Whether ``on_finish_action`` (KPO's values and meanings) keeps the pod after ``verdict``.
+
+    ``delete_succeeded_pod`` keeps anything but a success (a skip included); ``delete_active_pod``
+    keeps pods that have finished and deletes those still pending or running.
+    """
+    if on_finish_action == "keep_pod":
+        return True
+    if on_finish_action == "delete_succeeded_pod":
+        return verdict.outcome is not Outcome.SUCCEED
+    if on_finish_action == "delete_active_pod":
+        if verdict.outcome is Outcome.SUCCEED:
+            return True
+        try:
+            body = client.read(pod.namespace, pod.name)
+        except KubeError:
+            return False
+        return ((body or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return False
+
+
+def evidence(
+    client: PodClient, pod: CreatedPod, log_container: str | None, *, log: Log
+) -> tuple[Json | None, list[Json], str]:
+    """The pod (if it still has this UID), its Events and, when ``log_container`` is given, the last
+    20 lines of that container's log: what a failure report is made of. API errors are logged."""
+    body: Json | None = None
+    events: list[Json] = []
+    tail = ""
+    try:
+        body = client.read(pod.namespace, pod.name)
+        if body is not None and body["metadata"].get("uid") == pod.uid:
+            events = client.events(pod.namespace, pod.name, pod.uid)
+            if log_container:
+                tail = client.log(pod.namespace, pod.name, log_container, tail_lines=20)
+        else:
+            body = None
+    except KubeError as exc:
+        log("Could not read the evidence of pod %s: %s", pod.name, exc)
+    return body, events, tail
+
+
 # -- creating ----------------------------------------------------------------------------------
 
 

@@ -99,8 +99,8 @@ DAGS = {
     "kpo_extras": """
         chatty = KubernetesPodOperator(
             task_id="chatty", image="example.com/chatty:1", namespace="default", poll_interval=1,
-            default_args={{"log_events_on_failure": True, "container_logs": True,
-                           "termination_message_policy": "FallbackToLogsOnError"}},
+            default_args={"log_events_on_failure": True, "container_logs": True,
+                           "termination_message_policy": "FallbackToLogsOnError"},
         )
         failing = KubernetesPodOperator(
             task_id="failing", image="example.com/flaky:1", namespace="default", retries=0, poll_interval=1,
@@ -145,7 +145,7 @@ CLUSTER = {
 
 
 def dag_file(dag_id: str, side: str, template: Path) -> str:
-    body = textwrap.dedent(DAGS[dag_id]).strip().format(template=str(template))
+    body = textwrap.dedent(DAGS[dag_id]).strip().replace("{template!r}", repr(str(template)))
     return (
         textwrap.dedent(HEADER).format(import_line=IMPORTS[side])
         + f"\nwith DAG(dag_id={dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1)):\n"
