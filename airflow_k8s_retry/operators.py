@@ -294,6 +294,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={}
         )
         self._pod = created
+        self._callbacks("on_operator_resuming", context, pod=self._v1pod(created), event=dict(event))
         return self._finish(
             context,
             self._client(),
@@ -361,6 +362,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                 if self.get_logs:
                     self._write_logs_of(pod)
             self._callbacks("on_pod_completion", context, pod=self._v1pod(pod))
+            self._callbacks("on_pod_teardown", context, pod=self._v1pod(pod))
         finally:
             # Whatever failed above (logs, XCom), the pod is finished business: stamp, then delete.
             lifecycle.stamp(client, pod, published, kept=keep, log=self.log.warning)

@@ -114,3 +114,47 @@ def test_on_kill_deletes_unless_on_kill_action_keeps_the_pod(make_cluster, conte
     assert second.serialize()[1]["owned"] is False  # the trigger's on_kill leaves it alone too
     kept.on_kill()
     assert len(requests(cluster, "delete", 200)) == 1
+
+
+def test_kpo_callbacks_are_called_at_each_step(make_cluster, context):
+    from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
+
+    calls: list[str] = []
+
+    class Recorder(KubernetesPodOperatorCallback):
+        @staticmethod
+        def on_pod_manifest_created(*, pod_request: Any, **kwargs: Any) -> None:
+            calls.append("manifest")
+
+        @staticmethod
+        def on_pod_creation(*, pod: Any, **kwargs: Any) -> None:
+            calls.append(f"creation {pod.metadata.name}")
+
+        @staticmethod
+        def on_operator_resuming(*, pod: Any, event: dict[str, Any], **kwargs: Any) -> None:
+            calls.append(f"resuming {event['verdict']['reason']}")
+
+        @staticmethod
+        def on_pod_completion(*, pod: Any, **kwargs: Any) -> None:
+            calls.append("completion")
+
+        @staticmethod
+        def on_pod_teardown(*, pod: Any, **kwargs: Any) -> None:
+            calls.append("teardown")
+
+        @staticmethod
+        def on_pod_cleanup(*, pod: Any, **kwargs: Any) -> None:
+            calls.append("cleanup")
+
+    make_cluster()
+    op = operator(callbacks=Recorder)
+    trigger = defer(op, context)
+    op.execute_complete(context, event=event_for(trigger, verdict(Outcome.SUCCEED, Reason.SUCCEEDED)))
+    assert calls == [
+        "manifest",
+        f"creation {trigger.pod_name}",
+        "resuming pod.succeeded",
+        "completion",
+        "teardown",
+        "cleanup",
+    ]
