@@ -361,6 +361,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                     self.log.error("Pod %s: %s", pod.name, report)
                 if self.get_logs:
                     self._write_logs_of(pod)
+                if self.do_xcom_push:  # as KPO: a result written before the failure is still pushed
+                    self._push_partial_result(context, client, pod)
             self._callbacks("on_pod_completion", context, pod=self._v1pod(pod))
             self._callbacks("on_pod_teardown", context, pod=self._v1pod(pod))
         finally:
@@ -432,6 +434,14 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             )
             return
         self._pod = None
+
+    def _push_partial_result(self, context: Context, client: PodClient, pod: CreatedPod) -> None:
+        try:
+            value = client.read_xcom(pod.namespace, pod.name)
+            if value is not None:
+                context["ti"].xcom_push(key="return_value", value=value)
+        except Exception as exc:  # the failure is the verdict's; a missing result is not news
+            self.log.info("No XCom result from failed pod %s (%s)", pod.name, type(exc).__name__)
 
     def _push_verdict(self, context: Context, verdict: Verdict) -> None:
         try:

@@ -158,3 +158,23 @@ def test_kpo_callbacks_are_called_at_each_step(make_cluster, context):
         "teardown",
         "cleanup",
     ]
+
+
+def test_a_failed_try_still_pushes_the_result_it_wrote(make_cluster, context, ti):
+    cluster = make_cluster(
+        {"time_scale": 0.05, "images": {"half:1": {"run": {"exit_code": 2, "xcom": {"rows": 7}}}}}
+    )
+    op = operator(image="half:1", do_xcom_push=True)
+    trigger = defer(op, context)
+
+    def base_done(c: Any) -> bool:
+        statuses = ((c.pod(trigger.pod_name) or {}).get("status") or {}).get("containerStatuses") or []
+        return any(s["name"] == "base" and "terminated" in s["state"] for s in statuses)
+
+    assert cluster.wait_for(base_done, timeout=20)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
+        )
+    assert ti.xcom["return_value"] == {"rows": 7}
+    assert [r["status"] for r in requests(cluster, "delete")] == [200]
