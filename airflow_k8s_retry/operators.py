@@ -57,6 +57,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     """
 
     ui_color = "#d9e8fb"
+    name: str | None  # KPO's attribute: here the pod name's prefix
     #: How backoff between API retries sleeps; tests replace it.
     retry_sleep: ClassVar[Callable[[float], None]] = staticmethod(time.sleep)
 
@@ -119,7 +120,14 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             with local_config_errors(self.task_id):
                 if self.pod_template_file and not Path(self.pod_template_file).is_file():
                     raise ValueError(f"pod_template_file {self.pod_template_file!r} is not a file")
-                self.pod_request_obj = self.build_pod_request_obj(context)
+                # The provider logs the name it builds; let it be the try's first pod name.
+                name: str | None = getattr(self, "name", None)
+                suffix: bool = getattr(self, "random_name_suffix", True)
+                self.name, self.random_name_suffix = identity.pod_name(0, prefix=name), False
+                try:
+                    self.pod_request_obj = self.build_pod_request_obj(context)
+                finally:
+                    self.name, self.random_name_suffix = name, suffix
         pod: dict[str, Any] = self.hook.api_client.sanitize_for_serialization(
             copy.deepcopy(self.pod_request_obj)
         )
