@@ -25,9 +25,11 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, exception_for
+from airflow_k8s_retry.hints import with_hint
 from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
 from airflow_k8s_retry.kpo_arguments import local_config_errors, refusals
 from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
+from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -125,7 +127,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                 suffix: bool = getattr(self, "random_name_suffix", True)
                 self.name, self.random_name_suffix = identity.pod_name(0, prefix=name), False
                 try:
-                    self.pod_request_obj = self.build_pod_request_obj(context)
+                    # Airflow's context always has "dag"; the provider reads it (a stand-in may not).
+                    full = context if "dag" in context else {**context, "dag": None}
+                    self.pod_request_obj = self.build_pod_request_obj(full)
                 finally:
                     self.name, self.random_name_suffix = name, suffix
         pod: dict[str, Any] = self.hook.api_client.sanitize_for_serialization(
@@ -207,6 +211,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             verdict = lifecycle.create_error_verdict(exc, meta["namespace"], meta["name"])
             self.log.error("%s: %s", verdict.reason.value, verdict.message)
             self._push_verdict(context, verdict)
+            count_task_verdict(verdict, context, meta["namespace"])
             raise exception_for(verdict, f"{verdict.reason.value}: {verdict.message}") from None
         self._pod = created
         with self._delete_on_error(client, created):
@@ -326,6 +331,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         from airflow_k8s_retry.kube import lifecycle
         from airflow_k8s_retry.kube.pods import failure_report
 
+        count_task_verdict(verdict, context, pod.namespace)
         outcome = verdict.outcome
         if outcome is Outcome.RELAUNCH:
             self.log.warning(
@@ -362,6 +368,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                     events=events,
                     log_tail=tail,
                 )
+                report = with_hint(report, verdict)
                 self._push_verdict(context, published)
                 if outcome is Outcome.SKIP:
                     self.log.info("%s\n(pod %s)", report, pod.name)
