@@ -131,3 +131,54 @@ def test_duplicate_volume_names_are_refused_with_422(backends: Backends):
     assert (
         seen["real"]["body"]["message"] == 'Pod "NAME" is invalid: spec.volumes[1].name: Duplicate value: "v"'
     )
+
+
+def test_the_eviction_api_answers_and_the_pod_goes(backends: Backends):
+    """POST pods/NAME/eviction on a running pod: 201 with a Success Status, then the pod goes."""
+
+    def probe(side: Side) -> dict[str, Any]:
+        api = side.api
+        name = side.unique("fidelity-evict-")
+        rv = api.list_namespaced_pod(
+            "default", field_selector=f"metadata.name={name}"
+        ).metadata.resource_version
+        api.create_namespaced_pod("default", pod_body(name, "registry.example.com/app:long"))
+        try:
+            seen = follow(
+                api,
+                name,
+                lambda _k, p: p.get("status", {}).get("phase") == "Running",
+                resource_version=rv,
+                timeout=30,
+            )
+            response = api.api_client.call_api(
+                f"/api/v1/namespaces/default/pods/{name}/eviction",
+                "POST",
+                body={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}},
+                header_params={"Content-Type": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+            )
+            answer = json.loads(response.data)
+            rest = follow(
+                api,
+                name,
+                lambda kind, _p: kind == "DELETED",
+                resource_version=seen[-1][1]["metadata"]["resourceVersion"],
+                timeout=10,
+            )
+            target = next(
+                (condition(p, "DisruptionTarget") for _, p in rest if condition(p, "DisruptionTarget")), None
+            )
+            return {
+                "http": response.status,
+                "answer": answer,
+                "disruption_target": target and {k: target[k] for k in ("status", "reason")},
+                "gone_within_10s": any(kind == "DELETED" for kind, _ in rest),
+            }
+        finally:
+            delete_now(api, name)
+
+    seen = backends.run(probe)
+    assert_same(seen)
+    assert seen["real"]["http"] == 201
