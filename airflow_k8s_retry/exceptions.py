@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow_k8s_retry.compat import AirflowException, AirflowFailException
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification import Verdict

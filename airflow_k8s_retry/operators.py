@@ -547,9 +547,8 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         *,
         deadline: float | None = None,
     ) -> Any:
-        from airflow.sdk.exceptions import AirflowSkipException
-
         from airflow_k8s_retry.classification.model import Outcome
+        from airflow_k8s_retry.compat import AirflowSkipException
 
         outcome = verdict.outcome
         if outcome is Outcome.SUCCEED:
@@ -662,7 +661,7 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Also clean up when the deferral itself ends badly (timeout or trigger failure)."""
-        from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
+        from airflow_k8s_retry.compat import TaskDeferralError, TaskDeferralTimeout
 
         try:
             return super().resume_execution(next_method, next_kwargs, context)

@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
 
+from airflow_k8s_retry.compat import AirflowException
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 
@@ -152,9 +152,8 @@ class PodCompletionSensor(BaseOperator):  # type: ignore[misc]
 
     def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> None:
         """Act on the verdict. A relaunch is not ours to do: the sensor reports it as a retry."""
-        from airflow.sdk.exceptions import AirflowSkipException
-
         from airflow_k8s_retry.classification.model import Outcome
+        from airflow_k8s_retry.compat import AirflowSkipException
         from airflow_k8s_retry.kube.errors import KubeError
         from airflow_k8s_retry.kube.pods import failure_report
         from airflow_k8s_retry.triggers import PodEvent

@@ -20,8 +20,8 @@ PARSE = """
 import json, sys
 import airflow_k8s_retry.operators, airflow_k8s_retry.sensors
 heavy = sorted(m for m in ("kubernetes", "kubernetes_asyncio", "aiohttp") if m in sys.modules)
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder=sys.argv[1])
+from airflow_k8s_retry.compat import dagbag_class
+bag = dagbag_class()(dag_folder=sys.argv[1])
 print(json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()},
     "dags": {d: bag.dags[d].fileloc for d in bag.dag_ids},

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
+from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.pods import PodClient
