@@ -71,6 +71,8 @@ test-compat-$(NEWEST_MINOR): $(STAMP)
 
 # One venv per older minor, rebuilt from scratch only when its constraints file (or setup.cfg)
 # changes; pip's cache makes a rebuild cheap.
+# (.PRECIOUS: make would otherwise delete the stamp as an intermediate file after the run.)
+.PRECIOUS: $(COMPAT)/%/.installed
 $(COMPAT)/%/.installed: constraints/airflow-%/constraints-$(PY_MINOR).txt setup.cfg
 	rm -rf $(COMPAT)/$*
 	$(PYTHON) -m venv $(COMPAT)/$*
