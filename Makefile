@@ -22,8 +22,8 @@ CONSTRAINTS := $(call constraints_for,$(NEWEST_MINOR))
 COMPAT := .venv-compat
 # What test-compat runs on each minor: the example DAGs parsed and run end to end under real
 # Airflow, the operator and sensor tests, and the trigger tests that touch Airflow (connections,
-# task state, serialization) or walk a pod's whole life. The newest minor also runs the rest of
-# the trigger suite and the end-to-end scenarios; `make test` runs everything there anyway.
+# task state, serialization) or walk a pod's whole life. The newest minor runs the whole trigger
+# suite; `make test` runs the whole suite there anyway.
 COMPAT_TESTS_OLDER := tests/test_example_dags.py tests/test_provider_is_registered.py \
   tests/end_to_end/test_example_dags_run.py tests/operator \
   tests/watching/test_trigger_serializes_exactly.py \
@@ -31,8 +31,7 @@ COMPAT_TESTS_OLDER := tests/test_example_dags.py tests/test_provider_is_register
   tests/watching/test_on_kill_deletes_only_after_a_real_kill.py \
   tests/watching/test_every_default_rule_through_a_pod_lifecycle.py
 COMPAT_TESTS_NEWEST := tests/test_example_dags.py tests/test_provider_is_registered.py \
-  tests/end_to_end/test_example_dags_run.py tests/end_to_end/test_dags_under_airflow.py \
-  tests/operator tests/watching
+  tests/end_to_end/test_example_dags_run.py tests/operator tests/watching
 
 .PHONY: test lint unit demo bench bench-smoke tools constraints clean test-compat
 
