@@ -8,6 +8,7 @@ nothing here imports Airflow.
 
 Example:
     $ airflow-k8s-retry explain pod.json --events events.json --elapsed 120
+    $ airflow-k8s-retry explain pod.json --trace     # also every rule considered before the match
 """
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ from airflow_k8s_retry.classification import (
     FailurePolicy,
     Outcome,
     PolicyError,
+    RuleCheck,
     Verdict,
     classify_seen_for,
     rule_named,
+    trace,
 )
 from airflow_k8s_retry.classification.classifier import duration
+from airflow_k8s_retry.live_pod import add_arguments as add_live_arguments
 
 USAGE_ERROR = 2
 
@@ -110,13 +114,20 @@ def _count(text: str) -> int:
     return value
 
 
-def explanation(verdict: Verdict, *, now: float, elapsed: float) -> dict[str, Any]:
-    """The JSON object ``explain --json`` prints."""
+#: Characters of a rule's signal shown per line of ``--trace`` (``--json`` has them whole).
+SIGNAL_WIDTH = 90
+
+
+def explanation(
+    verdict: Verdict, *, now: float, elapsed: float, checks: Sequence[RuleCheck] | None = None
+) -> dict[str, Any]:
+    """The JSON object ``explain --json`` prints; ``trace`` is there with ``--trace`` only."""
     rule = rule_named(verdict.rule)
-    return {
+    result: dict[str, Any] = {
         "outcome": verdict.outcome.value,
         "reason": verdict.reason.value,
         "message": verdict.message,
+        "hint": verdict.hint,
         "rule": verdict.rule,
         "rule_index": RULES.index(rule),
         "why": rule.why,
@@ -127,10 +138,29 @@ def explanation(verdict: Verdict, *, now: float, elapsed: float) -> dict[str, An
             for e in verdict.evidence
         ],
     }
+    if checks is not None:
+        result["trace"] = [
+            {
+                "rule": c.rule.name,
+                "matched": c.matched,
+                "reason": c.rule.reason.value,
+                "signal": c.rule.signal,
+            }
+            for c in checks
+        ]
+    return result
 
 
-def render(verdict: Verdict, *, now: float, elapsed: float, pod: Mapping[str, Any], out: TextIO) -> None:
-    """Print ``verdict`` for a person."""
+def render(
+    verdict: Verdict,
+    *,
+    now: float,
+    elapsed: float,
+    pod: Mapping[str, Any],
+    out: TextIO,
+    checks: Sequence[RuleCheck] | None = None,
+) -> None:
+    """Print ``verdict`` for a person; with ``checks``, every rule considered up to the match."""
     meta = pod.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
@@ -141,6 +171,7 @@ def render(verdict: Verdict, *, now: float, elapsed: float, pod: Mapping[str, An
         f"verdict:  {verdict.outcome.value.upper()}  {verdict.reason.value}",
         f"rule:     {verdict.rule} (rule {RULES.index(rule) + 1} of {len(RULES)}: {rule.why})",
         f"message:  {verdict.message}",
+        f"hint:     {verdict.hint}",
     ]
     if verdict.outcome is Outcome.WAIT and verdict.deadline is not None:
         left = max(0.0, verdict.deadline - now)
@@ -153,10 +184,32 @@ def render(verdict: Verdict, *, now: float, elapsed: float, pod: Mapping[str, An
         for e in verdict.evidence:
             where = f" {e.container}" if e.container else ""
             lines.append(f"  - [{e.source}{where}] {e.message}")
+    if checks is not None:
+        lines.extend(_trace_lines(checks))
     out.write("\n".join(lines) + "\n")
 
 
+def _trace_lines(checks: Sequence[RuleCheck]) -> list[str]:
+    skipped = len(checks) - 1
+    lines = [
+        f"trace:    {len(checks)} of {len(RULES)} rules considered, in order; "
+        f"the first {skipped} did not match, then rule {len(checks)} did"
+        if skipped
+        else f"trace:    1 of {len(RULES)} rules considered: the first rule matched"
+    ]
+    width = max(len(c.rule.name) for c in checks)
+    for number, check in enumerate(checks, start=1):
+        signal = check.rule.signal
+        if len(signal) > SIGNAL_WIDTH:
+            signal = signal[: SIGNAL_WIDTH - 3] + "..."
+        verdict = "MATCH" if check.matched else "no"
+        lines.append(f"  {number:>3}. {check.rule.name:<{width}}  {verdict:<5}  {signal}")
+    return lines
+
+
 def _explain(args: argparse.Namespace) -> int:
+    if args.live_pod or args.pod is None:
+        return _explain_live(args)
     try:
         pod = load_pod(args.pod)
         events = load_events(args.events) if args.events else []
@@ -168,11 +221,64 @@ def _explain(args: argparse.Namespace) -> int:
     verdict = classify_seen_for(
         pod, events, elapsed=args.elapsed, now=now, policy=policy, relaunches=args.relaunches
     )
+    # Which rule matches depends on the pod, its Events and the pull causes they state, not on time.
+    checks = trace(pod, events, now=now) if args.trace else None
     if args.json:
-        json.dump(explanation(verdict, now=now, elapsed=args.elapsed), sys.stdout, indent=2)
+        json.dump(explanation(verdict, now=now, elapsed=args.elapsed, checks=checks), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render(verdict, now=now, elapsed=args.elapsed, pod=pod, out=sys.stdout)
+        render(verdict, now=now, elapsed=args.elapsed, pod=pod, out=sys.stdout, checks=checks)
+    return 0
+
+
+def _explain_live(args: argparse.Namespace) -> int:
+    """``explain --pod NAME``: the pod and its Events as the cluster has them now."""
+    from airflow_k8s_retry.classification import classify
+    from airflow_k8s_retry.live_pod import LivePodError, read_live_pod
+
+    if not args.live_pod:
+        print("error: give a pod file (POD.json) or a live pod (--pod NAME)", file=sys.stderr)
+        return USAGE_ERROR
+    if args.events:
+        print("error: --events goes with a pod file; --pod reads the pod's Events itself", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        policy = load_policy(args.policy) if args.policy else None
+        live = read_live_pod(args.live_pod, args.namespace, args.conn_id)
+    except (InputError, LivePodError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    now = time.time()
+    relaunches = args.relaunches or live.relaunches
+    if live.history is not None and not args.elapsed:
+        # The trigger's own memory of this pod: its timers, as they stand now.
+        verdict = classify(live.pod, live.events, live.history, now=now, policy=policy, relaunches=relaunches)
+        seen = live.history.first_seen
+        elapsed = max(0.0, now - min(seen.values())) if seen else 0.0
+    else:
+        verdict = classify_seen_for(
+            live.pod, live.events, elapsed=args.elapsed, now=now, policy=policy, relaunches=relaunches
+        )
+        elapsed = args.elapsed
+    # The trace reads the same memory as the verdict: a decayed pull message is explained by the
+    # strongest cause the trigger remembers, as it was for the verdict.
+    remembered = live.history if live.history is not None and not args.elapsed else None
+    checks = trace(live.pod, live.events, remembered, now=now) if args.trace else None
+    if args.json:
+        result = explanation(verdict, now=now, elapsed=elapsed, checks=checks)
+        result["stamped"] = live.stamped.summary() if live.stamped else None
+        result["source"] = live.source
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    render(verdict, now=now, elapsed=elapsed, pod=live.pod, out=sys.stdout, checks=checks)
+    sys.stdout.write(f"read:     live from {live.source}, {len(live.events)} Events")
+    sys.stdout.write("; timers from the trigger's history on the pod\n" if live.history else "\n")
+    if live.stamped is not None:
+        sys.stdout.write(
+            f"stamped:  {live.stamped.outcome.value.upper()}  {live.stamped.reason.value} "
+            "(the verdict this package already acted on)\n"
+        )
     return 0
 
 
@@ -195,8 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Classify a pod saved as JSON: outcome, reason code, matching rule and deadline.",
     )
     explain.add_argument(
-        "pod", metavar="POD.json", help="the pod: kubectl get pod NAME -o json ('-' for stdin)"
+        "pod", metavar="POD.json", nargs="?", help="the pod: kubectl get pod NAME -o json ('-' for stdin)"
     )
+    add_live_arguments(explain)
     explain.add_argument(
         "--events",
         metavar="EVENTS.json",
@@ -216,6 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--relaunches", type=_count, default=0, metavar="N", help="relaunches already used in this try"
     )
     explain.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    explain.add_argument(
+        "--trace",
+        action="store_true",
+        help="also list every rule considered before the one that matched, with what each looks for",
+    )
     explain.set_defaults(handler=_explain)
 
     simulate = commands.add_parser(

@@ -3,11 +3,13 @@
 The package and its tests import these from here, never from Airflow, so this is the only module
 that knows where a name lives in which release.
 
-- The task-control exceptions (fail without retrying, skip, the deferral errors, ``TaskDeferred``)
-  and ``AirflowNotFoundException`` are the Task SDK's (``airflow.sdk.exceptions``) from Airflow
-  3.2; Airflow 3.1 has them only in ``airflow.exceptions``. On 3.2 and 3.3 ``airflow.exceptions``
-  re-exports the Task SDK's classes (with a deprecation warning), so each name is one class on
-  every supported release and the Task SDK's spelling is tried first.
+- The task-control exceptions (fail without retrying, skip, the deferral errors, ``TaskDeferred``,
+  the sensor timeout) and ``AirflowNotFoundException`` are the Task SDK's
+  (``airflow.sdk.exceptions``) from Airflow 3.2; Airflow 3.1 has them only in
+  ``airflow.exceptions``. On 3.2 and 3.3 ``airflow.exceptions`` re-exports the Task SDK's classes
+  (with a deprecation warning), so each name is one class on every supported release and the Task
+  SDK's spelling is tried first. ``AirflowException``, ``AirflowRuntimeError`` and ``ErrorType``
+  are in ``airflow.sdk.exceptions`` on every release.
 - ``DagBag`` (the DAG processor's file parser; tests parse DAG files with it as Airflow does) is
   ``airflow.dag_processing.dagbag.DagBag`` from 3.2 and ``airflow.models.dagbag.DagBag`` in 3.1.
   It loads much of Airflow, so :func:`dagbag_class` imports it only when called.
@@ -17,12 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowRuntimeError, ErrorType
 
 try:
     from airflow.sdk.exceptions import (
         AirflowFailException,
         AirflowNotFoundException,
+        AirflowSensorTimeout,
         AirflowSkipException,
         TaskDeferralError,
         TaskDeferralTimeout,
@@ -32,6 +35,7 @@ except ImportError:  # Airflow 3.1
     from airflow.exceptions import (
         AirflowFailException,
         AirflowNotFoundException,
+        AirflowSensorTimeout,
         AirflowSkipException,
         TaskDeferralError,
         TaskDeferralTimeout,
@@ -52,7 +56,10 @@ __all__ = [
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
+    "AirflowRuntimeError",
+    "AirflowSensorTimeout",
     "AirflowSkipException",
+    "ErrorType",
     "TaskDeferralError",
     "TaskDeferralTimeout",
     "TaskDeferred",

@@ -1,6 +1,7 @@
 """The two ways a pod can fail a task: retryable (an Airflow retry) and permanent (no retry).
 
-Both carry the verdict that caused them, so callbacks and tests can read the reason code.
+Both carry the verdict that caused them, so callbacks and tests can read the reason code. A
+sensor's bad input (:class:`PodSelectionError`) is permanent too: no retry can fix it.
 """
 
 from __future__ import annotations
@@ -27,3 +28,7 @@ class PodFailurePermanent(AirflowFailException):  # type: ignore[misc]
     def __init__(self, message: str, verdict: Verdict | None = None) -> None:
         super().__init__(message)
         self.verdict = verdict
+
+
+class PodSelectionError(AirflowFailException):  # type: ignore[misc]
+    """What a sensor waits for can never be seen (invalid selector, no such namespace, RBAC)."""

@@ -1,76 +1,131 @@
 """``PodCompletionSensor``: wait for a pod this task did not create, with the operator's classifier.
 
-Another system (a controller, a CronJob, a different DAG) owns the pod; the sensor only watches it.
-It finds the pod by name or by a label selector that must match exactly one pod, defers to
-:class:`~airflow_k8s_retry.triggers.PodStateTrigger` with ``owned=False``, and turns the verdict
-into success, a skip, or the same two failure exceptions as the operator. It deletes nothing unless
-``delete_pod_on_finish`` asks for it.
+Another system (a controller, a CronJob, a Job, a different DAG) owns the pod; the sensor only
+watches it. It is an Airflow sensor (``BaseSensorOperator``) that always defers: the wait happens in
+the triggerer, through the shared watch, as a
+:class:`~airflow_k8s_retry.triggers.PodStateTrigger` following a
+:class:`~airflow_k8s_retry.following.Target` (a pod by name, the newest pod of a label selector, or
+a Job), so the pod may appear long after the sensor started. Airflow's sensor conventions hold:
+``timeout`` ends in ``AirflowSensorTimeout`` without spending retries, ``soft_fail`` and
+``never_fail`` turn a timeout or a failure into a skip. It deletes nothing unless
+``delete_pod_on_finish`` asks for it. docs/sensor.md lists every argument.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseSensorOperator
 
-from airflow_k8s_retry.compat import AirflowException
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
-from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
+from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent, PodSelectionError
+from airflow_k8s_retry.hints import with_hint
+from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_k8s_retry.classification.policy import FailurePolicy
+    from airflow_k8s_retry.following import Target
     from airflow_k8s_retry.kube.pods import PodClient
+    from airflow_k8s_retry.triggers import PodEvent
+
+__all__ = ["PodCompletionSensor", "PodSelectionError"]
 
 DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
 
+#: Sensor arguments that mean nothing for a sensor that never pokes, with the reason it refuses them.
+_REFUSED: dict[str, tuple[Any, str]] = {
+    "exponential_backoff": (
+        False,
+        "the sensor does not poke: it follows the pod through a watch, so there is no interval to back off",
+    ),
+    "max_wait": (None, "the sensor does not poke, so there is no interval between pokes to cap"),
+    "silent_fail": (
+        False,
+        "API errors are ridden out by the watch and a pod's failure is a verdict, not a poke error; "
+        "use soft_fail to skip on failure",
+    ),
+    "deferrable": (True, "the sensor always defers to the triggerer"),
+}
 
-class PodSelectionError(AirflowException):  # type: ignore[misc]
-    """The sensor's pod name or label selector does not name exactly one pod."""
 
+class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
+    """Wait until a pod (or a Job's pods) finishes; failures are classified like the operator's.
 
-class PodCompletionSensor(BaseOperator):  # type: ignore[misc]
-    """Wait until a pod finishes; its failures are classified like the operator's.
-
-    :param pod_name: name of the pod to watch (give this or ``label_selector``).
-    :param label_selector: a label selector that must match exactly one pod, e.g.
-        ``"app=nightly-export,run=2024-06-01"``.
+    :param pod_name: name of the pod to wait for; it need not exist yet.
+    :param label_selector: a label selector, e.g. ``"app=nightly-export,run=2024-06-01"``; the
+        newest matching pod is followed (a newer one replaces it as soon as it appears).
+    :param job_name: name of a ``batch/v1`` Job: its pods are followed and the Job's terminal
+        condition is the verdict (short for a selector on the Job's pods).
     :param namespace: namespace of the pod; default: the connection's, else ``default``.
     :param kubernetes_conn_id: Airflow connection of type ``kubernetes``.
     :param failure_policy: a :class:`~airflow_k8s_retry.classification.policy.FailurePolicy`
         overriding graces and outcomes of the default rules.
     :param delete_pod_on_finish: delete the pod (by UID) once it has a verdict; off by default
         because the sensor did not create it.
-    :param poll_interval: seconds between the trigger's safety polls.
-    :param timeout: give up after this long (seconds or a ``timedelta``); the pod is left alone.
+    :param timeout: how long to wait in all (seconds or a ``timedelta``; default: Airflow's
+        ``[sensors] default_timeout``, 7 days); then ``AirflowSensorTimeout``, and no retry.
+    :param poke_interval: seconds between reads when RBAC forbids watching (the fallback polling);
+        the watch itself delivers changes as they happen.
+    :param soft_fail: skip the task instead of failing it, on a timeout or any failure.
+    :param never_fail: the same for every error (Airflow: mutually exclusive with ``soft_fail``).
+    :param mode: accepted for compatibility; the sensor always defers, which frees the worker slot
+        as ``reschedule`` does.
     """
 
-    template_fields: Sequence[str] = ("pod_name", "label_selector", "namespace", "kubernetes_conn_id")
-    ui_color = "#e8f1d9"
+    template_fields: Sequence[str] = (
+        "pod_name",
+        "label_selector",
+        "job_name",
+        "namespace",
+        "kubernetes_conn_id",
+    )
 
     def __init__(
         self,
         *,
         pod_name: str | None = None,
         label_selector: str | None = None,
+        job_name: str | None = None,
         namespace: str | None = None,
         kubernetes_conn_id: str | None = DEFAULT_CONN_ID,
         failure_policy: FailurePolicy | None = None,
         delete_pod_on_finish: bool = False,
-        poll_interval: float = 10.0,
-        timeout: float | timedelta | None = None,
+        poke_interval: timedelta | float = 10.0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if bool(pod_name) == bool(label_selector):
-            raise ValueError(
-                f"{self.task_id}: give exactly one of pod_name and label_selector "
-                f"(got pod_name={pod_name!r}, label_selector={label_selector!r})"
+        task_id = kwargs.get("task_id", "?")
+        if "poll_interval" in kwargs:
+            warnings.warn(
+                f"{task_id}: PodCompletionSensor(poll_interval=...) is now poke_interval",
+                DeprecationWarning,
+                stacklevel=2,
             )
+            poke_interval = kwargs.pop("poll_interval")
+        for name, (allowed, reason) in _REFUSED.items():
+            if name in kwargs and kwargs[name] != allowed:
+                raise ValueError(
+                    f"{task_id}: PodCompletionSensor does not take {name}={kwargs[name]!r}: {reason}"
+                )
+        kwargs.pop("deferrable", None)
+        super().__init__(poke_interval=poke_interval, **kwargs)
+        chosen = {
+            n: v
+            for n, v in (("pod_name", pod_name), ("label_selector", label_selector), ("job_name", job_name))
+            if v
+        }
+        if len(chosen) != 1:
+            got = ", ".join(f"{n}={v!r}" for n, v in chosen.items()) or "none"
+            raise ValueError(
+                f"{self.task_id}: give exactly one of pod_name, label_selector and job_name (got {got})"
+            )
+        if self.poke_interval <= 0:
+            raise ValueError(f"{self.task_id}: poke_interval must be a positive number of seconds")
         from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
 
         if failure_policy is not None and not isinstance(failure_policy, FailurePolicy):
@@ -79,114 +134,177 @@ class PodCompletionSensor(BaseOperator):  # type: ignore[misc]
             )
         self.pod_name = pod_name
         self.label_selector = label_selector
+        self.job_name = job_name
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
         self.failure_policy = failure_policy or FailurePolicy()
         self.delete_pod_on_finish = delete_pod_on_finish
-        self.poll_interval = poll_interval
-        if timeout is not None and not isinstance(timeout, timedelta):
-            timeout = timedelta(seconds=timeout)
-        self.timeout = timeout
+
+    # -- execute: check the target, then defer --------------------------------------------------
 
     def _client(self) -> tuple[PodClient, str]:
         from airflow_k8s_retry.connection import pod_client
 
         return pod_client(self.kubernetes_conn_id, self.namespace)
 
-    def _find(self, client: PodClient, namespace: str) -> dict[str, Any]:
-        if self.pod_name:
-            pod = client.read(namespace, self.pod_name)
-            if pod is None:
-                raise PodSelectionError(
-                    f"pod {namespace}/{self.pod_name} does not exist; check pod_name and namespace"
-                )
-            return pod
-        selector = str(self.label_selector)
-        pods = client.list_pods(namespace, selector)
-        if len(pods) != 1:
-            names = sorted(p["metadata"]["name"] for p in pods)
-            found = f"{len(pods)} pods ({', '.join(names[:10])}{', ...' if len(names) > 10 else ''})"
-            raise PodSelectionError(
-                f"label_selector {selector!r} in namespace {namespace!r} must match exactly one pod, "
-                f"found {found if pods else 'none'}; make the selector more specific or use pod_name"
-            )
-        return pods[0]
+    def _target(self, namespace: str, now: float) -> Target:
+        from airflow_k8s_retry.following import Target
 
-    def _deadline(self) -> float | None:
-        limits = [t.total_seconds() for t in (self.timeout, self.execution_timeout) if t is not None]
-        return time.time() + min(limits) if limits else None
+        values = {"pod_name": self.pod_name, "label_selector": self.label_selector, "job_name": self.job_name}
+        rendered = {k: str(v).strip() if v else None for k, v in values.items()}
+        given = [k for k, v in values.items() if v]
+        if not rendered[given[0]]:
+            raise PodSelectionError(f"{given[0]} rendered to an empty string; check its template")
+        return Target(namespace=namespace, deadline=now + float(self.timeout), since=now, **rendered)
+
+    def _check(self, client: PodClient, target: Target) -> None:
+        """Bad input fails now, without retries; a transient API error only costs a warning."""
+        from airflow_k8s_retry.kube.errors import KubeError
+        from airflow_k8s_retry.kube.targets import TargetError, check_target
+
+        try:
+            check_target(
+                client.api_client,
+                target.namespace,
+                pod_name=target.pod_name,
+                label_selector=target.label_selector,
+                job_name=target.job_name,
+            )
+        except TargetError as exc:
+            raise PodSelectionError(f"{self.task_id}: {exc}") from None
+        except KubeError as exc:
+            self.log.warning("Could not check %s before waiting (%s); waiting anyway", target.describe(), exc)
 
     def execute(self, context: Context) -> Any:
+        from airflow_k8s_retry.compat import AirflowSkipException
         from airflow_k8s_retry.triggers import PodStateTrigger
 
+        now = time.time()
         client, namespace = self._client()
         try:
-            pod = self._find(client, namespace)
+            target = self._target(namespace, now)
+            self._check(client, target)
+        except PodSelectionError as exc:
+            if self.soft_fail or self.never_fail:
+                self.log.error("%s", exc)
+                raise AirflowSkipException(f"Skipping: {exc}") from exc
+            raise
         finally:
             client.close()
-        meta = pod["metadata"]
-        context["ti"].xcom_push(key="pod_name", value=meta["name"])
-        context["ti"].xcom_push(key="pod_namespace", value=namespace)
-        self.log.info("Watching pod %s/%s (uid %s)", namespace, meta["name"], meta["uid"])
-        deadline = self._deadline()
-        timeout = None
-        if deadline is not None:
-            timeout = timedelta(seconds=max(0.0, deadline - time.time())) + DEFER_TIMEOUT_PADDING
+        execution_deadline = None
+        if self.execution_timeout is not None:
+            execution_deadline = now + self.execution_timeout.total_seconds()
+        deadlines = [t for t in (target.deadline, execution_deadline) if t is not None]
+        self.log.info("Waiting for %s", target.describe())
         self.defer(
             trigger=PodStateTrigger(
                 kubernetes_conn_id=self.kubernetes_conn_id,
                 namespace=namespace,
-                pod_name=meta["name"],
-                pod_uid=meta["uid"],
+                pod_name="",
+                pod_uid="",
                 identity=None,
                 policy=self.failure_policy.to_payload(),
-                history=None,
-                relaunches=0,
-                execution_deadline=deadline,
-                poll_interval=self.poll_interval,
+                execution_deadline=execution_deadline,
+                poll_interval=self.poke_interval,
                 owned=False,
+                target=target.to_payload(),
             ),
             method_name="execute_complete",
-            timeout=timeout,
+            timeout=timedelta(seconds=max(0.0, min(deadlines) - time.time())) + DEFER_TIMEOUT_PADDING,
         )
 
+    # -- execute_complete: act on the verdict ---------------------------------------------------
+
     def execute_complete(self, context: Context, event: Mapping[str, Any] | None = None) -> None:
-        """Act on the verdict. A relaunch is not ours to do: the sensor reports it as a retry."""
-        from airflow_k8s_retry.classification.model import Outcome
-        from airflow_k8s_retry.compat import AirflowSkipException
-        from airflow_k8s_retry.kube.errors import KubeError
-        from airflow_k8s_retry.kube.pods import failure_report
+        """Act on the verdict. A relaunch is not ours to do: the sensor reports it as a retry.
+
+        Airflow's ``resume_execution`` turns what this raises into a skip under ``soft_fail`` or
+        ``never_fail``.
+        """
+        from airflow_k8s_retry.compat import AirflowSensorTimeout
+        from airflow_k8s_retry.following import TargetEvent
         from airflow_k8s_retry.triggers import PodEvent
 
         if not event:
             raise PodFailure("the pod watch ended without a verdict")
-        pod_event = PodEvent.from_payload(event)
+        if "target" in event:
+            followed = TargetEvent.from_payload(event)
+            if followed.timed_out:
+                raise AirflowSensorTimeout(f"Sensor has timed out: {followed.message}")
+            if followed.event is None:
+                raise PodFailure(followed.message)
+            pod_event = PodEvent.from_payload(followed.event.to_payload())
+        else:  # a trigger deferred by an earlier version of the sensor, for a pod it found itself
+            pod_event = PodEvent.from_payload(event)
+        self._finish(context, pod_event)
+
+    def _finish(self, context: Context, pod_event: PodEvent) -> None:
+        from airflow_k8s_retry.classification.model import Outcome
+        from airflow_k8s_retry.compat import AirflowSkipException
+
         verdict = pod_event.verdict
-        name, namespace, uid = pod_event.pod_name, pod_event.namespace, pod_event.pod_uid
-        client, _ = self._client()
-        try:
-            if verdict.outcome is not Outcome.SUCCEED:
-                body, events = None, []
-                try:
-                    body = client.read(namespace, name)
-                    events = client.events(namespace, name, uid) if body else []
-                except KubeError as exc:
-                    self.log.warning("Could not read the evidence of pod %s: %s", name, exc)
-                report = failure_report(verdict.to_payload(), pod=body, events=events, log_tail="")
-                self.log.error("Pod %s: %s", name, report)
-                context["ti"].xcom_push(key="verdict", value=verdict.summary())
-            if self.delete_pod_on_finish:
-                client.stamp_verdict(namespace, name, uid, verdict.to_payload())
-                if client.delete(namespace, name, uid):
-                    self.log.info("Deleted pod %s/%s (delete_pod_on_finish)", namespace, name)
-        finally:
-            client.close()
-        message = f"pod {namespace}/{name}: {verdict.reason.value}: {verdict.message}"
+        name, namespace = pod_event.pod_name, pod_event.namespace
+        count_task_verdict(verdict, context, namespace)
+        if name:
+            context["ti"].xcom_push(key="pod_name", value=name)
+            context["ti"].xcom_push(key="pod_namespace", value=namespace)
+        if verdict.outcome is not Outcome.SUCCEED:
+            context["ti"].xcom_push(key="verdict", value=verdict.summary())
+        if name and (verdict.outcome is not Outcome.SUCCEED or self.delete_pod_on_finish):
+            client, _ = self._client()
+            try:
+                if verdict.outcome is not Outcome.SUCCEED:
+                    self.log.error("Pod %s: %s", name, self._report(client, pod_event))
+                if self.delete_pod_on_finish:
+                    self._delete(client, pod_event)
+            finally:
+                client.close()
+        label = f"pod {namespace}/{name}" if name else f"namespace {namespace}"
+        message = f"{label}: {verdict.reason.value}: {verdict.message}"
         if verdict.outcome is Outcome.SUCCEED:
-            self.log.info("Pod %s/%s succeeded", namespace, name)
+            self.log.info("%s", message)
             return
         if verdict.outcome is Outcome.SKIP:
             raise AirflowSkipException(message)
         if verdict.outcome is Outcome.FAIL:
             raise PodFailurePermanent(message, verdict)
         raise PodFailure(message, verdict)
+
+    def _report(self, client: PodClient, pod_event: PodEvent) -> str:
+        """The failure with its evidence: the pod's state, its Events and its last log lines."""
+        from airflow_k8s_retry.kube.errors import KubeError
+        from airflow_k8s_retry.kube.pods import failure_report
+
+        name, namespace, uid = pod_event.pod_name, pod_event.namespace, pod_event.pod_uid
+        body: dict[str, Any] | None = None
+        events: list[dict[str, Any]] = []
+        tail = ""
+        try:
+            body = client.read(namespace, name)
+            if body is not None and body["metadata"].get("uid") == uid:
+                events = client.events(namespace, name, uid)
+                containers = (body.get("spec") or {}).get("containers") or []
+                if containers:
+                    tail = client.log(namespace, name, str(containers[0]["name"]), tail_lines=20)
+            else:
+                body = None
+        except KubeError as exc:
+            self.log.warning("Could not read the evidence of pod %s: %s", name, exc)
+        report = failure_report(pod_event.verdict.to_payload(), pod=body, events=events, log_tail=tail)
+        return with_hint(report, pod_event.verdict)
+
+    def _delete(self, client: PodClient, pod_event: PodEvent) -> None:
+        """``delete_pod_on_finish``: stamp and delete by UID; an API refusal is logged, not raised
+        (the verdict, not the cleanup, decides how the task ends)."""
+        from airflow_k8s_retry.kube.errors import KubeError
+
+        name, namespace, uid = pod_event.pod_name, pod_event.namespace, pod_event.pod_uid
+        try:
+            client.stamp_verdict(namespace, name, uid, pod_event.verdict.to_payload())
+        except KubeError as exc:
+            self.log.warning("Could not stamp the verdict on pod %s/%s: %s", namespace, name, exc)
+        try:
+            if client.delete(namespace, name, uid):
+                self.log.info("Deleted pod %s/%s (delete_pod_on_finish)", namespace, name)
+        except KubeError as exc:
+            self.log.warning("Could not delete pod %s/%s (delete_pod_on_finish): %s", namespace, name, exc)

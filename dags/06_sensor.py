@@ -1,20 +1,31 @@
-"""Wait for a pod that another system created, found by label selector.
+"""Wait for pods that another system creates: by label selector, by name (created later), and a Job.
 
-The first task stands in for that other system (a controller, a CronJob): it creates a pod with
-the Kubernetes client. ``PodCompletionSensor`` finds it by a label selector that must match exactly
-one pod, watches it with the same classifier as the operator, and succeeds when it succeeds. The
-sensor deletes nothing it did not create unless asked; here it is asked
-(``delete_pod_on_finish=True``) so the example leaves no pod behind.
+``start_report`` and ``start_etl`` stand in for that other system (a controller, a CronJob): they
+create a pod and a ``batch/v1`` Job with the Kubernetes client. ``PodCompletionSensor`` is an
+Airflow sensor that always defers: it waits in the triggerer, through the shared watch, for what it
+is told to wait for, and judges it with the operator's classifier.
+
+* ``wait_for_report`` finds the report pod by a label selector (the newest matching pod is
+  followed) and is asked to delete it when it finishes (``delete_pod_on_finish=True``), so the
+  example leaves no pod behind; the sensor deletes nothing it did not create unless asked.
+* ``wait_for_export`` waits by name for a pod nobody in this DAG creates: another system creates it
+  later. The sensor waits for it to appear (saying so in the task log once a minute), and with
+  ``soft_fail=True`` a pod that does not come within ``timeout`` skips the task instead of failing
+  it. Without ``soft_fail``, the timeout fails the task at once, whatever ``retries`` says.
+* ``wait_for_etl`` follows the Job's pods: a pod the Job replaces (``backoffLimit``) is not the end,
+  the Job's verdict is (``Complete``, or ``Failed`` with the classified cause of its last pod).
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
 from airflow_k8s_retry.sensors import PodCompletionSensor
+
+RUN = "{{ ti.xcom_pull(task_ids='start_report') }}"
 
 
 @task
@@ -44,6 +55,36 @@ def start_report(run_id: str | None = None) -> str:
     return run
 
 
+@task
+def start_etl(run: str) -> str:
+    """Create a Job whose pods the Job controller may replace (up to backoffLimit failures)."""
+    from kubernetes import client
+
+    from airflow_k8s_retry.connection import resolve_cluster_config
+    from airflow_k8s_retry.kube.config import sync_api_client
+
+    name = f"nightly-etl-{run}"
+    config = resolve_cluster_config("kubernetes_default")
+    with sync_api_client(config) as api:
+        client.BatchV1Api(api).create_namespaced_job(
+            namespace=config.namespace or "default",
+            body={
+                "metadata": {"name": name},
+                "spec": {
+                    "backoffLimit": 2,
+                    "ttlSecondsAfterFinished": 3600,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "etl", "image": "busybox:1.36", "command": ["true"]}],
+                        }
+                    },
+                },
+            },
+        )
+    return name
+
+
 with DAG(
     dag_id="06_sensor",
     schedule=None,
@@ -52,10 +93,23 @@ with DAG(
     tags=["airflow-k8s-retry", "example"],
 ):
     run = start_report()
-    wait = PodCompletionSensor(
+    wait_for_report = PodCompletionSensor(
         task_id="wait_for_report",
-        label_selector="app=nightly-report,run={{ ti.xcom_pull(task_ids='start_report') }}",
+        label_selector=f"app=nightly-report,run={RUN}",
         delete_pod_on_finish=True,
-        poll_interval=2,
+        poke_interval=2,
     )
-    run >> wait
+    wait_for_export = PodCompletionSensor(
+        task_id="wait_for_export",
+        pod_name=f"nightly-export-{RUN}",
+        timeout=timedelta(minutes=1),
+        soft_fail=True,
+        delete_pod_on_finish=True,
+    )
+    etl = start_etl(run)
+    wait_for_etl = PodCompletionSensor(
+        task_id="wait_for_etl",
+        job_name="{{ ti.xcom_pull(task_ids='start_etl') }}",
+        timeout=timedelta(minutes=30),
+    )
+    run >> [wait_for_report, wait_for_export] >> etl >> wait_for_etl

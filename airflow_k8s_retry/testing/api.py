@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import json
 import logging
@@ -33,6 +34,7 @@ from airflow_k8s_retry.testing.scenario import Fault
 from airflow_k8s_retry.testing.selectors import SelectorError, parse_field_selector, parse_label_selector
 from airflow_k8s_retry.testing.shell import run_exec_session
 from airflow_k8s_retry.testing.store import (
+    API_VERSIONS,
     CLUSTER_SCOPED,
     KINDS,
     Obj,
@@ -131,6 +133,17 @@ class Rule:
 
 
 @dataclass
+class RuleSet:
+    """Several rules for one token, as RBAC's PolicyRules: a request passes if any rule allows it."""
+
+    user: str
+    rules: tuple[Rule, ...]
+
+    def allows(self, verb: str, resource: str, namespace: str | None) -> bool:
+        return any(rule.allows(verb, resource, namespace) for rule in self.rules)
+
+
+@dataclass
 class FaultSlot:
     fault: Fault
     remaining: int | None
@@ -176,6 +189,9 @@ def _int_param(request: web.Request, name: str) -> int | None:
 def _parse_path(method: str, path: str, query: Mapping[str, str]) -> RequestInfo | None:
     """Resolve ``/api/v1/...`` into a RequestInfo (None for non-resource paths)."""
     parts = [p for p in path.split("/") if p]
+    grouped = parts[:3] == ["apis", "batch", "v1"] and len(parts) >= 4
+    if grouped:
+        parts = ["api", "v1", *parts[3:]]  # batch/v1 Jobs (testing/jobs.py), routed as core resources
     if parts[:2] != ["api", "v1"] or len(parts) < 3:
         return None
     rest = parts[2:]
@@ -184,6 +200,8 @@ def _parse_path(method: str, path: str, query: Mapping[str, str]) -> RequestInfo
         namespace = rest[1]
         rest = rest[2:]
     resource = rest[0]
+    if grouped != (resource in API_VERSIONS):
+        resource = f"{resource} (not in this API group)"  # unknown here: 404 as on a real server
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else None
     if resource == "namespaces" and name is not None:
@@ -226,7 +244,7 @@ class ApiServer:
         self.store = store
         self.kubelet = kubelet
         self.token = token
-        self.rules: dict[str, Rule] = {}
+        self.rules: dict[str, Rule | RuleSet] = {}
         self.faults = faults
         self.bookmark_interval = bookmark_interval
         self.host = "127.0.0.1:0"
@@ -259,10 +277,11 @@ class ApiServer:
         resource = info.full_resource
         where = f' in the namespace "{info.namespace}"' if info.namespace else " at the cluster scope"
         subject = f'{info.resource} "{info.name}"' if info.name else info.resource
+        group = API_VERSIONS.get(info.resource, "v1").rpartition("/")[0]
         raise ApiError(
             403,
             f'{subject} is forbidden: User "{user}" cannot {info.verb} resource "{resource}" '
-            f'in API group ""{where}',
+            f'in API group "{group}"{where}',
             details={"name": info.name, "kind": info.resource} if info.name else {"kind": info.resource},
         )
 
@@ -339,9 +358,20 @@ class ApiServer:
         status = slot.fault.status
         info.extra["fault"] = status
         if status == "slow":
+            # The request has arrived whole; the server is slow to act on it (and acts even if the
+            # client has gone meanwhile, as an API server that already has the body does).
+            await request.read()
             await asyncio.sleep(slot.fault.delay_seconds)
             return await self.route(request, info)
-        if status == "reset":
+        if status == "lost" and info.verb != "watch":
+            # The change lands (the store is written), but its answer never reaches the client.
+            with contextlib.suppress(ApiError):
+                await self.route(request, info)
+            self.audit(request, info, 0)
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        if status in ("reset", "lost"):  # a lost watch is a reset watch
             self.audit(request, info, 0)
             if request.transport is not None:
                 request.transport.abort()
@@ -352,6 +382,18 @@ class ApiServer:
             await self.write_error_event(response, 410, "too old resource version: 1 (2)", "Expired")
             await response.write_eof()
             return response
+        if status == 403:
+            if info.verb == "create" and info.full_resource == "pods":
+                message = (
+                    f'pods "{info.name or "pod"}" is forbidden: exceeded quota: compute, requested: '
+                    "limits.cpu=1, used: limits.cpu=8, limited: limits.cpu=8"
+                )
+            else:
+                message = (
+                    f'{info.resource} is forbidden: User "system:serviceaccount:default:airflow" cannot '
+                    f'{info.verb} resource "{info.full_resource}" in API group "" (injected fault)'
+                )
+            raise ApiError(403, message, details={"kind": info.resource})
         messages = {
             500: "Internal error occurred: injected fault",
             429: "Too many requests, please try again later.",
@@ -376,7 +418,13 @@ class ApiServer:
         if path == "/api/v1":
             return web.json_response(api_resource_list())
         if path == "/apis":
-            return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+            from airflow_k8s_retry.testing.jobs import api_group
+
+            return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]})
+        if path == "/apis/batch/v1":
+            from airflow_k8s_retry.testing.jobs import api_resources
+
+            return web.json_response(api_resources())
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         raise ApiError(404, "the server could not find the requested resource", details={})
@@ -489,7 +537,12 @@ class ApiServer:
             meta["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
             meta["remainingItemCount"] = len(items) - limit
             items = items[:limit]
-        return {"kind": f"{KINDS[info.resource]}List", "apiVersion": "v1", "metadata": meta, "items": items}
+        return {
+            "kind": f"{KINDS[info.resource]}List",
+            "apiVersion": API_VERSIONS.get(info.resource, "v1"),
+            "metadata": meta,
+            "items": items,
+        }
 
     # -- watch ---------------------------------------------------------------------------------
 
@@ -583,7 +636,11 @@ class ApiServer:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         event = {
             "type": "BOOKMARK",
-            "object": {"kind": KINDS[resource], "apiVersion": "v1", "metadata": meta},
+            "object": {
+                "kind": KINDS[resource],
+                "apiVersion": API_VERSIONS.get(resource, "v1"),
+                "metadata": meta,
+            },
         }
         return json.dumps(event).encode() + b"\n"
 
@@ -693,6 +750,10 @@ class ApiServer:
         causes = validate_metadata(meta, kind)
         if info.resource == "pods":
             causes += validate_pod_spec(obj.get("spec"))
+        if info.resource == "jobs":
+            from airflow_k8s_retry.testing.jobs import validate_job
+
+            causes += validate_job(obj)
         if causes:
             raise invalid(kind, meta.get("name") or "", causes)
         if self.store.get(info.resource, namespace, meta["name"]) is not None:
@@ -703,7 +764,7 @@ class ApiServer:
                 details={"name": meta["name"], "kind": info.resource},
             )
         obj["kind"] = kind
-        obj["apiVersion"] = "v1"
+        obj["apiVersion"] = API_VERSIONS.get(info.resource, "v1")
         if info.resource not in CLUSTER_SCOPED:
             meta["namespace"] = namespace
         meta["uid"] = str(uuid.uuid4())
@@ -713,6 +774,10 @@ class ApiServer:
         if info.resource == "pods":
             default_pod(obj)
             info.labels = dict(meta.get("labels") or {})
+        if info.resource == "jobs":
+            from airflow_k8s_retry.testing.jobs import default_job
+
+            default_job(obj)
         if info.resource == "namespaces":
             obj["status"] = {"phase": "Active"}
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -787,10 +852,12 @@ class ApiServer:
             new["spec"] = new.get("spec") or {}
             causes += pod_spec_immutable(current["spec"], new["spec"])
             new["status"] = current.get("status", {})  # status is written through pods/status only
+        if info.resource == "jobs":
+            new["status"] = current.get("status", {})  # the Job controller's
         if causes:
             raise invalid(kind, name, causes)
         new["kind"] = kind
-        new["apiVersion"] = "v1"
+        new["apiVersion"] = API_VERSIONS.get(info.resource, "v1")
         finalizers_before = current["metadata"].get("finalizers")
         self.store.put(info.resource, new, "MODIFIED")
         info.uid = meta.get("uid")

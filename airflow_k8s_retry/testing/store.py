@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -29,7 +29,7 @@ from airflow_k8s_retry.testing.selectors import Matcher
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
 
-RESOURCES = ("pods", "events", "namespaces", "secrets", "configmaps", "nodes")
+RESOURCES = ("pods", "events", "namespaces", "secrets", "configmaps", "nodes", "jobs")
 KINDS = {
     "pods": "Pod",
     "events": "Event",
@@ -37,7 +37,10 @@ KINDS = {
     "secrets": "Secret",
     "configmaps": "ConfigMap",
     "nodes": "Node",
+    "jobs": "Job",
 }
+#: Resources outside the core group, by their group/version (served under ``/apis/``).
+API_VERSIONS = {"jobs": "batch/v1"}
 CLUSTER_SCOPED = frozenset({"namespaces", "nodes"})
 
 
@@ -150,6 +153,8 @@ class Store:
         self.history: deque[WatchEvent] = deque(maxlen=history)
         self.oldest_rv = 0  # a watch from a resourceVersion below this gets 410 Gone
         self.watchers: set[Watcher] = set()
+        #: In-process controllers told of every change (testing/jobs.py); they act later, not inside.
+        self.listeners: list[Callable[[WatchEvent], None]] = []
         self.lock = threading.RLock()
         self.changed = threading.Condition(threading.Lock())
         self.generation = 0
@@ -262,6 +267,8 @@ class Store:
         for watcher in self.watchers:
             if watcher.matches(event):
                 watcher.queue.put_nowait(event)
+        for listener in self.listeners:
+            listener(event)
         self.notify()
 
     def notify(self) -> None:

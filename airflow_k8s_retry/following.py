@@ -1,0 +1,518 @@
+"""What ``PodCompletionSensor`` waits for, and how the triggerer follows it until there is a verdict.
+
+A sensor usually starts before the thing it waits for: the pod is created later by another system,
+a label selector matches one pod today and a newer one tomorrow, and a Job replaces a failed pod
+with a fresh one. A :class:`~airflow_k8s_retry.triggers.PodStateTrigger` given a :class:`Target`
+therefore follows the *target* rather than one pod:
+
+* the target's pods arrive through the triggerer's shared watch (a label selector gets its own
+  feed, a pod name or a Job shares the namespace's), so waiting costs no polling requests;
+* the newest matching pod is the one judged, by a plain ``PodStateTrigger`` of its own (same
+  classifier, same last look); a newer pod replaces it as soon as it appears;
+* a pod a Job controls is judged as part of its Job: a failed pod the Job will replace is not the
+  end, the Job's terminal condition is (``Complete``, or ``Failed`` with the cause of its last pod);
+* the sensor's ``timeout`` and the task's ``execution_timeout`` are deadlines on the trigger's
+  clock, and what it waits for goes to the task log once a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
+from airflow_k8s_retry.kube.jobs import JobState, JobStatus, owning_job
+
+if TYPE_CHECKING:
+    import logging
+
+    from airflow_k8s_retry.kube.clock import Clock
+    from airflow_k8s_retry.kube.config import ClusterConfig
+    from airflow_k8s_retry.kube.hub import CollectionSubscription
+
+
+class Judge(Protocol):
+    """A trigger that judges one pod (a ``PodStateTrigger``) and emits one event."""
+
+    def run(self) -> AsyncIterator[Any]: ...
+
+
+class Following(Protocol):
+    """What the follower needs from the trigger that follows the target."""
+
+    kubernetes_conn_id: str | None
+    execution_deadline: float | None
+    poll_interval: float
+    target: dict[str, Any] | None
+    clock: Clock
+
+    @property
+    def log(self) -> logging.Logger: ...
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One pod's verdict, as the judging trigger emitted it (a ``PodEvent`` payload)."""
+
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    verdict: Verdict
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> Judged:
+        return cls(
+            namespace=str(data["namespace"]),
+            pod_name=str(data["pod_name"]),
+            pod_uid=str(data["pod_uid"]),
+            verdict=Verdict.from_payload(data["verdict"]),
+        )
+
+    def to_payload(self) -> dict[str, Any]:
+        """The ``PodEvent`` payload shape (``relaunches`` is always 0: a sensor never relaunches)."""
+        return {
+            "namespace": self.namespace,
+            "pod_name": self.pod_name,
+            "pod_uid": self.pod_uid,
+            "verdict": self.verdict.to_payload(),
+            "relaunches": 0,
+        }
+
+
+#: How often the trigger says in the task log what it is waiting for.
+PROGRESS_EVERY = 60.0
+#: After a Job failed, how long to wait for the verdict on its last pod (the cause) before
+#: reporting the Job's failure without it.
+LAST_POD_GRACE = 30.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """A pod by name, the newest pod of a label selector, or a Job, in one namespace.
+
+    :param deadline: the sensor's ``timeout`` as epoch seconds; past it the trigger reports a
+        timeout (the sensor raises ``AirflowSensorTimeout``).
+    :param since: when the sensor started waiting (epoch seconds), for the log and the timeout's
+        message; default: when the trigger started.
+    """
+
+    namespace: str
+    pod_name: str | None = None
+    label_selector: str | None = None
+    job_name: str | None = None
+    deadline: float | None = None
+    since: float | None = None
+
+    def __post_init__(self) -> None:
+        given = [k for k in ("pod_name", "label_selector", "job_name") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of pod_name, label_selector and job_name"
+                f" (got {', '.join(given) if given else 'none'})"
+            )
+        if not self.namespace:
+            raise ValueError("a target needs a namespace")
+
+    def describe(self) -> str:
+        if self.pod_name:
+            return f"pod {self.namespace}/{self.pod_name}"
+        if self.job_name:
+            return f"job {self.namespace}/{self.job_name}"
+        return f"the newest pod matching {self.label_selector!r} in namespace {self.namespace}"
+
+    def wants(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a pod from the target's feed belongs to the target."""
+        meta = pod.get("metadata") or {}
+        if self.pod_name:
+            return meta.get("name") == self.pod_name
+        if self.job_name:
+            owner = owning_job(pod)
+            return owner is not None and owner[0] == self.job_name
+        return True  # the feed is the label selector's: the API server did the matching
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "pod_name": self.pod_name,
+            "label_selector": self.label_selector,
+            "job_name": self.job_name,
+            "deadline": self.deadline,
+            "since": self.since,
+        }
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> Target:
+        deadline, since = data.get("deadline"), data.get("since")
+        return cls(
+            namespace=str(data["namespace"]),
+            pod_name=data.get("pod_name") or None,
+            label_selector=data.get("label_selector") or None,
+            job_name=data.get("job_name") or None,
+            deadline=None if deadline is None else float(deadline),
+            since=None if since is None else float(since),
+        )
+
+
+@dataclass(frozen=True)
+class TargetEvent:
+    """What a following trigger emits: the final verdict (as a pod event), or a timeout."""
+
+    target: Target
+    message: str
+    event: Judged | None = None
+    timed_out: bool = False
+    job: str | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "target": self.target.to_payload(),
+            "message": self.message,
+            "event": self.event.to_payload() if self.event is not None else None,
+            "timed_out": self.timed_out,
+            "job": self.job,
+        }
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> TargetEvent:
+        if "target" not in data or "message" not in data:
+            raise ValueError("not a sensor target event payload: missing target or message")
+        event = data.get("event")
+        return cls(
+            target=Target.from_payload(data["target"]),
+            message=str(data["message"]),
+            event=Judged.from_payload(event) if event else None,
+            timed_out=bool(data.get("timed_out")),
+            job=data.get("job") or None,
+        )
+
+
+def _uid(pod: Mapping[str, Any] | None) -> str:
+    return str(((pod or {}).get("metadata") or {}).get("uid") or "")
+
+
+def _finished(pod: Mapping[str, Any] | None) -> bool:
+    """Gone, or in a terminal phase: a pod the Job controller counts (and may replace)."""
+    if pod is None:
+        return True
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def job_complete_verdict(namespace: str, job: JobStatus) -> Verdict:
+    why = f" ({job.reason}: {job.message})" if job.message else ""
+    message = f"job {namespace}/{job.name} is complete{why}; {job.succeeded} pod(s) succeeded"
+    return Verdict(outcome=Outcome.SUCCEED, reason=Reason.SUCCEEDED, message=message, rule="job.complete")
+
+
+def job_failed_verdict(namespace: str, job: JobStatus, last: Verdict | None, last_pod: str | None) -> Verdict:
+    """The Job's failure, with the classified cause of its last pod when there is one."""
+    why = f"{job.reason}: {job.message}" if job.message else job.reason or "Failed"
+    text = f"job {namespace}/{job.name} failed ({why}) after {job.failed} failed pod(s)"
+    if last is not None and last.outcome is not Outcome.SUCCEED:
+        outcome = Outcome.RETRY if last.outcome in (Outcome.RELAUNCH, Outcome.WAIT) else last.outcome
+        return replace(
+            last, outcome=outcome, deadline=None, message=f"{text}; its last pod {last_pod}: {last.message}"
+        )
+    reason = Reason.DEADLINE_EXCEEDED if job.reason == "DeadlineExceeded" else Reason.POD_FAILED
+    return Verdict(
+        outcome=Outcome.RETRY,
+        reason=reason,
+        message=text,
+        rule="job.failed",
+        evidence=(Evidence(reason=reason, source="api", message=text),),
+    )
+
+
+class Follower:
+    """One following trigger's state: the feeds, the pod being judged, the verdicts so far."""
+
+    def __init__(
+        self,
+        trigger: Following,
+        config: ClusterConfig,
+        target: Target,
+        judge: Callable[[str, str], Judge],
+    ) -> None:
+        self.trigger = trigger
+        self.config = config
+        self.target = target
+        self.make_judge = judge
+        self.clock = trigger.clock
+        self.log = trigger.log
+        self.pods: CollectionSubscription | None = None
+        self.jobs: CollectionSubscription | None = None
+        self.judged: dict[str, Verdict] = {}  # pod uid -> verdict
+        self.judging: tuple[str, str] | None = None  # (name, uid) of the pod being judged
+        self.judge: asyncio.Task[Judged] | None = None
+        self.job_seen = False
+        self.arrivals: dict[str, int] = {}  # pod uid -> order of first sight (ties within a second)
+        self.job_failed_at: float | None = None
+
+    async def run(self) -> TargetEvent:
+        from airflow_k8s_retry.kube.hub import WatchHub
+
+        hub = WatchHub.current()
+        target = self.target
+        self.pods = await hub.follow(
+            self.config,
+            target.namespace,
+            label_selector=target.label_selector,
+            poll_interval=self.trigger.poll_interval,
+        )
+        try:
+            if target.job_name:
+                self.jobs = await hub.follow(
+                    self.config, target.namespace, jobs=True, poll_interval=self.trigger.poll_interval
+                )
+            return await self._loop()
+        finally:
+            await self._stop_judging()
+            for sub in (self.pods, self.jobs):
+                if sub is not None:
+                    await sub.close()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _loop(self) -> TargetEvent:
+        assert self.pods is not None
+        started = self.target.since if self.target.since is not None else self.clock.now()
+        self._progress(started, None, None)
+        next_progress = self.clock.now() + PROGRESS_EVERY
+        while True:
+            self.pods.drain()
+            if self.jobs is not None:
+                self.jobs.drain()
+            mine = [p for p in self.pods.objects.values() if self.target.wants(p)]
+            for p in mine:
+                self.arrivals.setdefault(_uid(p), len(self.arrivals))
+            newest = max(mine, key=self._created) if mine else None
+            owner = owning_job(newest) if newest is not None else None
+            job_name = self.target.job_name or (owner[0] if owner else None)
+            if job_name and self.jobs is None:
+                from airflow_k8s_retry.kube.hub import WatchHub
+
+                self.jobs = await WatchHub.current().follow(
+                    self.config, self.target.namespace, jobs=True, poll_interval=self.trigger.poll_interval
+                )
+            job = self._job(job_name)
+
+            ended = self._job_ending(job, newest)
+            if ended is not None:
+                return ended
+            if newest is not None and _uid(newest) not in self.judged:
+                await self._judge(newest)
+            if self.judge is not None and self.judge.done():
+                ended = self._judged(job_name, newest)
+                if ended is not None:
+                    return ended
+                continue
+            if job_name and job is None and self.job_seen:
+                deleted = f"job {self.target.namespace}/{job_name} was deleted"
+                return self._done(self._failure(Reason.DELETED_EXTERNALLY, deleted), newest, job_name)
+
+            now = self.clock.now()
+            if self.target.deadline is not None and now >= self.target.deadline:
+                return self._timed_out(now - started, newest, job)
+            deadline = self.trigger.execution_deadline
+            if deadline is not None and now >= deadline:
+                message = f"execution_timeout reached while waiting for {self.target.describe()}"
+                return self._done(
+                    self._failure(Reason.EXECUTION_TIMEOUT, message, rule="execution_timeout"),
+                    newest,
+                    job_name,
+                )
+            if now >= next_progress:
+                self._progress(started, newest, job)
+                next_progress = now + PROGRESS_EVERY
+            timers = [next_progress]
+            timers += [t for t in (self.target.deadline, deadline) if t is not None]
+            if self.job_failed_at is not None:
+                timers.append(self.job_failed_at + LAST_POD_GRACE)
+            await self._wait(min(timers))
+
+    def _created(self, pod: Mapping[str, Any]) -> tuple[str, int]:
+        """Creation order: creationTimestamp has one-second resolution, so ties go to the pod seen
+        later in the watch (the API server's order)."""
+        stamp = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+        return stamp, self.arrivals.get(_uid(pod), -1)
+
+    def _job(self, job_name: str | None) -> JobStatus | None:
+        if not job_name or self.jobs is None:
+            return None
+        raw = self.jobs.objects.get(job_name)
+        if raw is None:
+            return None
+        self.job_seen = True
+        return JobStatus.of(raw)
+
+    def _job_ending(self, job: JobStatus | None, newest: Mapping[str, Any] | None) -> TargetEvent | None:
+        """The Job's terminal condition decides, once its last pod has a verdict (or took too long)."""
+        if job is None or job.state is JobState.ACTIVE:
+            return None
+        ns = self.target.namespace
+        if job.state is JobState.COMPLETE:
+            return self._done(job_complete_verdict(ns, job), newest, job.name)
+        last = self.judged.get(_uid(newest)) if newest is not None else None
+        now = self.clock.now()
+        if self.job_failed_at is None:
+            self.job_failed_at = now
+        if last is None and newest is not None and now < self.job_failed_at + LAST_POD_GRACE:
+            if self.judge is None or not self.judge.done():
+                return None  # the last pod's verdict (the cause) is on its way
+            self._collect()
+            last = self.judged.get(_uid(newest))
+        name = (newest or {}).get("metadata", {}).get("name") if newest else None
+        return self._done(job_failed_verdict(ns, job, last, name), newest, job.name)
+
+    async def _judge(self, pod: Mapping[str, Any]) -> None:
+        """Judge ``pod`` (the newest) with a PodStateTrigger of its own, instead of an older one."""
+        meta = pod.get("metadata") or {}
+        wanted = (str(meta.get("name")), _uid(pod))
+        if self.judging == wanted:
+            return
+        if self.judging is not None:
+            self.log.info("Pod %s is newer than %s: following it instead", wanted[0], self.judging[0])
+        await self._stop_judging()
+        self.log.info("Watching pod %s/%s (uid %s)", self.target.namespace, wanted[0], wanted[1])
+        self.judging = wanted
+        self.judge = asyncio.ensure_future(_first_event(self.make_judge(*wanted), wanted[0]))
+
+    def _collect(self) -> Judged | None:
+        judge, self.judge = self.judge, None
+        judging, self.judging = self.judging, None
+        if judge is None or judging is None or not judge.done() or judge.cancelled():
+            return None
+        event = judge.result()  # a crash in the judging trigger is the trigger's crash
+        self.judged[judging[1]] = event.verdict
+        return event
+
+    def _judged(self, job_name: str | None, newest: Mapping[str, Any] | None) -> TargetEvent | None:
+        event = self._collect()
+        if event is None:
+            return None
+        verdict = event.verdict
+        if job_name is None:
+            return self._done(verdict, newest, None, event=event)
+        current = self.pods.objects.get(event.pod_name) if self.pods is not None else None
+        if verdict.outcome is Outcome.SUCCEED or _finished(current):
+            self.log.info(
+                "Pod %s of job %s: %s (%s); the Job decides what comes next",
+                event.pod_name,
+                job_name,
+                verdict.reason.value,
+                verdict.message,
+            )
+            return None
+        # A pod that never got to run (an image that does not exist, a missing secret) is not
+        # replaced by the Job controller: the Job would wait forever, so the pod's verdict stands.
+        message = f"pod {event.pod_name} of job {self.target.namespace}/{job_name}: {verdict.message}"
+        return self._done(replace(verdict, message=message), newest, job_name, event=event)
+
+    async def _stop_judging(self) -> None:
+        judge, self.judge, self.judging = self.judge, None, None
+        if judge is not None and not judge.done():
+            judge.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await judge
+
+    async def _wait(self, until: float) -> None:
+        assert self.pods is not None
+        if self.pods.pending or (self.jobs is not None and self.jobs.pending):
+            return
+        waiters: set[asyncio.Future[Any]] = {
+            asyncio.ensure_future(self.pods.wait()),
+            asyncio.ensure_future(self.clock.sleep_until(until)),
+        }
+        if self.jobs is not None:
+            waiters.add(asyncio.ensure_future(self.jobs.wait()))
+        watching: set[asyncio.Future[Any]] = {self.judge} if self.judge is not None else set()
+        try:
+            await asyncio.wait(waiters | watching, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    # -- endings and progress -------------------------------------------------------------------
+
+    def _failure(self, reason: Reason, message: str, *, rule: str | None = None) -> Verdict:
+        return Verdict(
+            outcome=Outcome.RETRY,
+            reason=reason,
+            message=message,
+            rule=rule or reason.value,
+            evidence=(Evidence(reason=reason, source="trigger", message=message, seen_at=self.clock.now()),),
+        )
+
+    def _done(
+        self,
+        verdict: Verdict,
+        newest: Mapping[str, Any] | None,
+        job_name: str | None,
+        *,
+        event: Judged | None = None,
+    ) -> TargetEvent:
+        if event is None:
+            meta = (newest or {}).get("metadata") or {}
+            event = Judged(
+                namespace=self.target.namespace,
+                pod_name=str(meta.get("name") or ""),
+                pod_uid=str(meta.get("uid") or ""),
+                verdict=verdict,
+            )
+        else:
+            event = replace(event, verdict=verdict)
+        return TargetEvent(target=self.target, message=verdict.message, event=event, job=job_name)
+
+    def _timed_out(
+        self, waited: float, newest: Mapping[str, Any] | None, job: JobStatus | None
+    ) -> TargetEvent:
+        message = (
+            f"timed out after {waited:.0f} s waiting for {self.target.describe()}: {self._state(newest, job)}"
+        )
+        return TargetEvent(target=self.target, message=message, timed_out=True, job=job.name if job else None)
+
+    def _state(self, newest: Mapping[str, Any] | None, job: JobStatus | None) -> str:
+        parts = []
+        if job is not None:
+            parts.append(f"job {job.name}: {job.describe()}")
+        elif self.target.job_name:
+            parts.append("no such job yet")
+        if newest is None:
+            parts.append("no matching pod yet" if not self.target.pod_name else "no such pod yet")
+        else:
+            meta = newest.get("metadata") or {}
+            phase = (newest.get("status") or {}).get("phase") or "Pending"
+            parts.append(f"following pod {meta.get('name')} ({phase})")
+        return "; ".join(parts)
+
+    def _progress(self, started: float, newest: Mapping[str, Any] | None, job: JobStatus | None) -> None:
+        waited = self.clock.now() - started
+        left = ""
+        if self.target.deadline is not None:
+            left = f", timeout in {max(0.0, self.target.deadline - self.clock.now()):.0f} s"
+        self.log.info(
+            "Waiting for %s (%.0f s so far%s): %s",
+            self.target.describe(),
+            waited,
+            left,
+            self._state(newest, job),
+        )
+
+
+async def _first_event(judge: Judge, pod_name: str) -> Judged:
+    async with contextlib.aclosing(judge.run()) as events:  # type: ignore[type-var]
+        async for event in events:
+            return Judged.from_payload(event.payload)
+    raise RuntimeError(f"the trigger for pod {pod_name} ended without an event")
+
+
+async def follow(
+    trigger: Following, config: ClusterConfig, judge: Callable[[str, str], Judge]
+) -> TargetEvent:
+    """Follow ``trigger.target`` until it has a verdict or a deadline passes; ``judge(name, uid)``
+    makes the trigger that judges one pod."""
+    assert trigger.target is not None
+    return await Follower(trigger, config, Target.from_payload(trigger.target), judge).run()

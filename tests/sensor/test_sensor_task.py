@@ -1,0 +1,192 @@
+"""PodCompletionSensor as a task: it defers at once to a trigger following its target, turns the
+trigger's event into success, a failure, a timeout or a skip as Airflow's sensors do, and deletes
+nothing it did not create unless asked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
+from airflow_k8s_retry.compat import (
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    TaskDeferralTimeout,
+    TaskDeferred,
+)
+from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
+from airflow_k8s_retry.following import Judged, Target, TargetEvent
+from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.sensors import PodCompletionSensor
+from airflow_k8s_retry.triggers import PodEvent
+
+SCENARIO = {"time_scale": 0.05, "images": {"app:broken": {"run": {"exit_code": 3, "log": "boom at line 7"}}}}
+
+
+def sensor(**kwargs: Any) -> PodCompletionSensor:
+    if not {"label_selector", "job_name"} & set(kwargs):
+        kwargs.setdefault("pod_name", "report-1")
+    kwargs.setdefault("namespace", "default")
+    return PodCompletionSensor(task_id="wait", kubernetes_conn_id=None, **kwargs)
+
+
+def external_pod(
+    cluster: Any, name: str, labels: dict[str, str], image: str = "busybox:1.36"
+) -> dict[str, Any]:
+    client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig))))
+    body = {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]},
+    }
+    client.core.create_namespaced_pod("default", body)
+    pod = client.read("default", name)
+    assert pod is not None
+    return pod
+
+
+def deletes(cluster: Any) -> list[str]:
+    return [
+        r["name"]
+        for r in cluster.audit_records()
+        if r.get("verb") == "delete" and r.get("resource") == "pods"
+    ]
+
+
+def verdict(outcome: Outcome, reason: Reason, message: str = "m") -> Verdict:
+    return Verdict(outcome=outcome, reason=reason, message=message, rule=reason.value)
+
+
+def target_event(pod: dict[str, Any] | None, outcome: Outcome, reason: Reason, **kw: Any) -> dict[str, Any]:
+    meta = (pod or {}).get("metadata") or {}
+    judged = Judged("default", meta.get("name", ""), meta.get("uid", ""), verdict(outcome, reason))
+    target = Target("default", pod_name=meta.get("name") or "report-1")
+    return TargetEvent(target, "m", event=judged, **kw).to_payload()
+
+
+def timed_out() -> dict[str, Any]:
+    target = Target("default", pod_name="report-1")
+    return TargetEvent(
+        target, "timed out after 60 s waiting for pod default/report-1", timed_out=True
+    ).to_payload()
+
+
+def test_defers_at_once_even_before_the_pod_exists(make_cluster, context):
+    make_cluster()
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor(pod_name="report-1", timeout=120).execute(context)
+    classpath, kwargs = deferred.value.trigger.serialize()
+    assert classpath == "airflow_k8s_retry.triggers.PodStateTrigger"
+    assert kwargs["owned"] is False and kwargs["identity"] is None
+    assert (kwargs["pod_name"], kwargs["pod_uid"]) == ("", "")
+    assert kwargs["target"]["pod_name"] == "report-1"
+    assert kwargs["poll_interval"] == 10.0
+    assert 100 < kwargs["target"]["deadline"] - deferred.value.trigger.clock.now() <= 120
+    assert deferred.value.method_name == "execute_complete"
+    # The defer timeout is a backstop past the sensor's own deadline (Airflow turns it into
+    # AirflowSensorTimeout too, see below).
+    assert 120 + 280 < deferred.value.timeout.total_seconds() <= 120 + 300
+
+
+def test_the_templated_target_is_what_is_followed(make_cluster, context):
+    make_cluster()
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor(job_name="etl-2024", namespace=None).execute(context)
+    assert deferred.value.trigger.serialize()[1]["target"]["job_name"] == "etl-2024"
+    assert deferred.value.trigger.namespace == "default"
+
+
+def test_a_timeout_is_a_sensor_timeout_and_costs_no_retry(context):
+    with pytest.raises(AirflowSensorTimeout, match="waiting for pod default/report-1"):
+        sensor(retries=3).resume_execution("execute_complete", {"event": timed_out()}, context)
+    assert issubclass(AirflowSensorTimeout, Exception)  # the task runner fails it without a retry
+
+
+def test_the_defer_timeout_backstop_is_a_sensor_timeout_too(context):
+    trigger_timeout = {"error": "Trigger timeout"}  # what the scheduler sends past the defer timeout
+    with pytest.raises(AirflowSensorTimeout) as raised:
+        sensor().resume_execution("__fail__", trigger_timeout, context)
+    assert isinstance(raised.value.__cause__, TaskDeferralTimeout)
+
+
+@pytest.mark.parametrize("flag", ["soft_fail", "never_fail"])
+@pytest.mark.parametrize(
+    "event",
+    [
+        pytest.param(timed_out(), id="timeout"),
+        pytest.param(target_event(None, Outcome.RETRY, Reason.CONTAINER_OOM), id="retryable-failure"),
+        pytest.param(target_event(None, Outcome.FAIL, Reason.IMAGE_INVALID_NAME), id="permanent-failure"),
+    ],
+)
+def test_soft_fail_and_never_fail_turn_a_timeout_or_a_failure_into_a_skip(context, flag, event):
+    with pytest.raises(AirflowSkipException, match=f"{flag} is set"):
+        sensor(**{flag: True}).resume_execution("execute_complete", {"event": event}, context)
+
+
+def test_failures_raise_the_operator_exceptions_and_delete_nothing(make_cluster, context, ti):
+    cluster = make_cluster()
+    pod = external_pod(cluster, "report-1", {"app": "report"})
+    with pytest.raises(PodFailure):
+        sensor().execute_complete(context, target_event(pod, Outcome.RETRY, Reason.CONTAINER_OOM))
+    assert ti.xcom["verdict"]["reason"] == "container.oom"
+    assert ti.xcom["pod_name"] == "report-1"
+    with pytest.raises(PodFailurePermanent):
+        sensor().execute_complete(context, target_event(pod, Outcome.FAIL, Reason.IMAGE_INVALID_NAME))
+    with pytest.raises(PodFailure):
+        sensor().execute_complete(context, target_event(pod, Outcome.RELAUNCH, Reason.NODE_LOST))
+    sensor().execute_complete(context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED))
+    assert deletes(cluster) == []
+    assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]
+
+
+def test_an_event_of_an_earlier_sensor_version_is_still_understood(make_cluster, context):
+    cluster = make_cluster()
+    pod = external_pod(cluster, "report-1", {"app": "report"})
+    old = PodEvent(
+        "default", "report-1", pod["metadata"]["uid"], verdict(Outcome.RETRY, Reason.CONTAINER_OOM), 0
+    )
+    with pytest.raises(PodFailure, match=r"container\.oom"):
+        sensor().execute_complete(context, old.to_payload())
+
+
+def test_the_failure_report_carries_the_pods_last_log_lines(make_cluster, context, capsys):
+    cluster = make_cluster(SCENARIO)
+    pod = external_pod(cluster, "report-1", {"app": "report"}, image="app:broken")
+    assert cluster.wait_for(
+        lambda c: (c.pod("report-1") or {}).get("status", {}).get("phase") == "Failed", 20
+    )
+    with pytest.raises(PodFailure):
+        sensor().execute_complete(context, target_event(pod, Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
+    assert "boom at line 7" in capsys.readouterr().out
+
+
+def test_deletes_when_asked(make_cluster, context):
+    cluster = make_cluster()
+    pod = external_pod(cluster, "report-1", {"app": "report"})
+    s = sensor(delete_pod_on_finish=True)
+    s.execute_complete(context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED))
+    assert deletes(cluster) == ["report-1"]
+
+
+def test_a_refused_delete_does_not_turn_a_success_into_a_failure(make_cluster, context, monkeypatch):
+    cluster = make_cluster()
+    pod = external_pod(cluster, "report-1", {"app": "report"})
+    read_only = cluster.restrict("read-only", verbs=["get", "list", "watch"])
+    monkeypatch.setenv("KUBECONFIG", str(read_only))
+    sensor(delete_pod_on_finish=True).execute_complete(
+        context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED)
+    )
+    refused = [
+        r for r in cluster.audit_records() if r.get("verb") in ("patch", "delete") and r.get("status") == 403
+    ]
+    assert refused, "the stamp and the delete were refused"
+    assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]
+
+
+def test_a_job_verdict_without_a_pod_still_fails_the_task(context):
+    event = target_event(None, Outcome.RETRY, Reason.POD_FAILED, job="etl")
+    with pytest.raises(PodFailure, match=r"namespace default: pod\.failed"):
+        sensor(job_name="etl").execute_complete(context, event)
+    assert not issubclass(PodFailure, AirflowFailException)
