@@ -68,8 +68,9 @@ class TaskInstance:
         self.xcom_pushes += 1
         if self.xcom_pushes == self.xcom_fails_at:
             # What the task runner raises when the supervisor's call to the execution API fails.
-            from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
             from airflow.sdk.execution_time.comms import ErrorResponse
+
+            from airflow_k8s_retry.compat import AirflowRuntimeError, ErrorType
 
             raise AirflowRuntimeError(
                 ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={"status_code": 503, "key": key})
@@ -175,7 +176,7 @@ def build_trigger(classpath: str, kwargs: dict[str, Any]) -> Any:
 
 def state_after(error: BaseException | None, ti: TaskInstance, retries: int) -> str:
     """The state Airflow gives a try that returned (``error=None``) or raised ``error``."""
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+    from airflow_k8s_retry.compat import AirflowFailException, AirflowSkipException
 
     if error is None:
         return "success"

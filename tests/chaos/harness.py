@@ -517,7 +517,8 @@ class ChaosRun:
         self, worker: Worker, op: Any, context: dict[str, Any], call: tuple[str, Any]
     ) -> tuple[str, Any]:
         from airflow.sdk.bases.operator import ExecutorSafeguard
-        from airflow.sdk.exceptions import TaskDeferred
+
+        from airflow_k8s_retry.compat import TaskDeferred
 
         kind, resumed = call
         ctx = contextvars.copy_context()  # as the task runner: the executor safeguard sees its task

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import urllib3
-from airflow.sdk.exceptions import AirflowFailException
+from airflow_k8s_retry.compat import AirflowFailException
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 

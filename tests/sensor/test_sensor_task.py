@@ -7,15 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import (
+
+from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
+from airflow_k8s_retry.compat import (
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
     TaskDeferralTimeout,
     TaskDeferred,
 )
-
-from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 from airflow_k8s_retry.following import Judged, Target, TargetEvent
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client

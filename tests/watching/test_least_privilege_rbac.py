@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.kube import rbac
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.operators import RetryingPodOperator
