@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_k8s_retry import metrics
 from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
 from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
@@ -295,11 +296,14 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             poll_interval=self.poll_interval,
         )
         self._subscription = sub
+        metrics.follow_feeds(WatchHub.current())
         try:
             verdict = await self._decide(sub)
         finally:
             self._subscription = None
             await sub.close()
+            metrics.send_feed_gauges(WatchHub.current())
+        metrics.time_trigger_verdict(verdict, self.clock.now(), self._policy, self.identity, self.namespace)
         self.log.info(
             "Pod %s/%s: %s (%s) %s",
             self.namespace, self.pod_name, verdict.outcome.value, verdict.reason.value, verdict.message,

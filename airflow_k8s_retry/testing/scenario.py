@@ -19,7 +19,7 @@ from typing import Any
 
 PULL_BEHAVIOURS = ("ok", "not_found", "unauthorized", "rate_limited", "invalid_name")
 DISRUPTION_KINDS = ("evict", "preempt", "node_lost", "delete")
-FAULT_STATUSES: tuple[int | str, ...] = (500, 429, 410, "reset", "slow")
+FAULT_STATUSES: tuple[int | str, ...] = (500, 429, 410, 403, "reset", "slow", "lost")
 FAULT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*")
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
