@@ -8,6 +8,7 @@ nothing here imports Airflow.
 
 Example:
     $ airflow-k8s-retry explain pod.json --events events.json --elapsed 120
+    $ airflow-k8s-retry explain pod.json --trace     # also every rule considered before the match
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from airflow_k8s_retry.classification import (
     FailurePolicy,
     Outcome,
     PolicyError,
+    RuleCheck,
     Verdict,
     classify_seen_for,
     rule_named,
+    trace,
 )
 from airflow_k8s_retry.classification.classifier import duration
 
@@ -110,13 +113,20 @@ def _count(text: str) -> int:
     return value
 
 
-def explanation(verdict: Verdict, *, now: float, elapsed: float) -> dict[str, Any]:
-    """The JSON object ``explain --json`` prints."""
+#: Characters of a rule's signal shown per line of ``--trace`` (``--json`` has them whole).
+SIGNAL_WIDTH = 90
+
+
+def explanation(
+    verdict: Verdict, *, now: float, elapsed: float, checks: Sequence[RuleCheck] | None = None
+) -> dict[str, Any]:
+    """The JSON object ``explain --json`` prints; ``trace`` is there with ``--trace`` only."""
     rule = rule_named(verdict.rule)
-    return {
+    result: dict[str, Any] = {
         "outcome": verdict.outcome.value,
         "reason": verdict.reason.value,
         "message": verdict.message,
+        "hint": verdict.hint,
         "rule": verdict.rule,
         "rule_index": RULES.index(rule),
         "why": rule.why,
@@ -127,10 +137,29 @@ def explanation(verdict: Verdict, *, now: float, elapsed: float) -> dict[str, An
             for e in verdict.evidence
         ],
     }
+    if checks is not None:
+        result["trace"] = [
+            {
+                "rule": c.rule.name,
+                "matched": c.matched,
+                "reason": c.rule.reason.value,
+                "signal": c.rule.signal,
+            }
+            for c in checks
+        ]
+    return result
 
 
-def render(verdict: Verdict, *, now: float, elapsed: float, pod: Mapping[str, Any], out: TextIO) -> None:
-    """Print ``verdict`` for a person."""
+def render(
+    verdict: Verdict,
+    *,
+    now: float,
+    elapsed: float,
+    pod: Mapping[str, Any],
+    out: TextIO,
+    checks: Sequence[RuleCheck] | None = None,
+) -> None:
+    """Print ``verdict`` for a person; with ``checks``, every rule considered up to the match."""
     meta = pod.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
@@ -141,6 +170,7 @@ def render(verdict: Verdict, *, now: float, elapsed: float, pod: Mapping[str, An
         f"verdict:  {verdict.outcome.value.upper()}  {verdict.reason.value}",
         f"rule:     {verdict.rule} (rule {RULES.index(rule) + 1} of {len(RULES)}: {rule.why})",
         f"message:  {verdict.message}",
+        f"hint:     {verdict.hint}",
     ]
     if verdict.outcome is Outcome.WAIT and verdict.deadline is not None:
         left = max(0.0, verdict.deadline - now)
@@ -153,7 +183,27 @@ def render(verdict: Verdict, *, now: float, elapsed: float, pod: Mapping[str, An
         for e in verdict.evidence:
             where = f" {e.container}" if e.container else ""
             lines.append(f"  - [{e.source}{where}] {e.message}")
+    if checks is not None:
+        lines.extend(_trace_lines(checks))
     out.write("\n".join(lines) + "\n")
+
+
+def _trace_lines(checks: Sequence[RuleCheck]) -> list[str]:
+    skipped = len(checks) - 1
+    lines = [
+        f"trace:    {len(checks)} of {len(RULES)} rules considered, in order; "
+        f"the first {skipped} did not match, then rule {len(checks)} did"
+        if skipped
+        else f"trace:    1 of {len(RULES)} rules considered: the first rule matched"
+    ]
+    width = max(len(c.rule.name) for c in checks)
+    for number, check in enumerate(checks, start=1):
+        signal = check.rule.signal
+        if len(signal) > SIGNAL_WIDTH:
+            signal = signal[: SIGNAL_WIDTH - 3] + "..."
+        verdict = "MATCH" if check.matched else "no"
+        lines.append(f"  {number:>3}. {check.rule.name:<{width}}  {verdict:<5}  {signal}")
+    return lines
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -168,11 +218,13 @@ def _explain(args: argparse.Namespace) -> int:
     verdict = classify_seen_for(
         pod, events, elapsed=args.elapsed, now=now, policy=policy, relaunches=args.relaunches
     )
+    # Which rule matches depends on the pod, its Events and the pull causes they state, not on time.
+    checks = trace(pod, events, now=now) if args.trace else None
     if args.json:
-        json.dump(explanation(verdict, now=now, elapsed=args.elapsed), sys.stdout, indent=2)
+        json.dump(explanation(verdict, now=now, elapsed=args.elapsed, checks=checks), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render(verdict, now=now, elapsed=args.elapsed, pod=pod, out=sys.stdout)
+        render(verdict, now=now, elapsed=args.elapsed, pod=pod, out=sys.stdout, checks=checks)
     return 0
 
 
@@ -216,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--relaunches", type=_count, default=0, metavar="N", help="relaunches already used in this try"
     )
     explain.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    explain.add_argument(
+        "--trace",
+        action="store_true",
+        help="also list every rule considered before the one that matched, with what each looks for",
+    )
     explain.set_defaults(handler=_explain)
 
     simulate = commands.add_parser(

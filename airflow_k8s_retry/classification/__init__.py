@@ -13,7 +13,14 @@ Example:
 
 from __future__ import annotations
 
-from airflow_k8s_retry.classification.classifier import classify, classify_seen_for, rule_grace
+from airflow_k8s_retry.classification import keys
+from airflow_k8s_retry.classification.classifier import (
+    RuleCheck,
+    classify,
+    classify_seen_for,
+    rule_grace,
+    trace,
+)
 from airflow_k8s_retry.classification.model import (
     FAILURE_OUTCOMES,
     Evidence,
@@ -23,24 +30,33 @@ from airflow_k8s_retry.classification.model import (
     Verdict,
 )
 from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy, PolicyError
+from airflow_k8s_retry.classification.reasons import REASONS, hint_for, meaning_of
 from airflow_k8s_retry.classification.registry_messages import pull_cause
-from airflow_k8s_retry.classification.rules import RULES, Rule, rule_named
+from airflow_k8s_retry.classification.rules import RULES, PolicyField, Rule, Seconds, rule_named
 
 __all__ = [
     "DEFAULT_POLICY",
     "FAILURE_OUTCOMES",
+    "REASONS",
     "RULES",
     "Evidence",
     "FailurePolicy",
     "History",
     "Outcome",
     "PolicyError",
+    "PolicyField",
     "Reason",
     "Rule",
+    "RuleCheck",
+    "Seconds",
     "Verdict",
     "classify",
     "classify_seen_for",
+    "hint_for",
+    "keys",
+    "meaning_of",
     "pull_cause",
     "rule_grace",
     "rule_named",
+    "trace",
 ]

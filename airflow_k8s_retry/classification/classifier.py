@@ -9,14 +9,17 @@ strongest image-pull cause seen so far is never forgotten when kubelet messages 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from airflow_k8s_retry.classification import keys
+from airflow_k8s_retry.classification.matchers import Fact
 from airflow_k8s_retry.classification.model import History, Outcome, Reason, Verdict
-from airflow_k8s_retry.classification.observation import observe
+from airflow_k8s_retry.classification.observation import Observation, observe
 from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy
-from airflow_k8s_retry.classification.rules import RULES, Match, Rule
+from airflow_k8s_retry.classification.rules import RULES, Rule
+from airflow_k8s_retry.classification.wording import describe
 
 #: Reasons that carry a container exit code the exit-code lists of a policy apply to.
 EXIT_CODE_REASONS = frozenset({Reason.CONTAINER_EXIT_CODE})
@@ -49,21 +52,65 @@ def classify(
         >>> (v.outcome.value, v.reason.value, v.deadline)
         ('wait', 'pod.running', 1600.0)
     """
+    obs = _observe(pod, events, history, now)
+    policy = policy if policy is not None else DEFAULT_POLICY
+    updated = obs.history
+    if obs.exists and obs.phase == "Pending":
+        updated = updated.seen(keys.POD_PENDING, float(now))
+    for rule in RULES:
+        fact = rule.match(obs)
+        if fact is not None:
+            return decide(rule, fact, updated, now=float(now), policy=policy, relaunches=relaunches)
+    raise AssertionError("the last rule of RULES matches everything")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """One rule the classifier considered, and the fact it found (``None``: it did not match)."""
+
+    rule: Rule
+    fact: Fact | None
+
+    @property
+    def matched(self) -> bool:
+        return self.fact is not None
+
+
+def trace(
+    pod: Mapping[str, Any] | None,
+    events: Sequence[Mapping[str, Any]] | Mapping[str, Any] = (),
+    history: History | None = None,
+    *,
+    now: float,
+) -> tuple[RuleCheck, ...]:
+    """Every rule ``classify`` considers for this observation, in order, ending with the match.
+
+    Example:
+        >>> checks = trace({"metadata": {"name": "p"}, "status": {"phase": "Running"}}, now=0.0)
+        >>> [c.rule.name for c in checks if c.matched]
+        ['running']
+    """
+    checks: list[RuleCheck] = []
+    for check in _walk(_observe(pod, events, history, now)):
+        checks.append(check)
+        if check.matched:
+            break
+    return tuple(checks)
+
+
+def _observe(
+    pod: Mapping[str, Any] | None, events: object, history: History | None, now: float
+) -> Observation:
     if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
         raise ValueError(f"classify(now=...) must be finite epoch seconds, got {now!r}")
     if isinstance(events, History):
         raise TypeError("classify(): a History was passed as events; pass it as history=...")
-    now = float(now)
-    policy = policy if policy is not None else DEFAULT_POLICY
-    obs = observe(pod, events, history if history is not None else History(), now)
-    updated = obs.history
-    if obs.exists and obs.phase == "Pending":
-        updated = updated.seen("pod.pending", now)
+    return observe(pod, events, history if history is not None else History(), float(now))
+
+
+def _walk(obs: Observation) -> Iterator[RuleCheck]:
     for rule in RULES:
-        match = rule.match(obs)
-        if match is not None:
-            return decide(rule, match, updated, now=now, policy=policy, relaunches=relaunches)
-    raise AssertionError("the last rule of RULES matches everything")  # pragma: no cover
+        yield RuleCheck(rule, rule.match(obs))
 
 
 def rule_grace(rule: Rule, policy: FailurePolicy) -> float | None:
@@ -74,18 +121,16 @@ def rule_grace(rule: Rule, policy: FailurePolicy) -> float | None:
         override = policy.grace_for(rule.reason)
         if override is not None:
             return override
-    if isinstance(rule.grace, str):
-        return float(getattr(policy, rule.grace))
-    return float(rule.grace)
+    return rule.grace.resolve(policy)
 
 
 def decide(
-    rule: Rule, match: Match, history: History, *, now: float, policy: FailurePolicy, relaunches: int
+    rule: Rule, match: Fact, history: History, *, now: float, policy: FailurePolicy, relaunches: int
 ) -> Verdict:
-    """Turn a rule's match into a verdict: grace, policy overrides, exit-code lists, budget."""
+    """Turn a rule's fact into a verdict: wording, grace, policy overrides, exit-code lists, budget."""
     evidence = tuple(e if e.seen_at else replace(e, seen_at=now) for e in match.evidence)
     grace = rule_grace(rule, policy)
-    message = match.message
+    message = describe(rule.reason, match)
     if rule.outcome is Outcome.WAIT:
         period = grace if grace is not None else policy.running_recheck
         return Verdict(
@@ -107,7 +152,7 @@ def decide(
         assert start is not None
         deadline = start + grace
         if rule.extension is not None and match.extension_keys:
-            extra = float(getattr(policy, rule.extension))
+            extra = rule.extension.resolve(policy)
             latest = max(history.since(k) or start for k in match.extension_keys)
             deadline = min(max(deadline, latest + extra), start + grace + extra)
         if now < deadline:

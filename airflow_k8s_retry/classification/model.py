@@ -51,6 +51,9 @@ class Reason(StrEnum):
     IMAGE_UNAUTHORIZED = "image.unauthorized"
     IMAGE_RATE_LIMITED = "image.rate_limited"
     IMAGE_REGISTRY_UNAVAILABLE = "image.registry_unavailable"
+    IMAGE_TLS_ERROR = "image.tls_error"
+    IMAGE_WRONG_PLATFORM = "image.wrong_platform"
+    IMAGE_SHORT_NAME = "image.short_name"
     IMAGE_PULL_BACKOFF = "image.pull_backoff"
     CONFIG_MISSING_SECRET = "config.missing_secret"
     CONFIG_MISSING_CONFIGMAP = "config.missing_configmap"
@@ -158,6 +161,13 @@ class Verdict:
     def __post_init__(self) -> None:
         if self.outcome is Outcome.WAIT and (self.deadline is None or not math.isfinite(self.deadline)):
             raise ValueError(f"a wait verdict needs a finite deadline (rule {self.rule})")
+
+    @property
+    def hint(self) -> str:
+        """One line saying what to do about this verdict's reason (``reasons.hint_for``)."""
+        from airflow_k8s_retry.classification.reasons import hint_for
+
+        return hint_for(self.reason)
 
     def summary(self) -> dict[str, str]:
         """Outcome, reason code and message: what a task publishes (XCom) about its failure."""

@@ -20,6 +20,9 @@ from airflow_k8s_retry.classification.registry_messages import CAUSE_RANK, pull_
 PULL_WAITING_REASONS = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "ErrImagePullBackOff", "RegistryUnavailable"}
 )
+#: Waiting reasons whose message may state an image cause: the pull reasons, and the image inspection
+#: that comes before a pull (CRI-O's short-name policy answers there).
+IMAGE_WAITING_REASONS = PULL_WAITING_REASONS | {"ImageInspectError"}
 #: Waiting reasons that are a normal part of starting.
 BENIGN_WAITING_REASONS = frozenset({"", "ContainerCreating", "PodInitializing"})
 #: Event reasons the kubelet uses for image pull trouble.
@@ -224,8 +227,11 @@ def _pull_evidence(
     # Events first: they carry the full error text even after the status decayed.
     for event in events:
         # "Failed" also reports config and runtime errors ('Error: secret "x" not found'): only
-        # messages about pulling an image speak for the registry.
-        if event.reason not in PULL_EVENT_REASONS or "pull" not in event.message.lower():
+        # messages about pulling or inspecting an image speak for the registry.
+        lowered = event.message.lower()
+        if event.reason not in PULL_EVENT_REASONS or (
+            "pull" not in lowered and "inspect image" not in lowered
+        ):
             continue
         cause = pull_cause(event.message)
         if cause is None:
@@ -246,7 +252,7 @@ def _pull_evidence(
         if stronger(found, strongest):
             strongest = found
     for container in containers:
-        if container.waiting_reason not in PULL_WAITING_REASONS:
+        if container.waiting_reason not in IMAGE_WAITING_REASONS:
             continue
         cause = pull_cause(container.waiting_message)
         if cause is not None:
@@ -307,6 +313,7 @@ def observe(pod: Mapping[str, Any] | None, events: object, history: History, now
 
 __all__ = [
     "BENIGN_WAITING_REASONS",
+    "IMAGE_WAITING_REASONS",
     "PULL_WAITING_REASONS",
     "Condition",
     "ContainerView",

@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
 
@@ -24,7 +24,9 @@ class PolicyError(ValueError):
 #: grace instead) and ``succeed`` would turn a failed pod into a success (use ``skip``).
 OVERRIDE_OUTCOMES = frozenset({Outcome.RETRY, Outcome.FAIL, Outcome.RELAUNCH, Outcome.SKIP})
 
-_NUMBER_FIELDS = ("startup_timeout", "schedule_timeout", "running_recheck", "scale_up_timeout")
+#: The policy fields a rule's grace may name (``rules.PolicyField``).
+TimeoutField = Literal["startup_timeout", "schedule_timeout", "running_recheck", "scale_up_timeout"]
+_NUMBER_FIELDS: tuple[TimeoutField, ...] = get_args(TimeoutField)
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,24 @@ class FailurePolicy:
                 "use 0 to turn every disruption into a retry"
             )
         for name in _NUMBER_FIELDS:
-            set_(self, name, _seconds(f"FailurePolicy.{name}", getattr(self, name), positive=True))
+            set_(self, name, _seconds(f"FailurePolicy.{name}", self.timeout(name), positive=True))
 
     def __hash__(self) -> int:
         # The mappings make the generated hash fail; the payload is the value's identity.
         return hash(json.dumps(self.to_payload(), sort_keys=True))
+
+    def timeout(self, name: TimeoutField) -> float:
+        """The seconds of one of the timeout fields, by name."""
+        match name:
+            case "startup_timeout":
+                return self.startup_timeout
+            case "schedule_timeout":
+                return self.schedule_timeout
+            case "running_recheck":
+                return self.running_recheck
+            case "scale_up_timeout":
+                return self.scale_up_timeout
+        raise KeyError(f"FailurePolicy has no timeout field {name!r}; fields: {', '.join(_NUMBER_FIELDS)}")
 
     def grace_for(self, reason: Reason) -> float | None:
         """The grace the policy sets for ``reason``, or ``None`` to keep the rule's default."""

@@ -20,15 +20,32 @@ import re
 from airflow_k8s_retry.classification.model import Reason
 
 # Checked in this order: the first family with a match names the cause.
+#: The image exists, but not for this node's platform (containerd, dockershim/moby, CRI-O wording).
+_WRONG_PLATFORM = re.compile(
+    r"no match for platform in manifest|no matching manifest for \S+ in the manifest list"
+    r"|no image found in manifest list for architecture|does not match the specified platform",
+)
+#: CRI-O (containers/image) refuses an unqualified name: no alias, no or ambiguous search registries.
+_SHORT_NAME = re.compile(
+    r"short-name .*did not resolve to an alias|short name mode is enforcing"
+    r"|short-name resolution enforced|no registries configured while trying to pull an unqualified image",
+)
 _RATE_LIMITED = re.compile(
     r"toomanyrequests|too many requests|\b429\b|rate limit|rate exceeded|pull qps exceeded"
     r"|quota exceeded|exceeded .*quota",
+)
+#: Certificates and TLS set-up: the node or the registry is misconfigured (not a transient fault).
+_TLS = re.compile(
+    r"x509:|certificate signed by unknown authority|certificate has expired|certificate is not valid"
+    r"|certificate is valid for|tls: failed to verify|remote error: tls:|tls: handshake failure"
+    r"|server gave http response to https client|first record does not look like a tls handshake",
 )
 _UNAVAILABLE = re.compile(
     r"\b50[0-4]\b|internal server error|bad gateway|service unavailable|gateway timeout"
     r"|i/o timeout|timeout exceeded|timed out|deadline exceeded|tls handshake timeout"
     r"|connection refused|connection reset|no such host|network is unreachable|no route to host"
-    r"|temporary failure in name resolution|server misbehaving|unexpected eof",
+    r"|temporary failure in name resolution|server misbehaving|unexpected eof"
+    r"|request canceled|context canceled",
 )
 _NOT_FOUND = re.compile(
     r"manifest unknown|not found|repository does not exist|name unknown|no such image"
@@ -41,7 +58,10 @@ _UNAUTHORIZED = re.compile(
 )
 
 _FAMILIES: tuple[tuple[Reason, re.Pattern[str]], ...] = (
+    (Reason.IMAGE_WRONG_PLATFORM, _WRONG_PLATFORM),
+    (Reason.IMAGE_SHORT_NAME, _SHORT_NAME),
     (Reason.IMAGE_RATE_LIMITED, _RATE_LIMITED),
+    (Reason.IMAGE_TLS_ERROR, _TLS),
     (Reason.IMAGE_REGISTRY_UNAVAILABLE, _UNAVAILABLE),
     (Reason.IMAGE_NOT_FOUND, _NOT_FOUND),
     (Reason.IMAGE_UNAUTHORIZED, _UNAUTHORIZED),
@@ -53,9 +73,15 @@ CAUSE_RANK: dict[Reason, int] = {
     Reason.IMAGE_PULL_BACKOFF: 0,
     Reason.IMAGE_REGISTRY_UNAVAILABLE: 1,
     Reason.IMAGE_RATE_LIMITED: 2,
-    Reason.IMAGE_UNAUTHORIZED: 3,
-    Reason.IMAGE_NOT_FOUND: 4,
+    Reason.IMAGE_TLS_ERROR: 3,
+    Reason.IMAGE_UNAUTHORIZED: 4,
+    Reason.IMAGE_NOT_FOUND: 5,
+    Reason.IMAGE_SHORT_NAME: 6,
+    Reason.IMAGE_WRONG_PLATFORM: 7,
 }
+
+#: The pull causes, in the order they are checked.
+PULL_CAUSES: tuple[Reason, ...] = tuple(reason for reason, _ in _FAMILIES)
 
 
 def pull_cause(message: str) -> Reason | None:
@@ -76,8 +102,10 @@ def pull_cause(message: str) -> Reason | None:
     return None
 
 
-# Double-quoted text, or single-quoted text not opened by an apostrophe ("couldn't").
-_QUOTED = re.compile(r"\"[^\"]*\"|(?<![a-z])'[^']*'")
+# Quoted text without spaces (an image reference or a URL): double-quoted, or single-quoted and not
+# opened by an apostrophe ("couldn't"). Quoted text with spaces is an error message (dockershim's
+# {"message":"Get https://...: x509: ..."}) and is read.
+_QUOTED = re.compile(r"\"[^\"\s]*\"|(?<![a-z])'[^'\s]*'")
 
 
 def _strip_image_refs(text: str) -> str:

@@ -2,7 +2,10 @@
 
 A case file holds ``description``, ``pod`` (API JSON), ``events`` (API JSON), optionally
 ``elapsed_seconds`` (how long its signals have been seen), ``policy`` (a ``FailurePolicy``
-payload) and ``relaunches``, and ``expect`` (``outcome`` and ``reason``).
+payload) and ``relaunches``, and ``expect`` (``outcome`` and ``reason``). A case whose wording was
+copied from a public report carries ``source``: the ``url`` where that exact ``text`` was seen, the
+``runtime`` (and ``registry``) it came from, and ``seen_as`` (which field or log showed it); the pod
+and Events around the text are written for the case.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from airflow_k8s_retry.classification import (
 CORPUS = Path(__file__).parent / "corpus"
 CASES = sorted(CORPUS.glob("*.json"))
 NOW = 1_773_480_000.0
-FIELDS = {"description", "pod", "events", "elapsed_seconds", "expect", "policy", "relaunches"}
+FIELDS = {"description", "source", "pod", "events", "elapsed_seconds", "expect", "policy", "relaunches"}
+SOURCE_FIELDS = {"url", "runtime", "registry", "seen_as", "text"}
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -64,6 +68,36 @@ def test_corpus_reaches_every_rule_a_pod_file_can_reach() -> None:
         - {"gone_after_disruption", "gone_after_node_lost", "pod_gone", "unrecognised"}
     )
     assert not missing, f"no corpus case reaches rules {sorted(missing)}"
+
+
+def messages(case: dict[str, Any]) -> list[str]:
+    """Every message text of the case: pod status, container states, Events."""
+    status = case["pod"].get("status") or {}
+    found = [str(status.get("message", ""))]
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for entry in status.get(key) or []:
+            for state in (entry.get("state") or {}).values():
+                found.append(str(state.get("message", "")))
+    found += [str(e.get("message", "")) for e in case["events"]]
+    return found
+
+
+SOURCED = [p for p in CASES if "source" in load(p)]
+
+
+def test_at_least_forty_cases_carry_wording_copied_from_a_public_source() -> None:
+    assert len(SOURCED) >= 40
+
+
+@pytest.mark.parametrize("path", SOURCED, ids=[p.stem for p in SOURCED])
+def test_a_sourced_case_quotes_its_source_verbatim(path: Path) -> None:
+    case = load(path)
+    source = case["source"]
+    assert set(source) <= SOURCE_FIELDS, path
+    assert source["url"].startswith("https://"), path
+    assert source["runtime"].strip() and source["seen_as"].strip(), path
+    # The copied text is in the case as it was seen, not paraphrased.
+    assert any(source["text"] in message for message in messages(case)), path
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])

@@ -10,6 +10,9 @@ NOT_FOUND = Reason.IMAGE_NOT_FOUND
 UNAUTHORIZED = Reason.IMAGE_UNAUTHORIZED
 RATE = Reason.IMAGE_RATE_LIMITED
 DOWN = Reason.IMAGE_REGISTRY_UNAVAILABLE
+TLS = Reason.IMAGE_TLS_ERROR
+PLATFORM = Reason.IMAGE_WRONG_PLATFORM
+SHORT = Reason.IMAGE_SHORT_NAME
 
 
 @pytest.mark.parametrize(
@@ -85,6 +88,47 @@ DOWN = Reason.IMAGE_REGISTRY_UNAVAILABLE
         ("net/http: TLS handshake timeout", DOWN),
         ("dial tcp 1.2.3.4:443: connect: connection refused", DOWN),
         ("pull QPS exceeded.", RATE),
+        # TLS and certificates: configuration, not an outage
+        ('Get "https://registry-1.docker.io/v2/": x509: certificate signed by unknown authority', TLS),
+        (
+            "tls: failed to verify certificate: x509: certificate has expired or is not yet valid: "
+            "current time 2025-06-12T03:05:25Z is after 2025-06-07T05:48:45Z",
+            TLS,
+        ),
+        ("x509: certificate is valid for GATEWAY.SPANSERVICES.COM, not registry-1.docker.io", TLS),
+        (
+            'Head "https://localhost:7439/v2/a/manifests/1": http: server gave HTTP response to HTTPS client',
+            TLS,
+        ),
+        # dockershim quotes the daemon's JSON: the quoted text with spaces is the message, not an image
+        (
+            'Error response from daemon: {"message":"Get https://10.78.0.228:5000/v1/_ping: '
+            'x509: certificate signed by unknown authority"}',
+            TLS,
+        ),
+        ('with ErrImagePull: "net/http: request canceled"', DOWN),
+        # wrong platform: "not found" in containerd's wording must not make it a missing image
+        (
+            'failed to pull and unpack image "ghcr.io/a/b:1": no match for platform in manifest: not found',
+            PLATFORM,
+        ),
+        ("no matching manifest for linux/arm64/v8 in the manifest list entries", PLATFORM),
+        (
+            "Error choosing image instance: no image found in manifest list for architecture arm64",
+            PLATFORM,
+        ),
+        # CRI-O short names
+        (
+            'short-name "busybox:latest" did not resolve to an alias and no unqualified-search registries '
+            'are defined in "/etc/containers/registries.conf"',
+            SHORT,
+        ),
+        ("short name mode is enforcing, but image name alpine:latest returns ambiguous list", SHORT),
+        ("no registries configured while trying to pull an unqualified image, add at least one", SHORT),
+        # transport failures worded as a cancellation
+        ("rpc error: code = Canceled desc = context canceled", DOWN),
+        ("rpc error: code = 2 desc = net/http: request canceled", DOWN),
+        ("net/http: request canceled while waiting for connection (Client.Timeout exceeded)", DOWN),
         # apostrophes do not swallow the cause
         ("couldn't pull: manifest unknown", NOT_FOUND),
         # nothing said

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from airflow_k8s_retry.classification import RULES, Outcome, Reason, classify, rule_grace, rule_named
+from airflow_k8s_retry.classification import (
+    RULES,
+    Outcome,
+    PolicyField,
+    Reason,
+    Seconds,
+    classify,
+    keys,
+    rule_grace,
+    rule_named,
+    trace,
+)
 from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy
 
 T0 = 1_773_480_000.0
@@ -17,8 +30,11 @@ def test_rules_are_named_once_explained_and_end_with_a_catch_all() -> None:
         assert rule.why.strip()
         assert isinstance(rule.reason, Reason)
         assert isinstance(rule.outcome, Outcome)
-        if isinstance(rule.grace, str):
-            assert rule.grace in FailurePolicy.__dataclass_fields__
+        assert rule.grace is None or isinstance(rule.grace, Seconds | PolicyField)
+        for field in (rule.grace, rule.extension):
+            if isinstance(field, PolicyField):
+                assert field.name in FailurePolicy.__dataclass_fields__
+        assert rule.match.__doc__, f"{rule.name}: the matcher's docstring is the wording it matches"
     assert RULES[-1].name == "unrecognised"
     assert names[:3] == ["gone_after_disruption", "gone_after_node_lost", "pod_gone"]
     assert names.index("succeeded") < names.index("disruption_target") < names.index("exit_code")
@@ -44,6 +60,10 @@ def test_the_design_table_defaults() -> None:
         "exit_code": (Outcome.RETRY, None),
         "deadline_exceeded": (Outcome.RETRY, None),
         "running": (Outcome.WAIT, 600.0),
+        "admission_rejected": (Outcome.RELAUNCH, None),
+        "image_wrong_platform": (Outcome.FAIL, None),
+        "image_short_name": (Outcome.FAIL, None),
+        "image_tls_error": (Outcome.RETRY, 120.0),
     }
     for name, (outcome, grace) in expected.items():
         rule = rule_named(name)
@@ -204,3 +224,78 @@ def test_a_native_sidecar_killed_at_pod_exit_does_not_hide_the_main_failure() ->
     verdict = classify(pod, now=T0)
     assert (verdict.reason, verdict.evidence[0].container) == (Reason.CONTAINER_EXIT_CODE, "base")
     assert "exit code 2" in verdict.message
+
+
+REJECTED = {
+    "metadata": {"name": "p"},
+    "status": {
+        "phase": "Failed",
+        "reason": "TaintToleration",
+        "message": "Pod was rejected: Predicate TaintToleration failed",
+    },
+}
+
+
+def test_an_admission_rejection_then_a_vanished_pod_is_still_a_disruption() -> None:
+    seen = classify(REJECTED, now=T0)
+    assert (seen.outcome, seen.rule) == (Outcome.RELAUNCH, "admission_rejected")
+    assert seen.history.since(keys.NODE_DISRUPTION) == T0  # the key the gone rule reads
+    gone = classify(None, history=seen.history, now=T0 + 1)
+    assert (gone.rule, gone.history.since(keys.gone_after(Reason.NODE_DISRUPTION))) == (
+        "gone_after_disruption",
+        T0 + 1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("NodeAffinity", "Pod was rejected: Predicate NodeAffinity failed"),
+        ("PodFitsHostPorts", "Pod Predicate PodFitsHostPorts failed"),
+        ("InterPodAffinity", "Pod was rejected: Predicate InterPodAffinity failed"),
+        ("OutOfnvidia.com/gpu", "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu"),
+        ("OutOfpods", "Pod Node didn't have enough resource: pods, requested: 1, used: 110, capacity: 110"),
+        ("", "Pod was rejected: Predicate SomeFuturePredicate failed"),
+        ("TopologyAffinityError", "Pod was rejected: Resources cannot be allocated with Topology locality"),
+    ],
+)
+def test_any_admission_predicate_in_either_wording_is_relaunched(reason: str, message: str) -> None:
+    pod = {"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": reason, "message": message}}
+    verdict = classify(pod, now=T0)
+    assert (verdict.outcome, verdict.reason, verdict.rule) == (
+        Outcome.RELAUNCH,
+        Reason.NODE_DISRUPTION,
+        "admission_rejected",
+    )
+    assert "none of the task's code ran" in verdict.message
+
+
+def test_a_failed_pod_that_mentions_rejection_elsewhere_is_not_an_admission() -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "status": {"phase": "Failed", "message": "the job said: Pod was rejected: x"},
+    }
+    assert classify(pod, now=T0).rule == "pod_failed"
+
+
+def test_trace_lists_every_rule_up_to_the_match_in_table_order() -> None:
+    checks = trace(REJECTED, now=T0)
+    names = [c.rule.name for c in checks]
+    assert names == [r.name for r in RULES][: len(names)]
+    assert names[-1] == "admission_rejected"
+    assert [c.matched for c in checks] == [False] * (len(checks) - 1) + [True]
+    assert checks[-1].rule.name == classify(REJECTED, now=T0).rule
+
+
+def test_the_matchers_are_defined_in_table_order() -> None:
+    from pathlib import Path
+
+    from airflow_k8s_retry.classification import matchers
+
+    source = Path(matchers.__file__).read_text().splitlines()
+    names = {id(v): k for k, v in vars(matchers).items() if callable(v) and not k.startswith("_")}
+    lines = []
+    for rule in RULES:
+        name = names[id(rule.match)]
+        lines.append(next(i for i, line in enumerate(source) if re.match(rf"^(def )?{name}\b", line)))
+    assert lines == sorted(lines), [r.name for r in RULES]

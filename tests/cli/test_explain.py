@@ -1,4 +1,5 @@
-"""``airflow-k8s-retry explain``: a pod file in, the verdict and its rule out; bad files exit 2."""
+"""``airflow-k8s-retry explain``: a pod file in, the verdict, its rule, its fix hint and (``--trace``)
+every rule considered out; bad files exit 2."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from airflow_k8s_retry.classification import RULES, hint_for, rule_named
 from airflow_k8s_retry.cli import main
 
 CORPUS = Path(__file__).parents[1] / "classification" / "corpus"
@@ -179,3 +181,51 @@ def test_pod_from_stdin(tmp_path: Path) -> None:
         check=True,
     )
     assert json.loads(done.stdout)["reason"] == "container.oom"
+
+
+def test_the_fix_hint_is_printed_and_in_the_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = write(tmp_path, "pod.json", corpus("short_name_no_search_registries_minikube")["pod"])
+    _, out, _ = run(["explain", pod], capsys)
+    assert "verdict:  FAIL  image.short_name" in out
+    assert f"hint:     {hint_for('image.short_name')}" in out
+    _, out, _ = run(["explain", pod, "--json"], capsys)
+    assert json.loads(out)["hint"] == hint_for("image.short_name")
+    assert "trace" not in json.loads(out)
+
+
+def test_trace_shows_every_rule_considered_before_the_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod = write(tmp_path, "pod.json", corpus("admission_taint_toleration_rejected")["pod"])
+    status, out, err = run(["explain", pod, "--trace"], capsys)
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("trace:"))
+    assert lines[start].startswith(f"trace:    9 of {len(RULES)} rules considered")
+    listed = [line.split()[1] for line in lines[start + 1 :]]
+    assert listed == [r.name for r in RULES[:9]]
+    assert [line.split()[2] for line in lines[start + 1 :]] == ["no"] * 8 + ["MATCH"]
+    # Each line says what the rule looks for, so a reader sees which rule would have had to match.
+    assert "status reason `Evicted`" in lines[start + 8]
+
+
+def test_trace_in_json_names_each_rule_and_whether_it_matched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = corpus("platform_no_matching_manifest_armv7_decayed")
+    pod = write(tmp_path, "pod.json", case["pod"])
+    events = write(tmp_path, "events.json", case["events"])
+    _, out, _ = run(["explain", pod, "--events", events, "--json", "--trace"], capsys)
+    result = json.loads(out)
+    assert (result["outcome"], result["reason"], result["rule"]) == (
+        "fail",
+        "image.wrong_platform",
+        "image_wrong_platform",
+    )
+    steps = result["trace"]
+    assert [s["rule"] for s in steps] == [r.name for r in RULES[: result["rule_index"] + 1]]
+    assert [s["matched"] for s in steps] == [False] * (len(steps) - 1) + [True]
+    assert all(s["signal"] == rule_named(s["rule"]).signal for s in steps)
+    # Without the Events the decayed status names no cause: a different rule, a different trace.
+    _, out, _ = run(["explain", pod, "--json", "--trace"], capsys)
+    assert json.loads(out)["trace"][-1]["rule"] == "image_pull_backoff"

@@ -1,0 +1,75 @@
+"""What each reason code means and what to do about it: one line each, kept with the rules.
+
+``hint_for(reason)`` is the public way to get the fix hint of a verdict (``Verdict.hint`` calls it).
+It is what a failure report, a UI page or an alert should show next to the reason code: the first
+thing to check or change. ``meaning`` is the reason code's definition, as listed in
+``docs/classification.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from airflow_k8s_retry.classification.model import Reason
+
+
+@dataclass(frozen=True)
+class ReasonInfo:
+    """The documentation of one reason code."""
+
+    meaning: str
+    hint: str
+
+
+# fmt: off
+REASONS: Mapping[Reason, ReasonInfo] = {
+    Reason.SUCCEEDED:                  ReasonInfo("the pod succeeded", "nothing to do"),
+    Reason.RUNNING:                    ReasonInfo("the pod runs (wait, re-check deadline)", "nothing to do; the pod is re-checked until it finishes"),
+    Reason.STARTING:                   ReasonInfo("the pod is pending with no known problem yet (wait)", "nothing to do yet; if it stays pending, look at the pod's Events"),
+    Reason.STARTUP_TIMEOUT:            ReasonInfo("pending longer than `startup_timeout`", "read the pod's Events (kubectl describe pod) for what it waited on, or raise startup_timeout"),
+    Reason.UNSCHEDULABLE:              ReasonInfo("the scheduler cannot place the pod yet (wait)", "check the pod's requests, nodeSelector, affinity and tolerations against the nodes"),
+    Reason.SCHEDULE_TIMEOUT:           ReasonInfo("unschedulable longer than `schedule_timeout` (plus autoscaler time)", "lower the pod's requests, relax its nodeSelector/affinity/tolerations, or add capacity"),
+    Reason.IMAGE_INVALID_NAME:         ReasonInfo("the image reference cannot be parsed", "fix the image reference: lowercase repository, registry/repository:tag or @sha256:digest"),
+    Reason.IMAGE_NEVER_PULL:           ReasonInfo("`imagePullPolicy: Never` and the image is not on the node", "preload the image on every node, or set imagePullPolicy to IfNotPresent"),
+    Reason.IMAGE_NOT_FOUND:            ReasonInfo("the registry says the image or tag does not exist", "check the image name and tag (and, for Docker Hub, the pull secret of a private repository)"),
+    Reason.IMAGE_UNAUTHORIZED:         ReasonInfo("the registry refused the credentials (or had none)", "check imagePullSecrets: the secret exists in the namespace, is not expired and may read this repository"),
+    Reason.IMAGE_RATE_LIMITED:         ReasonInfo("the registry, or the kubelet's own pull QPS, is throttling pulls", "authenticate pulls, use a registry mirror or pull-through cache, or pull less often"),
+    Reason.IMAGE_REGISTRY_UNAVAILABLE: ReasonInfo("the registry failed (5xx), could not be reached, or the transfer was cut off", "check the registry's status and the node's network, DNS and proxy to the registry"),
+    Reason.IMAGE_TLS_ERROR:            ReasonInfo("the node does not trust the registry's certificate, or TLS is misconfigured", "install the registry's CA on the nodes (or renew its expired certificate); an HTTP-only registry needs a runtime mirror entry"),
+    Reason.IMAGE_WRONG_PLATFORM:       ReasonInfo("the image has no variant for the node's OS/architecture", "publish the image for this platform, or pin the pod with nodeSelector kubernetes.io/arch"),
+    Reason.IMAGE_SHORT_NAME:           ReasonInfo("CRI-O refused an unqualified image name (short-name policy)", "use a fully qualified image name, e.g. docker.io/library/python:3.12"),
+    Reason.IMAGE_PULL_BACKOFF:         ReasonInfo("pulls fail and no cause was ever reported", "run kubectl describe pod for the pull error, and check the image name and registry access"),
+    Reason.CONFIG_MISSING_SECRET:      ReasonInfo("a Secret, or a key in it, is missing", "create the Secret (and key) the pod references in its namespace, or fix the reference"),
+    Reason.CONFIG_MISSING_CONFIGMAP:   ReasonInfo("a ConfigMap, or a key in it, is missing", "create the ConfigMap (and key) the pod references in its namespace, or fix the reference"),
+    Reason.CONFIG_ERROR:               ReasonInfo("another container configuration error", "read the CreateContainerConfigError message: runAsNonRoot with a root image, a bad subPath or env reference"),
+    Reason.CONTAINER_CREATE_ERROR:     ReasonInfo("the runtime could not create or start the container, or its sandbox", "read the runtime's message: a wrong command or entrypoint, a failing hook, or CNI/runtime trouble on the node"),
+    Reason.VOLUME_MOUNT_FAILED:        ReasonInfo("a volume cannot be attached or mounted", "check the PVC and its volume (still attached elsewhere? right zone?) and any Secret or ConfigMap volume"),
+    Reason.NODE_DISRUPTION:            ReasonInfo("the cluster took the pod away: preemption, eviction, drain, taint, shutdown, admission", "nothing in the task to fix; if it keeps happening, check the node (taints, labels, capacity, drains) and the pod's PriorityClass"),
+    Reason.NODE_LOST:                  ReasonInfo("the pod's node or container was lost (phase `Unknown`, `ContainerStatusUnknown`, `NodeLost`)", "check the node's health (kubectl describe node); nothing in the task to fix"),
+    Reason.CONTAINER_OOM:              ReasonInfo("a container was killed for exceeding its memory limit", "raise the container's memory limit, or make the task use less memory"),
+    Reason.CONTAINER_EXIT_CODE:        ReasonInfo("a container exited non-zero", "read the container's log (kept in the failure report) for the error the task raised"),
+    Reason.CONTAINER_STORAGE_LIMIT:    ReasonInfo("the kubelet evicted the pod for exceeding its own ephemeral-storage limit", "raise the ephemeral-storage limit or emptyDir sizeLimit, or write less to local disk"),
+    Reason.DEADLINE_EXCEEDED:          ReasonInfo("`activeDeadlineSeconds` ended the pod", "raise activeDeadlineSeconds, or make the task finish sooner"),
+    Reason.DELETED_EXTERNALLY:         ReasonInfo("someone else deleted the pod before it finished", "find who deleted the pod (audit log, controllers, namespace cleanup) and stop it"),
+    Reason.POD_FAILED:                 ReasonInfo("phase `Failed` without a more specific cause", "read the pod's status message and Events (kubectl describe pod)"),
+    Reason.UNKNOWN:                    ReasonInfo("a state no rule recognises", "read the pod's status and Events; report the state if it should have a rule"),
+    Reason.EXECUTION_TIMEOUT:          ReasonInfo("the task's `execution_timeout` ended the wait (set by the trigger)", "raise the task's execution_timeout, or make the task finish sooner"),
+    Reason.API_REJECTED:               ReasonInfo("the API refused to create the pod: 422 invalid spec, 403 RBAC, 404 namespace (set by the operator)", "fix what the API's message names: the pod spec field, the service account's RBAC or the namespace"),
+}
+# fmt: on
+
+
+def hint_for(reason: Reason | str) -> str:
+    """The one-line fix hint of a reason code: what the user should do.
+
+    Example:
+        >>> hint_for("image.short_name")
+        'use a fully qualified image name, e.g. docker.io/library/python:3.12'
+    """
+    return REASONS[Reason(reason)].hint
+
+
+def meaning_of(reason: Reason | str) -> str:
+    """What a reason code means, in one line."""
+    return REASONS[Reason(reason)].meaning
