@@ -23,7 +23,9 @@ from airflow.sdk import BaseOperator
 
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
+from airflow_k8s_retry.hints import with_hint
 from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION, TryIdentity
+from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -445,6 +447,7 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
                 rule="api.create",
             )
             self._push_verdict(context, verdict)
+            count_task_verdict(verdict, context, namespace)
             self.log.error("%s: %s", verdict.reason.value, verdict.message)
             message = f"{verdict.reason.value}: {verdict.message}"
             if outcome is Outcome.FAIL:
@@ -551,6 +554,7 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
 
         from airflow_k8s_retry.classification.model import Outcome
 
+        count_task_verdict(verdict, context, pod.namespace)
         outcome = verdict.outcome
         if outcome is Outcome.SUCCEED:
             result = None
@@ -611,7 +615,8 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
                 body = None
         except KubeError as exc:
             self.log.warning("Could not read the evidence of pod %s: %s", pod.name, exc)
-        return failure_report(verdict.to_payload(), pod=body, events=events, log_tail=tail)
+        report = failure_report(verdict.to_payload(), pod=body, events=events, log_tail=tail)
+        return with_hint(report, verdict)
 
     def _write_pod_log(self, client: PodClient, pod: CreatedPod) -> None:
         from airflow_k8s_retry.kube.errors import KubeError

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import json
 import logging
@@ -132,6 +133,17 @@ class Rule:
 
 
 @dataclass
+class RuleSet:
+    """Several rules for one token, as RBAC's PolicyRules: a request passes if any rule allows it."""
+
+    user: str
+    rules: tuple[Rule, ...]
+
+    def allows(self, verb: str, resource: str, namespace: str | None) -> bool:
+        return any(rule.allows(verb, resource, namespace) for rule in self.rules)
+
+
+@dataclass
 class FaultSlot:
     fault: Fault
     remaining: int | None
@@ -232,7 +244,7 @@ class ApiServer:
         self.store = store
         self.kubelet = kubelet
         self.token = token
-        self.rules: dict[str, Rule] = {}
+        self.rules: dict[str, Rule | RuleSet] = {}
         self.faults = faults
         self.bookmark_interval = bookmark_interval
         self.host = "127.0.0.1:0"
@@ -346,9 +358,20 @@ class ApiServer:
         status = slot.fault.status
         info.extra["fault"] = status
         if status == "slow":
+            # The request has arrived whole; the server is slow to act on it (and acts even if the
+            # client has gone meanwhile, as an API server that already has the body does).
+            await request.read()
             await asyncio.sleep(slot.fault.delay_seconds)
             return await self.route(request, info)
-        if status == "reset":
+        if status == "lost" and info.verb != "watch":
+            # The change lands (the store is written), but its answer never reaches the client.
+            with contextlib.suppress(ApiError):
+                await self.route(request, info)
+            self.audit(request, info, 0)
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        if status in ("reset", "lost"):  # a lost watch is a reset watch
             self.audit(request, info, 0)
             if request.transport is not None:
                 request.transport.abort()
@@ -359,6 +382,18 @@ class ApiServer:
             await self.write_error_event(response, 410, "too old resource version: 1 (2)", "Expired")
             await response.write_eof()
             return response
+        if status == 403:
+            if info.verb == "create" and info.full_resource == "pods":
+                message = (
+                    f'pods "{info.name or "pod"}" is forbidden: exceeded quota: compute, requested: '
+                    "limits.cpu=1, used: limits.cpu=8, limited: limits.cpu=8"
+                )
+            else:
+                message = (
+                    f'{info.resource} is forbidden: User "system:serviceaccount:default:airflow" cannot '
+                    f'{info.verb} resource "{info.full_resource}" in API group "" (injected fault)'
+                )
+            raise ApiError(403, message, details={"kind": info.resource})
         messages = {
             500: "Internal error occurred: injected fault",
             429: "Too many requests, please try again later.",

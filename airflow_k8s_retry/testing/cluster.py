@@ -19,9 +19,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_k8s_retry.testing.scenario import Fault, NodeSpec, Scenario, ScenarioError
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry.testing.simclock import SimClock
 
 T = TypeVar("T")
 
@@ -405,6 +408,12 @@ class FakeCluster:
         """The latest resourceVersion."""
         return self.store.rv
 
+    def sim_clock(self) -> SimClock:
+        """A clock for the watching side that runs at this cluster's pace (see :class:`SimClock`)."""
+        from airflow_k8s_retry.testing.simclock import SimClock
+
+        return SimClock(self.time_scale)
+
     def sim_seconds(self, real_seconds: float) -> float:
         """Convert real seconds into simulated seconds at this cluster's time scale."""
         return real_seconds / self.time_scale
@@ -441,8 +450,10 @@ class FakeCluster:
     ) -> None:
         """Fail the next ``times`` requests matching verb/resource (``*`` for any) with ``status``.
 
-        ``status`` is 500, 429, 410, ``"reset"`` (the connection is dropped) or ``"slow"`` (served
-        after ``delay_seconds`` real seconds, to exercise client timeouts).
+        ``status`` is 500, 429, 410, 403 (quota on a pod create, the authorizer elsewhere),
+        ``"reset"`` (the connection is dropped), ``"lost"`` (served, then the connection is dropped
+        before the answer) or ``"slow"`` (served after ``delay_seconds`` real seconds, to exercise
+        client timeouts).
         """
         from airflow_k8s_retry.testing.api import FaultSlot
 
@@ -486,6 +497,43 @@ class FakeCluster:
         """Create (or replace) a ConfigMap; ``data=None`` means any key looked up in it exists."""
         self._call(lambda: self._put_data("configmaps", name, namespace, data))
 
+    def add_disruption(
+        self, pod_name_prefix: str, after_seconds: float, kind: str, count: int | None = 1
+    ) -> None:
+        """From now on, disrupt pods created with this name prefix (a scenario ``disruptions`` entry)."""
+        import dataclasses
+
+        from airflow_k8s_retry.testing.scenario import Disruption
+
+        disruption = Disruption(pod_name_prefix, float(after_seconds), kind, count)
+
+        def put() -> None:
+            self.scenario = dataclasses.replace(
+                self.scenario, disruptions=(*self.scenario.disruptions, disruption)
+            )
+            self.kubelet.scenario = self.scenario
+            self.kubelet.disruption_budget[len(self.scenario.disruptions) - 1] = count
+
+        self._call(put)
+
+    def set_image(self, ref: str, behaviour: Mapping[str, Any]) -> None:
+        """Make (or replace) an image's behaviour from now on, as a scenario's ``images`` entry says.
+
+        Example: ``cluster.set_image("team/job:7", {"pull": "rate_limited", "for_seconds": 120})``.
+        """
+        import dataclasses
+
+        from airflow_k8s_retry.testing.scenario import ImageBehaviour
+
+        parsed = ImageBehaviour.from_dict(behaviour, f"set_image({ref!r})")
+
+        def put() -> None:
+            images = {**self.scenario.images, ref: parsed}
+            self.scenario = dataclasses.replace(self.scenario, images=images)
+            self.kubelet.scenario = self.scenario
+
+        self._call(put)
+
     def add_namespace(self, name: str) -> None:
         self._call(lambda: None if self.store.get("namespaces", "", name) else self._put_namespace(name))
 
@@ -513,6 +561,36 @@ class FakeCluster:
             namespaces=frozenset(namespaces) if namespaces is not None else None,
         )
         self._call(lambda: self.api.rules.__setitem__(token, rule))
+        assert self._tmpdir is not None
+        return self.write_kubeconfig(self._tmpdir / f"kubeconfig-{len(self.api.rules)}", token=token)
+
+    def grant(
+        self,
+        token: str,
+        rules: Iterable[Mapping[str, Any]],
+        *,
+        user: str = "system:serviceaccount:default:restricted",
+    ) -> Path:
+        """Accept ``token`` with exactly ``rules`` (any one allowing a request lets it through).
+
+        Each rule is ``{"verbs": [...], "resources": [...], "namespaces": [...] or None}``, as a
+        Role (``namespaces`` the one it lives in) or a ClusterRole (``None``: every namespace and
+        the cluster scope) grants them. Returns the token's kubeconfig.
+        """
+        from airflow_k8s_retry.testing.api import Rule, RuleSet
+
+        if token == self.token:
+            raise ValueError("grant(): pick a token other than the cluster's admin token")
+        built = tuple(
+            Rule(
+                user=user,
+                verbs=frozenset(rule["verbs"]),
+                resources=frozenset(rule["resources"]),
+                namespaces=None if rule.get("namespaces") is None else frozenset(rule["namespaces"]),
+            )
+            for rule in rules
+        )
+        self._call(lambda: self.api.rules.__setitem__(token, RuleSet(user=user, rules=built)))
         assert self._tmpdir is not None
         return self.write_kubeconfig(self._tmpdir / f"kubeconfig-{len(self.api.rules)}", token=token)
 

@@ -1,0 +1,498 @@
+"""The one model of Airflow the chaos suite drives the operator and the trigger through.
+
+Everything Airflow does around a deferrable task, and nothing else, lives here, written after
+Airflow 3.3.2's own code so the harness keeps working whatever the operator looks like inside:
+
+- the task instance and the context the task runner passes (``RuntimeTaskInstance`` attributes,
+  ``get_template_context`` keys);
+- a deferral: ``TaskDeferred`` carries a trigger whose ``serialize()`` kwargs are stored through
+  Airflow's own serializer and rebuilt in a triggerer as ``trigger_class(**kwargs)``; the first event's
+  payload becomes ``next_kwargs["event"]``, and the worker resumes through
+  ``resume_execution(next_method, next_kwargs, context)`` on a freshly parsed operator;
+- a deferral timeout: ``next_method="__fail__"`` with ``TriggerFailureReason.TRIGGER_TIMEOUT``;
+- a triggerer (``triggerer_job_runner.TriggerRunner.run_trigger``): a trigger no longer assigned to
+  it is cancelled with the user-action message, which calls ``on_kill`` (30 s limit) and then
+  ``cleanup``; a graceful shutdown cancels without the message (no ``on_kill``); ``kill -9`` runs
+  nothing;
+- the worker: SIGTERM calls ``task.on_kill()`` (``task_runner._on_term``); ``kill -9`` runs nothing
+  more; a crashed or killed worker's try is failed by the scheduler's heartbeat check;
+- the retry rule (``TaskInstance.is_eligible_to_retry`` and the task runner's exception handling);
+- what ``on_kill`` in the trigger reads: ``RuntimeTaskInstance.get_task_states`` answers from this
+  model's task states (an empty map once the DAG run is deleted, as the execution API does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+#: The triggerer's limit on ``on_kill`` (``[triggerer] on_kill_timeout``, default 30 s).
+ON_KILL_TIMEOUT = 30.0
+
+
+# -- the task instance and its context -------------------------------------------------------------
+
+
+@dataclass
+class TaskInstance:
+    """The attributes of Airflow's ``RuntimeTaskInstance`` a task can read, and ``xcom_push``."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    try_number: int
+    max_tries: int
+    start_date: datetime
+    map_index: int = -1
+    id: uuid.UUID = field(default_factory=uuid.uuid4)  # new for every try (Airflow 3)
+    state: str | None = "running"
+    hostname: str = "chaos-worker"
+    xcom: dict[str, Any] = field(default_factory=dict)
+    task: Any = None
+    #: Set by the worker model: called before every XCom push (a dead worker pushes nothing).
+    boundary: Callable[[str], None] | None = None
+    #: The XCom push (1-based, in this try) that the API server answers with a 503, if any.
+    xcom_fails_at: int | None = None
+    xcom_pushes: int = 0
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        if self.boundary is not None:
+            self.boundary(f"xcom_push:{key}")
+        self.xcom_pushes += 1
+        if self.xcom_pushes == self.xcom_fails_at:
+            # What the task runner raises when the supervisor's call to the execution API fails.
+            from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+            from airflow.sdk.execution_time.comms import ErrorResponse
+
+            raise AirflowRuntimeError(
+                ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={"status_code": 503, "key": key})
+            )
+        self.xcom[key] = value
+
+    def xcom_pull(self, task_ids: Any = None, key: str = "return_value", **_: Any) -> Any:
+        return self.xcom.get(key)
+
+
+@dataclass
+class DagRun:
+    dag_id: str
+    run_id: str
+    logical_date: datetime
+    conf: dict[str, Any] = field(default_factory=dict)
+    run_type: str = "manual"
+
+
+class Dag:
+    """The bits of a DAG object a task's context exposes."""
+
+    def __init__(self, dag_id: str) -> None:
+        self.dag_id = dag_id
+        self.fileloc = f"/dags/{dag_id}.py"
+        self.params: dict[str, Any] = {}
+
+
+def context_for(ti: TaskInstance, dag_run: DagRun, task: Any) -> dict[str, Any]:
+    """The template context the task runner hands to ``execute`` and ``resume_execution``."""
+    ti.task = task
+    return {
+        "ti": ti,
+        "task_instance": ti,
+        "task": task,
+        "dag": Dag(ti.dag_id),
+        "dag_run": dag_run,
+        "run_id": ti.run_id,
+        "logical_date": dag_run.logical_date,
+        "ds": dag_run.logical_date.strftime("%Y-%m-%d"),
+        "ts": dag_run.logical_date.isoformat(),
+        "params": {},
+        "conf": None,
+        "map_index_template": None,
+        "try_number": ti.try_number,
+        "inlets": [],
+        "outlets": [],
+    }
+
+
+# -- serialization: what the metadata database keeps ----------------------------------------------
+
+
+def through_database(value: dict[str, Any]) -> dict[str, Any]:
+    """Store and load ``value`` the way Airflow stores trigger kwargs and ``next_kwargs``."""
+    from airflow.serialization.serialized_objects import BaseSerialization
+
+    loaded = BaseSerialization.deserialize(BaseSerialization.serialize(value))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+@dataclass
+class Deferral:
+    """A ``TaskDeferred`` as the task runner records it."""
+
+    classpath: str
+    trigger_kwargs: dict[str, Any]
+    next_method: str
+    next_kwargs: dict[str, Any]
+    timeout: timedelta | None
+
+    @classmethod
+    def record(cls, deferred: Any) -> Deferral:
+        classpath, kwargs = deferred.trigger.serialize()
+        return cls(
+            classpath=classpath,
+            trigger_kwargs=through_database(dict(kwargs)),
+            next_method=deferred.method_name,
+            next_kwargs=through_database(dict(deferred.kwargs or {})),
+            timeout=deferred.timeout,
+        )
+
+    def resumed_with(self, payload: Any) -> tuple[str, dict[str, Any]]:
+        """``(next_method, next_kwargs)`` once the trigger fired ``payload``."""
+        return self.next_method, through_database({**self.next_kwargs, "event": payload})
+
+    @staticmethod
+    def timed_out() -> tuple[str, dict[str, Any]]:
+        from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+
+        return TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}
+
+
+def build_trigger(classpath: str, kwargs: dict[str, Any]) -> Any:
+    """``TriggerRunner.get_trigger_by_classpath`` then ``trigger_class(**kwargs)``."""
+    module, _, name = classpath.rpartition(".")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+# -- the retry rule ----------------------------------------------------------------------------------
+
+
+def state_after(error: BaseException | None, ti: TaskInstance, retries: int) -> str:
+    """The state Airflow gives a try that returned (``error=None``) or raised ``error``."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    if error is None:
+        return "success"
+    if isinstance(error, AirflowSkipException):
+        return "skipped"
+    if isinstance(error, AirflowFailException):
+        return "failed"
+    return "up_for_retry" if retries and ti.try_number <= ti.max_tries else "failed"
+
+
+# -- the task states on_kill reads -------------------------------------------------------------------
+
+
+class TaskStates:
+    """What the execution API's ``GET /task-instances/states`` answers, per (dag, run, task)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[tuple[str, str], dict[str, str | None]] = {}
+
+    def set(self, ti: TaskInstance, state: str | None) -> None:
+        ti.state = state
+        key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+        with self._lock:
+            self._states.setdefault((ti.dag_id, ti.run_id), {})[key] = state
+
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        with self._lock:
+            self._states.pop((dag_id, run_id), None)
+
+    def get_task_states(
+        self,
+        dag_id: str,
+        map_index: int | None = None,
+        task_ids: list[str] | None = None,
+        task_group_id: str | None = None,
+        logical_dates: Any = None,
+        run_ids: list[str] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            out: dict[str, dict[str, Any]] = {}
+            for (dag, run), states in self._states.items():
+                if dag != dag_id or (run_ids is not None and run not in run_ids):
+                    continue
+                per_run = {
+                    k: v
+                    for k, v in states.items()
+                    if task_ids is None or k.split("_")[0] in task_ids or k in task_ids
+                }
+                out[run] = per_run
+            return out
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[TaskStates]:
+        """Answer ``RuntimeTaskInstance.get_task_states`` (the triggerer's read) from this model."""
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        saved = RuntimeTaskInstance.__dict__["get_task_states"]
+        RuntimeTaskInstance.get_task_states = staticmethod(self.get_task_states)
+        try:
+            yield self
+        finally:
+            RuntimeTaskInstance.get_task_states = saved
+
+
+# -- the worker ----------------------------------------------------------------------------------
+
+
+class WorkerDied(BaseException):
+    """The worker process is gone (``kill -9``): nothing after this point runs."""
+
+
+@dataclass
+class CrashPlan:
+    """Where the worker dies: at its ``at``-th call across the package's boundary (1-based).
+
+    A boundary call is a Kubernetes API request or an XCom push. ``answer_lost`` lets the request
+    reach the API server before the process dies (the change lands, the answer is never read).
+    ``kill`` is a user's "mark failed" while running: SIGTERM runs ``on_kill()``, then the process
+    is killed.
+    """
+
+    at: int
+    answer_lost: bool = False
+    kill: bool = False
+
+
+class Worker:
+    """One worker process running one task try: counts boundary calls and dies where planned."""
+
+    _active: threading.local = threading.local()
+
+    def __init__(self, plan: CrashPlan | None, on_kill: Callable[[], None] | None = None) -> None:
+        self.plan = plan
+        self.calls = 0
+        self.dead = False
+        self.died_at: str | None = None
+        self._on_kill = on_kill
+        self._in_on_kill = False
+
+    # The Kubernetes client's transport is the boundary: every API call of the task passes here.
+    @classmethod
+    def install(cls) -> None:
+        from kubernetes.client import rest
+
+        if getattr(rest.RESTClientObject.request, "_chaos_boundary", False):
+            return
+        original = rest.RESTClientObject.request
+
+        def request(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            worker: Worker | None = getattr(cls._active, "worker", None)
+            if worker is None:
+                return original(self, method, url, *args, **kwargs)
+            lost = worker.before(f"{method} {url.split('?', maxsplit=1)[0]}")
+            result = original(self, method, url, *args, **kwargs)
+            if lost:
+                worker.die(f"after {method} {url.split('?', maxsplit=1)[0]} (answer lost)")
+            return result
+
+        request._chaos_boundary = True  # type: ignore[attr-defined]
+        rest.RESTClientObject.request = request
+
+    def before(self, what: str) -> bool:
+        """Called at each boundary call; returns True when the call goes out but its answer is lost."""
+        if self.dead:
+            raise WorkerDied(f"worker already dead ({self.died_at}); {what} never happens")
+        if self._in_on_kill:
+            return False
+        self.calls += 1
+        plan = self.plan
+        if plan is None or self.calls != plan.at:
+            return False
+        if plan.kill and self._on_kill is not None:
+            self._in_on_kill = True
+            try:
+                self._on_kill()
+            finally:
+                self._in_on_kill = False
+            self.die(f"killed by the user before {what}")
+        if plan.answer_lost:
+            return True
+        self.die(f"before {what}")
+        return False
+
+    def die(self, where: str) -> None:
+        self.dead = True
+        self.died_at = where
+        raise WorkerDied(where)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Worker]:
+        Worker._active.worker = self
+        try:
+            yield self
+        finally:
+            Worker._active.worker = None
+
+    def boundary(self, what: str) -> None:
+        lost = self.before(what)
+        if lost:
+            self.die(f"after {what}")
+
+
+# -- a triggerer ---------------------------------------------------------------------------------
+
+
+class Triggerer:
+    """One triggerer process: its own thread and event loop (so its own watch hub)."""
+
+    USER_ACTION = "__airflow_user_action__"
+
+    def __init__(self, name: str, on_event: Callable[[str, int, Any], None]) -> None:
+        self.name = name
+        self._on_event = on_event
+        self._loop = asyncio.new_event_loop()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._thread = threading.Thread(target=self._serve, name=f"triggerer-{name}", daemon=True)
+        self._thread.start()
+        self.alive = True
+        self.on_kill_calls = 0
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _submit(self, fn: Callable[[], Any]) -> None:
+        self._loop.call_soon_threadsafe(fn)
+
+    def run(self, trigger_id: int, classpath: str, kwargs: dict[str, Any]) -> None:
+        """Start a trigger from its stored kwargs (``TriggerRunner.create_triggers``)."""
+
+        def start() -> None:
+            self._tasks[trigger_id] = self._loop.create_task(self._run_trigger(trigger_id, classpath, kwargs))
+
+        self._submit(start)
+
+    async def _run_trigger(self, trigger_id: int, classpath: str, kwargs: dict[str, Any]) -> None:
+        try:
+            trigger = build_trigger(classpath, kwargs)
+        except Exception as exc:  # the triggerer fails the deferral of a trigger it cannot build
+            self._on_event(self.name, trigger_id, TriggerFailed(repr(exc)))
+            return
+        try:
+            async for event in trigger.run():
+                self._on_event(self.name, trigger_id, event.payload)
+                break
+        except asyncio.CancelledError as cancelled:
+            if cancelled.args and cancelled.args[0] == self.USER_ACTION:
+                self.on_kill_calls += 1
+                try:
+                    await asyncio.wait_for(trigger.on_kill(), timeout=ON_KILL_TIMEOUT)
+                except (TimeoutError, asyncio.CancelledError):
+                    pass
+                except Exception:
+                    pass
+            raise
+        except Exception as exc:  # the triggerer fails the task's deferral
+            self._on_event(self.name, trigger_id, TriggerFailed(repr(exc)))
+        finally:
+            with contextlib.suppress(Exception):  # the triggerer ignores cleanup errors
+                await trigger.cleanup()
+
+    def cancel(self, trigger_id: int, *, user_action: bool = True) -> None:
+        """The trigger is no longer assigned here (user action, hand-over, DAG run deleted)."""
+
+        self._submit(lambda: self._cancel_now(trigger_id, user_action))
+
+    def stall(self, seconds: float, trigger_id: int, thaw_delay: float = 0.0) -> None:
+        """Freeze this process for ``seconds`` (a lapsed heartbeat); once it thaws it finds the
+        trigger assigned elsewhere and cancels its copy (the user-action path: ``on_kill``)."""
+        import time
+
+        def freeze() -> None:
+            time.sleep(seconds)
+            self._loop.call_later(thaw_delay, self._cancel_now, trigger_id, True)
+
+        self._submit(freeze)
+
+    def _cancel_now(self, trigger_id: int, user_action: bool) -> None:
+        task = self._tasks.pop(trigger_id, None)
+        if task is not None and not task.done():
+            task.cancel(self.USER_ACTION if user_action else None)
+
+    def idle(self, within: float) -> bool:
+        """Wait (real seconds) until every trigger task here has ended, on_kill included."""
+        done = threading.Event()
+
+        async def check() -> None:
+            pending = [t for t in self._tasks.values() if not t.done()] + [
+                t
+                for t in asyncio.all_tasks(self._loop)
+                if t is not asyncio.current_task()
+                and getattr(t.get_coro(), "__qualname__", "").endswith("_run_trigger")
+            ]
+            if pending:
+                await asyncio.wait(pending, timeout=within)
+            done.set()
+
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(check()))
+        return done.wait(within + 1.0)
+
+    def shutdown(self) -> None:
+        """Graceful stop (SIGTERM): triggers are cancelled without the user-action message."""
+        if not self.alive:
+            return
+        self.alive = False
+        finished = threading.Event()
+
+        async def stop_all() -> None:
+            tasks = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            finished.set()
+
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(stop_all()))
+        finished.wait(10.0)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10.0)
+
+    def kill9(self) -> None:
+        """``kill -9``: the loop stops where it is; no ``on_kill``, no ``cleanup``."""
+        if not self.alive:
+            return
+        self.alive = False
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10.0)
+
+    def close(self) -> None:
+        """Release what a dead process would have released (its sockets) once the run is over."""
+        if self.alive:
+            self.shutdown()
+        if self._thread.is_alive():
+            return
+        try:
+            tasks = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        except Exception:
+            pass
+        self._loop.close()
+
+
+@dataclass(frozen=True)
+class TriggerFailed:
+    """A trigger raised: the scheduler resumes the task with ``__fail__`` (a trigger failure)."""
+
+    error: str
+
+    def resumed(self) -> tuple[str, dict[str, Any]]:
+        from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+
+        return TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_FAILURE, "traceback": [self.error]}
+
+
+def now_as_datetime(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)

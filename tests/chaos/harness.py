@@ -1,0 +1,818 @@
+"""One seeded chaos run: a task driven as Airflow drives it, with faults, restarts, crashes and kills.
+
+A run owns one namespace of a shared :class:`FakeCluster` (runs in a process go one after another,
+so the cluster's fault list belongs to the current run). Everything random comes from
+``random.Random(seed)``: the pod fate, the operator's arguments, the API faults and when they start,
+the triggerer restart or hand-over, the worker crash, and the user's kill. The invariants are
+checked afterwards from the simulator's audit log (pod lifecycles, requests) and from the task's
+state in :mod:`tests.chaos.airflow_model`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import queue
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from tests.chaos import fates
+from tests.chaos.airflow_model import (
+    CrashPlan,
+    DagRun,
+    Deferral,
+    TaskInstance,
+    TaskStates,
+    Triggerer,
+    TriggerFailed,
+    Worker,
+    WorkerDied,
+    context_for,
+    now_as_datetime,
+    state_after,
+)
+
+#: Real seconds per simulated second. A 15-minute grace takes 0.9 real seconds.
+TIME_SCALE = 0.001
+VERDICT_ANNOTATION = "airflow-k8s-retry.io/verdict"
+FAULT_VERBS = ("get", "list", "watch", "create", "patch", "delete")
+FAULT_STATUSES: tuple[int | str, ...] = (500, 429, "reset", 410, "slow", 403, "lost")
+TERMINAL = ("success", "failed", "skipped")
+
+
+# -- the plan -------------------------------------------------------------------------------------
+
+
+@dataclass
+class FaultPlan:
+    verb: str
+    resource: str
+    status: int | str
+    times: int
+    after: float  # simulated seconds after the task starts
+    delay: float = 0.0  # real seconds, for "slow"
+
+    def describe(self) -> str:
+        return f"{self.status} x{self.times} on {self.verb} {self.resource} at +{self.after:.0f}s"
+
+
+@dataclass
+class Plan:
+    seed: int
+    fate: fates.Fate
+    retries: int
+    on_finish_action: str
+    do_xcom_push: bool
+    faults: list[FaultPlan]
+    #: ``(kind, after)``: ``restart`` (graceful), ``kill9`` or ``stale`` (A stalls, B takes over).
+    triggerer: tuple[str, float] | None
+    #: ``(try number, crash plan)``.
+    crash: tuple[int, CrashPlan] | None
+    #: ``(kind, after)``: ``mark_failed`` or ``delete_run`` while deferred.
+    user_kill: tuple[str, float] | None
+    #: ``(try number, n)``: the n-th XCom push of that try fails (the execution API answers 503).
+    xcom_fault: tuple[int, int] | None = None
+
+    def describe(self) -> str:
+        parts = [f"fate={self.fate.kind}", f"retries={self.retries}", f"on_finish={self.on_finish_action}"]
+        if self.do_xcom_push:
+            parts.append("xcom")
+        parts += [f"fault[{f.describe()}]" for f in self.faults]
+        if self.triggerer:
+            parts.append(f"triggerer={self.triggerer[0]}@+{self.triggerer[1]:.0f}s")
+        if self.crash:
+            try_number, crash = self.crash
+            what = (
+                "kill" if crash.kill else ("crash-after-call" if crash.answer_lost else "crash-before-call")
+            )
+            parts.append(f"worker={what}#{crash.at}@try{try_number}")
+        if self.user_kill:
+            parts.append(f"user={self.user_kill[0]}@+{self.user_kill[1]:.0f}s")
+        if self.xcom_fault:
+            parts.append(f"airflow=xcom_push_503#{self.xcom_fault[1]}@try{self.xcom_fault[0]}")
+        return " ".join(parts)
+
+
+def draw_plan(seed: int) -> Plan:
+    rng = random.Random(seed)
+    fate = fates.draw(rng, seed)
+    retries = rng.choice([0, 1, 1, 2, 3])
+    on_finish = rng.choices(["delete_pod", "delete_succeeded_pod", "keep_pod"], [8, 1, 1])[0]
+    faults: list[FaultPlan] = []
+    for _ in range(rng.choice([0, 1, 1, 2, 3, 4])):
+        verb = rng.choice(FAULT_VERBS)
+        resource = "pods"
+        if verb in ("list", "watch") and rng.random() < 0.3:
+            resource = "events"
+        elif verb == "get" and rng.random() < 0.2:
+            resource = "pods/log"
+        status = rng.choice(FAULT_STATUSES)
+        faults.append(
+            FaultPlan(
+                verb=verb,
+                resource=resource,
+                status=status,
+                times=rng.choice([1, 1, 2, 3]),
+                after=round(rng.uniform(0, 120), 1),
+                delay=round(rng.uniform(0.02, 0.2), 3) if status == "slow" else 0.0,
+            )
+        )
+    triggerer = None
+    if rng.random() < 0.4:
+        triggerer = (rng.choice(["restart", "kill9", "stale"]), round(rng.uniform(0, 150), 1))
+    crash = None
+    if rng.random() < 0.35:
+        mode = rng.choice(["before", "after", "kill"])
+        crash = (
+            rng.randint(1, retries + 1),
+            CrashPlan(at=rng.randint(1, 8), answer_lost=mode == "after", kill=mode == "kill"),
+        )
+    user_kill = None
+    if rng.random() < 0.1:
+        user_kill = (rng.choice(["mark_failed", "mark_failed", "delete_run"]), round(rng.uniform(0, 120), 1))
+    do_xcom_push = rng.random() < 0.15
+    xcom_fault = None  # drawn last, so the draws above stay what they were before it existed
+    if rng.random() < 0.08:
+        xcom_fault = (rng.randint(1, retries + 1), rng.randint(1, 3))
+    return Plan(
+        xcom_fault=xcom_fault,
+        seed=seed,
+        fate=fate,
+        retries=retries,
+        on_finish_action=on_finish,
+        do_xcom_push=do_xcom_push,
+        faults=faults,
+        triggerer=triggerer,
+        crash=crash,
+        user_kill=user_kill,
+    )
+
+
+# -- the result -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Violation:
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+@dataclass
+class Result:
+    seed: int
+    plan: str
+    state: str | None
+    tries: int
+    real_seconds: float
+    sim_seconds: float
+    violations: list[Violation] = field(default_factory=list)
+    faults_hit: Counter[str] = field(default_factory=Counter)
+    verdicts: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: The latest a scripted kubelet step fired, in simulated seconds (how starved the run was).
+    max_lag: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "plan": self.plan,
+            "state": self.state,
+            "tries": self.tries,
+            "real_seconds": round(self.real_seconds, 3),
+            "sim_seconds": round(self.sim_seconds, 1),
+            "violations": [{"kind": v.kind, "detail": v.detail} for v in self.violations],
+            "faults_hit": dict(self.faults_hit),
+            "verdicts": self.verdicts,
+            "notes": self.notes,
+            "max_lag": round(self.max_lag, 1),
+        }
+
+    def explain(self) -> str:
+        lines = [f"seed {self.seed}: {self.plan}", f"  ended {self.state} after {self.tries} tr(y/ies)"]
+        lines += [f"  verdict {v}" for v in self.verdicts]
+        lines += [f"  note {n}" for n in self.notes]
+        lines += [f"  VIOLATION {v}" for v in self.violations]
+        lines.append(f"  replay: make chaos SEED={self.seed}")
+        return "\n".join(lines)
+
+
+# -- the environment shared by the runs of one process --------------------------------------------
+
+
+class Environment:
+    """One simulator, one simulated clock and one model of task states for a process's runs."""
+
+    def __init__(self, time_scale: float = TIME_SCALE) -> None:
+        self.time_scale = time_scale
+        self.executions = 0
+        _warm_up()
+        self._start_cluster()
+        self.clock = self.cluster.sim_clock()
+        self.states = TaskStates()
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(self.states.serving())
+        self._stack.enter_context(_pace(self.clock, time_scale))
+        Worker.install()
+
+    def _start_cluster(self) -> None:
+        from airflow_k8s_retry.testing import FakeCluster
+
+        self.cluster = FakeCluster(
+            {"time_scale": self.time_scale, "nodes": [{"name": "chaos-node", "cpu": "64"}]}
+        )
+        self.cluster.start()
+        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig)
+        self.runs = 0
+
+    def renew(self) -> None:
+        """A fresh simulator (same clock): the old one's leftovers no longer cost time."""
+        self.cluster.stop()
+        self._start_cluster()
+        self.runs = 1
+
+    def close(self) -> None:
+        self._stack.close()
+        self.cluster.stop()
+
+
+def _warm_up() -> None:
+    """Import what a run needs first: a second of importing is 1,000 simulated seconds mid-run."""
+    import importlib
+
+    for module in (
+        "airflow.serialization.serialized_objects",
+        "airflow.sdk.execution_time.task_runner",
+        "airflow_k8s_retry.operators",
+        "airflow_k8s_retry.triggers",
+        "airflow_k8s_retry.kube.hub",
+        "airflow_k8s_retry.kube.aio",
+        "airflow_k8s_retry.kube.pods",
+        "airflow_k8s_retry.connection",
+        "airflow_k8s_retry.classification",
+        "kubernetes.client",
+        "kubernetes.stream",
+        "kubernetes_asyncio.client",
+        "asgiref.sync",
+        "aiohttp",
+    ):
+        importlib.import_module(module)
+
+
+@contextlib.contextmanager
+def _pace(clock: Any, scale: float) -> Any:
+    """Run the trigger on the simulated clock, and the watch hub's real-time knobs at the same pace.
+
+    These are the package's documented injection points (``PodStateTrigger.clock`` and the
+    ``WatchHub`` class settings); knobs a newer version no longer has are left alone.
+    """
+    from airflow_k8s_retry.kube.hub import WatchHub
+    from airflow_k8s_retry.triggers import PodStateTrigger
+
+    saved_clock = PodStateTrigger.__dict__.get("clock")
+    PodStateTrigger.clock = clock
+    knobs = {"backoff_base": 0.5, "backoff_cap": 30.0, "confirm_delay": 2.0}
+    saved = {k: WatchHub.__dict__[k] for k in knobs if k in WatchHub.__dict__}
+    for knob in saved:
+        setattr(WatchHub, knob, knobs[knob] * scale * 20)
+    try:
+        yield
+    finally:
+        PodStateTrigger.clock = saved_clock
+        for knob, value in saved.items():
+            setattr(WatchHub, knob, value)
+
+
+# -- one run ---------------------------------------------------------------------------------------
+
+
+class ChaosRun:
+    def __init__(self, env: Environment, plan: Plan) -> None:
+        self.env = env
+        self.plan = plan
+        self.cluster = env.cluster
+        self.clock = env.clock
+        seed = plan.seed
+        env.executions += 1
+        self.namespace = f"chaos-{seed}-{env.executions}"
+        self.image = f"chaos.example/s{seed}/app:1"
+        self.dag_id = "chaos"
+        self.task_id = f"task{seed}"
+        self.run_id = f"manual__chaos-{seed}"
+        self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        self.triggerers: list[Triggerer] = []
+        self.notes: list[str] = []
+        self.verdicts: list[tuple[int, str, str, str]] = []  # (try, pod uid, outcome, reason)
+        self.deferred_uids: dict[str, int] = {}  # pod uid -> try that deferred on it
+        self.interrupted_tries: set[int] = set()
+        self.killed_by_user = False
+        self.hang = False
+        self._trigger_ids = 0
+        self._pending_faults = sorted(plan.faults, key=lambda f: f.after)
+        self._disrupted: set[str] = set()
+        self._disrupt_at: dict[str, float] = {}
+        self._handed_over = False
+
+    # -- the task's pieces, as Airflow builds them ------------------------------------------------
+
+    def make_operator(self) -> Any:
+        from airflow_k8s_retry.operators import RetryingPodOperator
+
+        kwargs: dict[str, Any] = dict(self.plan.fate.operator)
+        timeout = kwargs.pop("execution_timeout", None)
+        if kwargs.get("env_vars"):
+            from kubernetes.client import models as k
+
+            kwargs["env_vars"] = [
+                k.V1EnvVar(
+                    name=e["name"],
+                    value_from=k.V1EnvVarSource(
+                        secret_key_ref=k.V1SecretKeySelector(
+                            name=e["valueFrom"]["secretKeyRef"]["name"],
+                            key=e["valueFrom"]["secretKeyRef"]["key"],
+                        )
+                    ),
+                )
+                for e in kwargs["env_vars"]
+            ]
+        if kwargs.get("volumes"):
+            from kubernetes.client import models as k
+
+            kwargs["volumes"] = [
+                k.V1Volume(
+                    name=v["name"], secret=k.V1SecretVolumeSource(secret_name=v["secret"]["secretName"])
+                )
+                for v in kwargs["volumes"]
+            ]
+            kwargs["volume_mounts"] = [
+                k.V1VolumeMount(name=m["name"], mount_path=m["mountPath"]) for m in kwargs["volume_mounts"]
+            ]
+        if self.plan.on_finish_action == "delete_succeeded_pod":
+            kwargs["on_finish_action"] = "delete_succeeded_pod"
+        elif self.plan.on_finish_action == "keep_pod":
+            kwargs["on_finish_action"] = "keep_pod"
+        return RetryingPodOperator(
+            task_id=self.task_id,
+            image=self.image,
+            namespace=self.namespace,
+            kubernetes_conn_id=None,
+            retries=self.plan.retries,
+            retry_delay=timedelta(seconds=0),
+            execution_timeout=timedelta(seconds=timeout) if timeout else None,
+            do_xcom_push=self.plan.do_xcom_push,
+            get_logs=True,
+            poll_interval=max(0.01, 10 * self.env.time_scale),
+            **kwargs,
+        )
+
+    def execution_timeout(self) -> float | None:
+        value = self.plan.fate.operator.get("execution_timeout")
+        return float(value) if value else None
+
+    # -- driving ---------------------------------------------------------------------------------
+
+    def on_event(self, triggerer: str, trigger_id: int, payload: Any) -> None:
+        self.events.put((triggerer, trigger_id, payload))
+
+    def triggerer(self, name: str) -> Triggerer:
+        t = Triggerer(name, self.on_event)
+        self.triggerers.append(t)
+        return t
+
+    def execute(self) -> Result:
+        plan = self.plan
+        self.cluster.clear_faults()
+        self.cluster.add_namespace(self.namespace)
+        self.cluster.set_image(self.image, plan.fate.image)
+        started_real = time.monotonic()
+        lags_before = len(self.cluster.timer_lag())
+        self.started = self.clock.now()
+        # Generous: a task that never ends exceeds any bound, one slowed by a loaded machine should not.
+        per_try = 3 * plan.fate.bound + (self.execution_timeout() or 0) + 1500
+        self.bound = self.started + (plan.retries + 1) * per_try
+        self.dag_run = DagRun(self.dag_id, self.run_id, now_as_datetime(self.started))
+        state: str | None = None
+        try_number = 0
+        active = [self.triggerer("A"), self.triggerer("B")]
+        try:
+            while True:
+                try_number += 1
+                state = self.run_try(try_number, active)
+                if state != "up_for_retry":
+                    break
+            if state not in TERMINAL:
+                self.notes.append(f"ended in {state}")
+            self.settle()
+        finally:
+            audit = [r for r in self.cluster.audit_records() if r.get("namespace") == self.namespace]
+            pods = [p for p in self.cluster.all_pods() if p["metadata"].get("namespace") == self.namespace]
+            self.cluster.clear_faults()
+            for t in self.triggerers:
+                t.close()
+            # The run's triggerer processes are gone: their watches end with them.
+            self.cluster.drop_watches(reset=True)
+        result = Result(
+            seed=plan.seed,
+            plan=plan.describe(),
+            state=state,
+            tries=try_number,
+            real_seconds=time.monotonic() - started_real,
+            sim_seconds=self.clock.now() - self.started,
+            notes=self.notes,
+        )
+        lags = self.cluster.timer_lag()[lags_before:]
+        result.max_lag = max(lags, default=0.0) / self.env.time_scale
+        if result.max_lag > 200:
+            self.notes.append(f"the simulator ran up to {result.max_lag:.0f} sim s late (a loaded machine)")
+        result.verdicts = [f"try {t} pod {u[:8]}: {o} {r}" for t, u, o, r in self.verdicts]
+        result.faults_hit = Counter(
+            f"{r['fault']} {r['verb']}" for r in audit if r.get("kind") == "request" and "fault" in r
+        )
+        result.violations = check(self, state, audit, pods)
+        return result
+
+    def new_ti(self, try_number: int) -> TaskInstance:
+        return TaskInstance(
+            dag_id=self.dag_id,
+            task_id=self.task_id,
+            run_id=self.run_id,
+            try_number=try_number,
+            max_tries=self.plan.retries,
+            start_date=now_as_datetime(self.clock.now()),
+        )
+
+    def run_try(self, try_number: int, triggerers: list[Triggerer]) -> str:
+        """One try from the worker's start to the state Airflow gives it."""
+        plan = self.plan
+        ti = self.new_ti(try_number)
+        if plan.xcom_fault and plan.xcom_fault[0] == try_number:
+            ti.xcom_fails_at = plan.xcom_fault[1]
+        self.env.states.set(ti, "running")
+        crash = plan.crash[1] if plan.crash and plan.crash[0] == try_number else None
+        worker: Worker | None = None
+        op: Any = None
+
+        def on_kill() -> None:
+            self.env.states.set(ti, "failed")
+            self.killed_by_user = True
+            op.on_kill()
+
+        def fresh_worker() -> Worker:
+            nonlocal worker
+            worker = Worker(crash, on_kill) if worker is None else worker
+            ti.boundary = worker.boundary
+            return worker
+
+        call: tuple[str, Any] = ("execute", None)
+        while True:
+            self.advance()
+            op = self.make_operator()  # every worker start parses the DAG again
+            context = context_for(ti, self.dag_run, op)
+            w = fresh_worker()
+            outcome, value = self.call_worker(w, op, context, call)
+            if outcome == "died":
+                self.interrupted_tries.add(try_number)
+                self.notes.append(f"try {try_number}: worker died {value}")
+                if self.killed_by_user:
+                    return "failed"
+                # The scheduler finds the try without a heartbeat and fails it (retry if eligible).
+                state = state_after(RuntimeError("task instance heartbeat timeout"), ti, plan.retries)
+                self.env.states.set(ti, state)
+                return state
+            if outcome == "deferred":
+                deferral: Deferral = value
+                uid = deferral.trigger_kwargs.get("pod_uid")
+                if isinstance(uid, str):
+                    self.deferred_uids[uid] = try_number
+                self.env.states.set(ti, "deferred")
+                resumed = self.wait_deferred(ti, deferral, triggerers)
+                if resumed is None:  # killed by the user while deferred
+                    self.interrupted_tries.add(try_number)
+                    return "failed"
+                self.env.states.set(ti, "scheduled")
+                self.env.states.set(ti, "queued")
+                self.env.states.set(ti, "running")
+                call = ("resume", resumed)
+                continue
+            error = value if outcome == "raised" else None
+            if error is not None:
+                self.notes.append(f"try {try_number}: {type(error).__name__}: {str(error)[:160]}")
+            state = state_after(error, ti, plan.retries)
+            self.env.states.set(ti, state)
+            return state
+
+    def call_worker(
+        self, worker: Worker, op: Any, context: dict[str, Any], call: tuple[str, Any]
+    ) -> tuple[str, Any]:
+        from airflow.sdk.bases.operator import ExecutorSafeguard
+        from airflow.sdk.exceptions import TaskDeferred
+
+        kind, resumed = call
+        ctx = contextvars.copy_context()  # as the task runner: the executor safeguard sees its task
+        ctx.run(ExecutorSafeguard.tracker.set, op)
+        with worker.running():
+            try:
+                if kind == "execute":
+                    value = ctx.run(op.execute, context)
+                else:
+                    next_method, next_kwargs = resumed
+                    value = ctx.run(op.resume_execution, next_method, next_kwargs, context)
+            except TaskDeferred as deferred:
+                try:
+                    worker.boundary("defer")  # the task runner hands the deferral to the supervisor
+                except WorkerDied as died:
+                    return "died", str(died)
+                return "deferred", Deferral.record(deferred)
+            except WorkerDied as died:
+                return "died", str(died)
+            except Exception as exc:
+                return "raised", exc
+            return "returned", value
+
+    def wait_deferred(self, ti: TaskInstance, deferral: Deferral, triggerers: list[Triggerer]) -> Any:
+        """Run the deferral through the triggerers until the worker may resume; None when killed."""
+        plan = self.plan
+        self._trigger_ids += 1
+        tid = self._trigger_ids
+        holder = next(t for t in triggerers if t.alive)
+        holder.run(tid, deferral.classpath, deferral.trigger_kwargs)
+        running_on = [holder]
+        deferred_at = self.clock.now()
+        timeout_at = deferred_at + deferral.timeout.total_seconds() if deferral.timeout is not None else None
+        handover = None if self._handed_over else plan.triggerer
+        user_kill = plan.user_kill
+        while True:
+            now = self.clock.now()
+            self.advance()
+            if handover is not None and now >= deferred_at + handover[1]:
+                kind = handover[0]
+                handover = None
+                self._handed_over = True
+                other = next((t for t in triggerers if t is not holder and t.alive), None)
+                if other is None:
+                    other = self.triggerer("C")
+                    triggerers.append(other)
+                if kind == "restart":
+                    holder.shutdown()
+                elif kind == "kill9":
+                    holder.kill9()
+                else:  # stale: the holder stalls, the other adopts; the holder thaws later
+                    stall = self.env.time_scale * random.Random(plan.seed + 1).uniform(30, 300)
+                    holder.stall(stall, tid)
+                other.run(tid, deferral.classpath, deferral.trigger_kwargs)
+                self.notes.append(f"trigger {tid}: {kind} of triggerer {holder.name}, now on {other.name}")
+                running_on = [other] if kind != "stale" else [holder, other]
+                holder = other
+            if user_kill is not None and now >= deferred_at + user_kill[1]:
+                kind = user_kill[0]
+                self.killed_by_user = True
+                if kind == "delete_run":
+                    self.env.states.delete_run(self.dag_id, self.run_id)
+                else:
+                    self.env.states.set(ti, "failed")
+                for t in running_on:
+                    if t.alive:
+                        t.cancel(tid, user_action=True)
+                self.notes.append(f"trigger {tid}: user {kind} while deferred")
+                for t in running_on:
+                    if t.alive:
+                        t.idle(within=35.0)
+                return None
+            if timeout_at is not None and now >= timeout_at:
+                for t in running_on:
+                    if t.alive:
+                        t.cancel(tid, user_action=False)  # timeout: no on_kill
+                self.notes.append(f"trigger {tid}: deferral timed out")
+                return Deferral.timed_out()
+            if now >= self.bound:
+                self.hang = True
+                self.env.states.set(ti, "failed")  # the user gives up on it
+                for t in running_on:
+                    if t.alive:
+                        t.cancel(tid, user_action=True)
+                self.notes.append(f"trigger {tid}: no verdict within the task's bound")
+                self.killed_by_user = True
+                return None
+            try:
+                source, fired_id, payload = self.events.get(timeout=0.005)
+            except queue.Empty:
+                continue
+            if fired_id != tid or ti.state != "deferred":
+                self.notes.append(f"trigger {fired_id} on {source}: event dropped (task {ti.state})")
+                continue
+            # Trigger.submit_event: the task leaves deferred; other copies of the trigger are cancelled.
+            for t in running_on:
+                if t.name != source and t.alive:
+                    t.cancel(tid, user_action=True)
+            if isinstance(payload, TriggerFailed):
+                return payload.resumed()
+            verdict = payload.get("verdict") or {}
+            self.verdicts.append(
+                (
+                    ti.try_number,
+                    str(payload.get("pod_uid")),
+                    str(verdict.get("outcome")),
+                    str(verdict.get("reason")),
+                )
+            )
+            return deferral.resumed_with(payload)
+
+    def advance(self) -> None:
+        """Start the faults and disruptions that are due."""
+        now = self.clock.now() - self.started
+        while self._pending_faults and self._pending_faults[0].after <= now:
+            f = self._pending_faults.pop(0)
+            self.cluster.add_fault(
+                verb=f.verb, resource=f.resource, status=f.status, times=f.times, delay_seconds=f.delay
+            )
+        disruption = self.plan.fate.disruption
+        if disruption is None:
+            return
+        kind, after = disruption
+        for pod in self.cluster.pods(self.namespace):
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            try_number = labels.get("try_number", "")
+            if try_number in self._disrupted or meta.get("deletionTimestamp"):
+                continue
+            running = any(
+                "running" in (c.get("state") or {})
+                for c in pod.get("status", {}).get("containerStatuses") or []
+            )
+            if not running:
+                continue
+            due = self._disrupt_at.setdefault(meta["name"], self.clock.now() + after)
+            if self.clock.now() >= due:
+                self._disrupted.add(try_number)
+                with contextlib.suppress(KeyError):
+                    self.cluster.disrupt(meta["name"], kind, self.namespace)
+
+    def settle(self) -> None:
+        """Let on_kill work, deletions and grace periods finish before the pods are judged."""
+        for t in self.triggerers:
+            if t.alive:
+                t.idle(within=5.0)
+
+        def quiet(cluster: Any) -> bool:
+            return all(not p["metadata"].get("deletionTimestamp") for p in cluster.pods(self.namespace))
+
+        self.cluster.wait_for(quiet, timeout=2.0)
+
+
+# -- invariants ------------------------------------------------------------------------------------
+
+
+def _intervals(audit: list[dict[str, Any]]) -> dict[str, tuple[float, float, dict[str, str]]]:
+    """Per pod UID: when a main container first ran and when it stopped (or +inf)."""
+    out: dict[str, list[Any]] = {}
+    labels: dict[str, dict[str, str]] = {}
+    for r in audit:
+        if r.get("kind") != "lifecycle":
+            continue
+        uid = r.get("uid")
+        change = str(r.get("change", ""))
+        if change == "created":
+            labels[uid] = dict(r.get("labels") or {})
+        if change.startswith("running:") and not change.endswith("airflow-xcom-sidecar"):
+            out.setdefault(uid, [r["t"], float("inf")])
+        elif (
+            uid in out
+            and out[uid][1] == float("inf")
+            and (change.startswith("terminated:") or change in ("deleted", "phase:Succeeded", "phase:Failed"))
+        ):
+            out[uid][1] = r["t"]
+    return {uid: (a, b, labels.get(uid, {})) for uid, (a, b) in out.items()}
+
+
+def check(
+    run: ChaosRun, state: str | None, audit: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> list[Violation]:
+    plan = run.plan
+    found: list[Violation] = []
+
+    # 1. At most one running pod per try, never two of one task at once.
+    spans = sorted(_intervals(audit).items(), key=lambda kv: kv[1][0])
+    for i, (uid_a, (_, end_a, labels_a)) in enumerate(spans):
+        for uid_b, (start_b, end_b, labels_b) in spans[i + 1 :]:
+            if start_b < end_a:
+                same_try = labels_a.get("try_number") == labels_b.get("try_number")
+                found.append(
+                    Violation(
+                        "two_pods_running" if not same_try else "two_pods_running_in_one_try",
+                        f"pod {uid_a[:8]} (try {labels_a.get('try_number')}) and {uid_b[:8]} "
+                        f"(try {labels_b.get('try_number')}) ran at once for "
+                        f"{(min(end_a, end_b) - start_b) / run.env.time_scale:.0f} sim s",
+                    )
+                )
+
+    # One pod per try and relaunch: a second create that landed is a duplicate.
+    created: Counter[tuple[str, str]] = Counter()
+    for p in pods:
+        lab = p["metadata"].get("labels") or {}
+        created[(lab.get("try_number", "?"), lab.get("airflow-k8s-retry.io/relaunch", "0"))] += 1
+    for (try_number, relaunch), count in created.items():
+        if count > 1:
+            found.append(
+                Violation("duplicate_pod", f"{count} pods created for try {try_number} relaunch {relaunch}")
+            )
+
+    # 2. Every pod deleted unless kept on purpose, and then stamped.
+    for p in pods:
+        if p.get("deleted") or p["metadata"].get("deletionTimestamp"):
+            continue
+        meta = p["metadata"]
+        stamp = (meta.get("annotations") or {}).get(VERDICT_ANNOTATION)
+        outcome = json.loads(stamp).get("outcome") if stamp else None
+        keep = plan.on_finish_action == "keep_pod" or (
+            plan.on_finish_action == "delete_succeeded_pod" and outcome not in (None, "succeed", "relaunch")
+        )
+        phase = (p.get("status") or {}).get("phase")
+        if stamp and keep and outcome != "relaunch":
+            continue
+        found.append(
+            Violation(
+                "leaked_pod",
+                f"pod {meta['name']} (uid {meta['uid'][:8]}, {phase}) left behind"
+                + (f", stamped {outcome}" if stamp else ", not stamped"),
+            )
+        )
+
+    # 3. Exactly one verdict per pod.
+    per_pod = Counter(uid for _, uid, _, _ in run.verdicts)
+    for uid, count in per_pod.items():
+        if count > 1:
+            found.append(Violation("two_verdicts", f"pod {uid[:8]} got {count} verdicts"))
+    for uid, try_number in run.deferred_uids.items():
+        if per_pod[uid] == 0 and try_number not in run.interrupted_tries and not run.hang:
+            found.append(Violation("no_verdict", f"pod {uid[:8]} of try {try_number} was never judged"))
+    by_uid = {p["metadata"]["uid"]: p for p in pods}
+    for _, uid, _, reason in run.verdicts:
+        stamp = ((by_uid.get(uid) or {}).get("metadata", {}).get("annotations") or {}).get(VERDICT_ANNOTATION)
+        if stamp and json.loads(stamp).get("reason") != reason:
+            found.append(
+                Violation(
+                    "conflicting_verdicts",
+                    f"pod {uid[:8]}: stamped {json.loads(stamp).get('reason')}, acted on {reason}",
+                )
+            )
+
+    # 4. Every task ends within its bound.
+    if run.hang:
+        found.append(Violation("hang", f"no verdict within {run.bound - run.started:.0f} sim s"))
+    elif state not in TERMINAL:
+        found.append(Violation("not_terminal", f"the task ended in {state}"))
+
+    # 5. The verdict matches the scripted fate.
+    allowed = set(plan.fate.reasons)
+    if run.execution_timeout() is not None:
+        allowed.add(fates.TIMEOUT)
+    if plan.fate.kind == "missing_volume" and " events at " in plan.describe():
+        allowed.add("startup.timeout")  # without the Events feed, a FailedMount is only a slow start
+    for try_number, uid, outcome, reason in run.verdicts:
+        if reason not in allowed:
+            found.append(
+                Violation(
+                    "wrong_verdict",
+                    f"try {try_number} pod {uid[:8]}: {outcome} {reason}, "
+                    f"fate {plan.fate.kind} allows {sorted(allowed)}",
+                )
+            )
+    undisturbed = not plan.faults and plan.crash is None and plan.user_kill is None and not plan.xcom_fault
+    if undisturbed and not run.hang:
+        expected = {"success": "success", "skipped": "skipped", "failed": "failed", "failed_now": "failed"}[
+            plan.fate.terminal
+        ]
+        if state != expected:
+            found.append(
+                Violation("wrong_end", f"fate {plan.fate.kind} should end {expected}, ended {state}")
+            )
+        if plan.fate.terminal == "failed_now" and run_tries(run) > 1:
+            found.append(Violation("wrong_end", "a permanent failure was retried"))
+    return found
+
+
+def run_tries(run: ChaosRun) -> int:
+    return max([t for t, *_ in run.verdicts], default=1)
+
+
+#: Runs one simulator serves before a fresh one replaces it (leaked pods and history pile up).
+RUNS_PER_CLUSTER = 25
+
+
+def run_seed(env: Environment, seed: int) -> Result:
+    env.runs += 1
+    if env.runs > RUNS_PER_CLUSTER:
+        env.renew()
+    return ChaosRun(env, draw_plan(seed)).execute()

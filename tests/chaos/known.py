@@ -1,0 +1,94 @@
+"""What a violation shows: its likely cause, named after the item of the reliability review it maps to.
+
+``diagnose`` reads a violation together with the run's plan and notes. It never hides anything:
+a violation it cannot place is reported as ``unexplained``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: cause -> (review item, what it is)
+CAUSES: dict[str, tuple[str, str]] = {
+    "stamped_pod_not_deleted": (
+        "#1",
+        "a stamped pod whose DELETE (or the XCom push before it) failed is never deleted",
+    ),
+    "earlier_try_still_running": (
+        "#1",
+        "the next try started beside a stamped, undeleted pod of the try before",
+    ),
+    "verdict_to_delete_crash": (
+        "#1 (and #6 on the last try)",
+        "the worker died between the verdict and the delete on the last try: nothing deletes the pod",
+    ),
+    "create_to_defer_leak": (
+        "#6",
+        "the pod outlives a failure between create and defer (lost create answer, crash, error)",
+    ),
+    "deleted_run_keeps_pod": ("#4", "a deleted DAG run leaves its pod (on_kill keeps it)"),
+    "on_kill_delete_failed": (
+        "#1's missing DELETE retry, in on_kill (review answers §1: on_kill DELETE, logged, leak)",
+        "on_kill could not delete the pod of a killed task (its DELETE hit a fault, no retry)",
+    ),
+    "handover_deletes_live_pod": (
+        "#5",
+        "a stale triggerer's on_kill deleted the pod after the other triggerer fired",
+    ),
+    "relaunch_overlap": ("#8", "a relaunch ran beside the disrupted pod of the same try"),
+    "stale_recheck_hang": ("#3", "no verdict: the trigger never re-read a pod its watch lost"),
+    "quota_403_permanent": ("#7", "a quota 403 at create failed the task permanently"),
+    "disruption_judged_as_deletion": (
+        "new (not in the review)",
+        "a preempted/evicted pod seen only once gone is judged pod.deleted_externally: a try is spent",
+    ),
+    "starved_run": (
+        "none (the test machine)",
+        "no verdict within the bound while the simulator itself ran late: a starved run, not a finding",
+    ),
+    "unexplained": ("?", "not yet placed; see the seed's replay"),
+}
+
+
+def _has(plan: str, *words: str) -> bool:
+    return all(w in plan for w in words)
+
+
+def diagnose(violation: Any, result: Any) -> str:
+    kind = violation.kind
+    detail = violation.detail
+    plan = result.plan
+    notes = " ".join(result.notes)
+    if kind == "leaked_pod":
+        if "user=delete_run" in plan:
+            return "deleted_run_keeps_pod"
+        if ", stamped" in detail:
+            return "stamped_pod_not_deleted"
+        if "airflow=xcom_push_503" in plan:
+            return "create_to_defer_leak"  # the XCom push after the create failed (#6)
+        if "user=mark_failed" in plan or "worker=kill" in plan:
+            return "on_kill_delete_failed"
+        died = [n for n in result.notes if "worker died" in n]
+        launching = ("POST", "pod_name", "pod_namespace", "defer")
+        if died and not any(word in n for n in died for word in launching):
+            return "verdict_to_delete_crash"
+        return "create_to_defer_leak"
+    if kind in ("two_pods_running",):
+        return "earlier_try_still_running"
+    if kind == "two_pods_running_in_one_try":
+        return "relaunch_overlap"
+    if kind == "hang":
+        if "ran up to" in notes and "a loaded machine" in notes:
+            return "starved_run"
+        return "stale_recheck_hang"
+    if kind == "wrong_end" and "exceeded quota" in notes:
+        return "quota_403_permanent"
+    if (
+        kind in ("wrong_verdict", "wrong_end")
+        and "fate=disruption" in plan
+        and ("pod.deleted_externally" in detail or "pod.deleted_externally" in " ".join(result.verdicts))
+    ):
+        return "disruption_judged_as_deletion"
+    if kind in ("wrong_verdict", "no_verdict") and "triggerer=stale" in plan:
+        return "handover_deletes_live_pod"
+    return "unexplained"
