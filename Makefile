@@ -6,7 +6,7 @@ CONSTRAINTS := constraints/constraints-3.11.txt
 STAMP := $(VENV)/.installed
 export AIRFLOW_K8S_RETRY_REPO := $(CURDIR)
 
-.PHONY: test lint unit demo bench bench-smoke tools constraints clean chaos
+.PHONY: test lint unit demo bench bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,13 +14,19 @@ $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e ".[test,bench]"
 	touch $(STAMP)
 
-# kubectl (Debian's kubernetes-client) is used by one conformance test of the simulator.
+# kubectl (Debian's kubernetes-client) is used by one conformance test of the simulator;
+# chromium (Debian's) by the browser test of the failures page.
 tools:
 	@command -v kubectl >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null) \
 	      || echo "warning: could not install kubectl (Debian package kubernetes-client)"; \
 	  else echo "warning: kubectl missing; install Debian's kubernetes-client"; fi; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "warning: could not install chromium (Debian package chromium)"; \
+	  else echo "warning: chromium missing; install Debian's chromium"; fi; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -30,8 +36,22 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not cluster"
 
-test: $(STAMP) tools lint
+test: $(STAMP) tools lint controlplane
 	$(BIN)/pytest
+	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
+	  $(BIN)/pytest -m cluster
+
+# The real control plane (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, KWOK),
+# built from tools/controlplane/go.mod into a cache outside the repository, keyed by the pins.
+controlplane:
+	@tools/controlplane/build.sh >/dev/null
+
+cluster-up: $(STAMP) controlplane
+	$(BIN)/python -m airflow_k8s_retry.testing.controlplane up --bin "$$(tools/controlplane/build.sh --path)" \
+	  --dir .cluster $(if $(SCENARIO),--scenario "$(SCENARIO)")
+
+cluster-down: $(STAMP)
+	$(BIN)/python -m airflow_k8s_retry.testing.controlplane down --dir .cluster
 
 demo: $(STAMP)
 	$(BIN)/python -m demo.run

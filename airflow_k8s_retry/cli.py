@@ -34,6 +34,7 @@ from airflow_k8s_retry.classification import (
     trace,
 )
 from airflow_k8s_retry.classification.classifier import duration
+from airflow_k8s_retry.live_pod import add_arguments as add_live_arguments
 
 USAGE_ERROR = 2
 
@@ -207,6 +208,8 @@ def _trace_lines(checks: Sequence[RuleCheck]) -> list[str]:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    if args.live_pod or args.pod is None:
+        return _explain_live(args)
     try:
         pod = load_pod(args.pod)
         events = load_events(args.events) if args.events else []
@@ -225,6 +228,57 @@ def _explain(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render(verdict, now=now, elapsed=args.elapsed, pod=pod, out=sys.stdout, checks=checks)
+    return 0
+
+
+def _explain_live(args: argparse.Namespace) -> int:
+    """``explain --pod NAME``: the pod and its Events as the cluster has them now."""
+    from airflow_k8s_retry.classification import classify
+    from airflow_k8s_retry.live_pod import LivePodError, read_live_pod
+
+    if not args.live_pod:
+        print("error: give a pod file (POD.json) or a live pod (--pod NAME)", file=sys.stderr)
+        return USAGE_ERROR
+    if args.events:
+        print("error: --events goes with a pod file; --pod reads the pod's Events itself", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        policy = load_policy(args.policy) if args.policy else None
+        live = read_live_pod(args.live_pod, args.namespace, args.conn_id)
+    except (InputError, LivePodError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    now = time.time()
+    relaunches = args.relaunches or live.relaunches
+    if live.history is not None and not args.elapsed:
+        # The trigger's own memory of this pod: its timers, as they stand now.
+        verdict = classify(live.pod, live.events, live.history, now=now, policy=policy, relaunches=relaunches)
+        seen = live.history.first_seen
+        elapsed = max(0.0, now - min(seen.values())) if seen else 0.0
+    else:
+        verdict = classify_seen_for(
+            live.pod, live.events, elapsed=args.elapsed, now=now, policy=policy, relaunches=relaunches
+        )
+        elapsed = args.elapsed
+    # The trace reads the same memory as the verdict: a decayed pull message is explained by the
+    # strongest cause the trigger remembers, as it was for the verdict.
+    remembered = live.history if live.history is not None and not args.elapsed else None
+    checks = trace(live.pod, live.events, remembered, now=now) if args.trace else None
+    if args.json:
+        result = explanation(verdict, now=now, elapsed=elapsed, checks=checks)
+        result["stamped"] = live.stamped.summary() if live.stamped else None
+        result["source"] = live.source
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    render(verdict, now=now, elapsed=elapsed, pod=live.pod, out=sys.stdout, checks=checks)
+    sys.stdout.write(f"read:     live from {live.source}, {len(live.events)} Events")
+    sys.stdout.write("; timers from the trigger's history on the pod\n" if live.history else "\n")
+    if live.stamped is not None:
+        sys.stdout.write(
+            f"stamped:  {live.stamped.outcome.value.upper()}  {live.stamped.reason.value} "
+            "(the verdict this package already acted on)\n"
+        )
     return 0
 
 
@@ -247,8 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Classify a pod saved as JSON: outcome, reason code, matching rule and deadline.",
     )
     explain.add_argument(
-        "pod", metavar="POD.json", help="the pod: kubectl get pod NAME -o json ('-' for stdin)"
+        "pod", metavar="POD.json", nargs="?", help="the pod: kubectl get pod NAME -o json ('-' for stdin)"
     )
+    add_live_arguments(explain)
     explain.add_argument(
         "--events",
         metavar="EVENTS.json",

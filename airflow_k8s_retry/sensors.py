@@ -23,6 +23,8 @@ from airflow.sdk import BaseSensorOperator
 
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent, PodSelectionError
+from airflow_k8s_retry.hints import with_hint
+from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -245,6 +247,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
 
         verdict = pod_event.verdict
         name, namespace = pod_event.pod_name, pod_event.namespace
+        count_task_verdict(verdict, context, namespace)
         if name:
             context["ti"].xcom_push(key="pod_name", value=name)
             context["ti"].xcom_push(key="pod_namespace", value=namespace)
@@ -290,7 +293,8 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
                 body = None
         except KubeError as exc:
             self.log.warning("Could not read the evidence of pod %s: %s", name, exc)
-        return failure_report(pod_event.verdict.to_payload(), pod=body, events=events, log_tail=tail)
+        report = failure_report(pod_event.verdict.to_payload(), pod=body, events=events, log_tail=tail)
+        return with_hint(report, pod_event.verdict)
 
     def _delete(self, client: PodClient, pod_event: PodEvent) -> None:
         """``delete_pod_on_finish``: stamp and delete by UID; an API refusal is logged, not raised

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_k8s_retry import metrics
 from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
 from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
@@ -38,6 +39,7 @@ from airflow_k8s_retry.kube.naming import (
     VERDICT_ANNOTATION,
     TryIdentity,
 )
+from airflow_k8s_retry.kube.rbac import rbac_message
 
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
 #: Outcomes that get a last look at the pod before they are emitted.
@@ -46,11 +48,24 @@ _LOOK_AGAIN = frozenset({Outcome.RETRY, Outcome.FAIL, Outcome.RELAUNCH})
 _QUIET_LIMIT = 300.0
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
 _STATE_LOOKUP_TIMEOUT = 10.0
+#: Task instance states only a user action (or a cleared / deleted run) produces while the task is
+#: deferred: ``on_kill`` deletes the pod in these. In every other state (``deferred``: the trigger
+#: is moving to another triggerer; ``scheduled``, ``queued``, ``running``: another triggerer fired
+#: and the worker is acting on the verdict; ``up_for_retry``, ``restarting``) the pod belongs to
+#: someone else now, and the next try's sweep removes anything left over.
+_KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
+#: How long past its termination grace a disrupted pod may still run before RELAUNCH fires anyway
+#: (a lost node never reports its containers stopped).
+_RELAUNCH_HOLD_PADDING = 30.0
 
 #: ``on_kill`` work that outlived the cancelled ``on_kill`` call; referenced here until it is done.
 _KILL_WORK: set[asyncio.Future[None]] = set()
 
 TaskStateLookup = Callable[[TryIdentity], Awaitable[str | None]]
+
+
+class TaskInstanceGone(LookupError):
+    """The task instance no longer exists: its DAG run (or DAG) was deleted."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +104,9 @@ class PodEvent:
 async def airflow_task_state(identity: TryIdentity) -> str | None:
     """The task instance's current state, read through the Task SDK (works inside the triggerer).
 
-    Raises when the state cannot be read; the caller decides what that means.
+    Raises :class:`TaskInstanceGone` when Airflow answers without this task instance (its DAG run
+    was deleted: the execution API then returns an empty map), and any other exception when the
+    state cannot be read; the caller decides what that means.
     """
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
     from asgiref.sync import sync_to_async
@@ -104,7 +121,7 @@ async def airflow_task_state(identity: TryIdentity) -> str | None:
     per_run = dict(states.get(identity.run_id) or {})
     key = identity.task_id if map_index is None else f"{identity.task_id}_{map_index}"
     if key not in per_run:
-        raise LookupError(f"no task instance {identity.dag_id}.{key} in run {identity.run_id}")
+        raise TaskInstanceGone(f"no task instance {identity.dag_id}.{key} in run {identity.run_id}")
     state = per_run[key]
     return None if state is None else str(getattr(state, "value", state))
 
@@ -238,6 +255,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self._subscription: PodSubscription | None = None
         self._stamped: dict[str, Any] | None = None
         self._may_annotate = True
+        self._relaunch_seen: float | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -278,11 +296,14 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             poll_interval=self.poll_interval,
         )
         self._subscription = sub
+        metrics.follow_feeds(WatchHub.current())
         try:
             verdict = await self._decide(sub)
         finally:
             self._subscription = None
             await sub.close()
+            metrics.send_feed_gauges(WatchHub.current())
+        metrics.time_trigger_verdict(verdict, self.clock.now(), self._policy, self.identity, self.namespace)
         self.log.info(
             "Pod %s/%s: %s (%s) %s",
             self.namespace, self.pod_name, verdict.outcome.value, verdict.reason.value, verdict.message,
@@ -365,9 +386,10 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                     )
                 assert verdict is not None
                 history = verdict.history
+                hold = None if gone else self._relaunch_hold(verdict, pod, now)
                 if not verdict.outcome.is_final:
                     await self._remember(sub, history)
-                if verdict.outcome.is_final:
+                if verdict.outcome.is_final and hold is None:
                     final, fresh = await self._last_look(sub, verdict)
                     if final is not None:
                         return final
@@ -375,15 +397,19 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                     continue
                 if self.execution_deadline is not None and now >= self.execution_deadline:
                     return self._timed_out(verdict, now)
-                wake_at = verdict.deadline
+                wake_at = hold if hold is not None else verdict.deadline
             elif self.execution_deadline is not None and clock.now() >= self.execution_deadline:
                 return self._timed_out(None, clock.now())
 
+            quiet_limit = max(_QUIET_LIMIT, 3 * self.poll_interval)
             timers = [t for t in (wake_at, self.execution_deadline) if t is not None]
             if not observed:
-                timers.append(quiet_since + max(_QUIET_LIMIT, 3 * self.poll_interval))
+                timers.append(quiet_since + quiet_limit)
             await self._wait(sub, min(timers) if timers else None)
-            if not observed and clock.now() >= quiet_since + max(_QUIET_LIMIT, 3 * self.poll_interval):
+            if not sub.pending and clock.now() >= quiet_since + quiet_limit:
+                # A timer fell due and the feed has said nothing about this pod for a long while:
+                # it may be stuck (a watch a proxy broke, a label edited off the selector, RBAC),
+                # so read the pod itself instead of re-judging what the feed last said.
                 await self._read_directly(sub)
                 quiet_since = clock.now()
 
@@ -440,14 +466,36 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             fresh, sub.events, verdict.history, now=self.clock.now(), policy=self._policy,
             relaunches=self.relaunches,
         )
-        if again.outcome is Outcome.WAIT:
+        if again.outcome is Outcome.WAIT or self._relaunch_hold(again, fresh, self.clock.now()) is not None:
             self.log.info(
                 "Pod %s: %s withdrawn, the pod is %s now (%s)",
                 self.pod_name, verdict.reason.value, again.reason.value, again.message,
             )
-            sub.offer(PodChange(pod=fresh))
+            # Follow the pod again even if the feed called it gone (it may not list it any more).
+            sub.revive(fresh)
             return None, fresh
         return again, None
+
+    def _relaunch_hold(self, verdict: Verdict, pod: Mapping[str, Any] | None, now: float) -> float | None:
+        """Until when a RELAUNCH waits for the disrupted pod's containers to stop; None: emit now.
+
+        Preemption, a drain or taint-based eviction mark the pod (``DisruptionTarget``) before its
+        graceful termination: the old container may run for ``terminationGracePeriodSeconds``
+        more, and a replacement started now would run beside it. So RELAUNCH waits until the pod
+        is gone or no container runs, bounded by the grace plus a margin: a lost node never
+        reports its containers stopped.
+        """
+        if verdict.outcome is not Outcome.RELAUNCH or pod is None or not _containers_running(pod):
+            self._relaunch_seen = None
+            return None
+        if self._relaunch_seen is None:
+            self._relaunch_seen = now
+            self.log.info(
+                "Pod %s: %s; waiting for its containers to stop before the relaunch (at most %.0f s)",
+                self.pod_name, verdict.reason.value, _termination_grace(pod) + _RELAUNCH_HOLD_PADDING,
+            )
+        until = self._relaunch_seen + _termination_grace(pod) + _RELAUNCH_HOLD_PADDING
+        return until if now < until else None
 
     def _timed_out(self, last: Verdict | None, now: float) -> Verdict:
         assert self.execution_deadline is not None
@@ -479,8 +527,15 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             )
         except Forbidden as exc:
             self._may_annotate = False
-            level = self.log.info if not self.owned else self.log.warning
-            level("Pod %s: cannot annotate (%s); grace timers are kept in memory only", self.pod_name, exc)
+            if self.owned:
+                self.log.error(
+                    "%s; grace timers are kept in memory only",
+                    rbac_message(exc, "patch", "pods", self.namespace),
+                )
+            else:
+                self.log.info(
+                    "Pod %s: cannot annotate (%s); grace timers are kept in memory only", self.pod_name, exc
+                )
             return
         except (NotFound, Conflict):
             return  # gone or replaced: the watch reports it
@@ -518,18 +573,22 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             return
         lookup = type(self).task_state_lookup
         try:
-            state = await asyncio.wait_for(lookup(self._identity), _STATE_LOOKUP_TIMEOUT)
+            state: str | None = await asyncio.wait_for(lookup(self._identity), _STATE_LOOKUP_TIMEOUT)
+        except TaskInstanceGone as exc:
+            state, why = None, f"the task instance is gone ({exc})"
         except Exception as exc:
             self.log.warning(
                 "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
                 self.pod_name, type(exc).__name__, exc,
             )
             return
-        if state == "deferred":
+        else:
+            why = f"the task instance is {state or 'cleared'}"
+        if state not in _KILLED_STATES:
             self.log.info(
-                "Pod %s kept: the task instance is still deferred (the trigger is moving to another "
-                "triggerer, not being killed)",
-                self.pod_name,
+                "Pod %s kept: the task instance is %s (the trigger moved to another triggerer, or "
+                "another triggerer fired and the worker owns the pod now), not killed",
+                self.pod_name, state,
             )
             return
         config = self._config
@@ -539,14 +598,27 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             config = await aresolve_cluster_config(self.kubernetes_conn_id)
         try:
             async with WatchHub.current().client(config) as kube:
+                try:
+                    pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
+                except NotFound:
+                    pod = None
+                if pod is None or _uid_of(pod) != self.pod_uid:
+                    self.log.info("%s: pod %s was already gone", why, self.pod_name)
+                    return
+                if stamped_verdict(pod) is not None:
+                    # Finished business: the worker acted on a verdict and kept (or is deleting) it.
+                    self.log.info("%s: pod %s carries a verdict; left to the worker", why, self.pod_name)
+                    return
                 deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
+        except Forbidden as exc:
+            self.log.error(
+                "Pod %s kept: %s", self.pod_name, rbac_message(exc, "delete", "pods", self.namespace)
+            )
+            return
         except KubeError as exc:
             self.log.warning("Pod %s: delete after kill failed: %s", self.pod_name, exc)
             return
-        self.log.info(
-            "Task instance is %s: pod %s %s",
-            state, self.pod_name, "deleted" if deleted else "was already gone",
-        )
+        self.log.info("%s: pod %s %s", why, self.pod_name, "deleted" if deleted else "was already gone")
 
 
 def _load_policy(payload: Mapping[str, Any] | None) -> Any:
@@ -559,6 +631,28 @@ def _load_policy(payload: Mapping[str, Any] | None) -> Any:
 
 def _history_payload(history: History | None) -> dict[str, Any] | None:
     return None if history is None else history.to_payload()
+
+
+def _containers_running(pod: Mapping[str, Any]) -> bool:
+    """True while any container of ``pod`` is reported running."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    for group in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for container in status.get(group) or []:
+            if "running" in ((container or {}).get("state") or {}):
+                return True
+    return False
+
+
+def _termination_grace(pod: Mapping[str, Any]) -> float:
+    """The seconds the kubelet gives the pod's containers to stop (30 unless the spec says)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    for value in (meta.get("deletionGracePeriodSeconds"), spec.get("terminationGracePeriodSeconds")):
+        if isinstance(value, int | float) and value >= 0:
+            return float(value)
+    return 30.0
 
 
 def _is_older(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:

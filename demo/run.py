@@ -125,6 +125,27 @@ def print_table(rows: list[Row]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def print_page_hint(results: dict[str, Any]) -> None:
+    """How to open the failures page on the demo run with the most published verdicts."""
+    import sqlite3
+
+    def verdicts(result: Any) -> int:
+        with sqlite3.connect(result.database) as db:
+            return int(db.execute("select count(*) from xcom where key = 'verdict'").fetchone()[0])
+
+    counts = {dag_id: verdicts(r) for dag_id, r in results.items()}
+    dag_id = max(counts, key=lambda d: (counts[d], d))
+    home = results[dag_id].database.parent
+    print(
+        f"\nFailures page ({counts[dag_id]} verdicts of {dag_id}; every run has its own AIRFLOW_HOME):\n"
+        f"  AIRFLOW_HOME={home} AIRFLOW__CORE__DAGS_FOLDER={DAGS} "
+        f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///{home / 'airflow.db'} "
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True AIRFLOW__CORE__LOAD_EXAMPLES=False "
+        ".venv/bin/airflow api-server --port 8080\n"
+        "  then open http://127.0.0.1:8080/k8s-retry/ (or Browse > Kubernetes pod failures in the UI)"
+    )
+
+
 def main() -> int:
     sys.path.insert(0, str(REPO))
     from airflow_k8s_retry.testing import FakeCluster
@@ -191,6 +212,7 @@ def main() -> int:
         f"{len(pods) - created_by_operators} by a task for the sensor)   "
         f"pods deleted: {len(deleted)}   live pods: {len(live)}"
     )
+    print_page_hint(results)
     elapsed = time.monotonic() - started
     print(f"demo finished in {elapsed:.0f} s; Airflow output is under {runs_dir.relative_to(REPO)}/")
     return 0 if not live else 1

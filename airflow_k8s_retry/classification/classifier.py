@@ -169,27 +169,45 @@ def decide(
         message += (
             f" (still so after {duration(now - start)}, past its grace of {duration(deadline - start)})"
         )
-    if rule.reason in EXIT_CODE_REASONS and match.exit_code is not None:
-        if match.exit_code in _codes(policy.skip_on_exit_codes):
-            outcome = Outcome.SKIP
-            message += f"; exit code {match.exit_code} is in skip_on_exit_codes, so the task is skipped"
-        elif match.exit_code in _codes(policy.fail_on_exit_codes):
-            outcome = Outcome.FAIL
-            message += (
-                f"; exit code {match.exit_code} is in fail_on_exit_codes, so the task fails without retrying"
-            )
-    if outcome is Outcome.RELAUNCH and relaunches >= policy.relaunch_budget:
-        outcome = Outcome.RETRY
-        message += (
-            f"; the relaunch budget is spent ({relaunches} of {policy.relaunch_budget} relaunches used), "
-            "so this costs a try"
-        )
-    elif outcome is Outcome.RELAUNCH:
-        message += (
-            f"; a fresh pod will be started in the same try "
-            f"(relaunch {relaunches + 1} of {policy.relaunch_budget})"
-        )
+    outcome, message = _exit_code_lists(rule, match, outcome, message, policy)
+    outcome, message = _relaunch_budget(outcome, message, policy, relaunches)
     return Verdict(outcome, rule.reason, message, rule.name, evidence=evidence, history=history)
+
+
+def _exit_code_lists(
+    rule: Rule, match: Fact, outcome: Outcome, message: str, policy: FailurePolicy
+) -> tuple[Outcome, str]:
+    """Apply ``skip_on_exit_codes`` / ``fail_on_exit_codes`` to an exit-code verdict."""
+    code = match.exit_code
+    if rule.reason not in EXIT_CODE_REASONS or code is None:
+        return outcome, message
+    if code in _codes(policy.skip_on_exit_codes):
+        return Outcome.SKIP, f"{message}; exit code {code} is in skip_on_exit_codes, so the task is skipped"
+    if code in _codes(policy.fail_on_exit_codes):
+        return (
+            Outcome.FAIL,
+            f"{message}; exit code {code} is in fail_on_exit_codes, so the task fails without retrying",
+        )
+    return outcome, message
+
+
+def _relaunch_budget(
+    outcome: Outcome, message: str, policy: FailurePolicy, relaunches: int
+) -> tuple[Outcome, str]:
+    """A relaunch within the budget says which one it is; past the budget it costs a try."""
+    if outcome is not Outcome.RELAUNCH:
+        return outcome, message
+    budget = policy.relaunch_budget
+    if relaunches >= budget:
+        return (
+            Outcome.RETRY,
+            f"{message}; the relaunch budget is spent ({relaunches} of {budget} relaunches used), "
+            "so this costs a try",
+        )
+    return (
+        outcome,
+        f"{message}; a fresh pod will be started in the same try (relaunch {relaunches + 1} of {budget})",
+    )
 
 
 def _codes(value: object) -> frozenset[int]:

@@ -9,7 +9,7 @@ that cannot start is why the main containers wait.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,59 +213,61 @@ def _events(events: object, uid: str) -> tuple[EventView, ...]:
     return tuple(views)
 
 
+def _speaks_for_the_image(event: EventView) -> bool:
+    # "Failed" also reports config and runtime errors ('Error: secret "x" not found'): only
+    # messages about pulling or inspecting an image speak for the registry.
+    lowered = event.message.lower()
+    return event.reason in PULL_EVENT_REASONS and ("pull" in lowered or "inspect image" in lowered)
+
+
+def _owner(event: EventView, containers: tuple[ContainerView, ...]) -> str | None:
+    """The container an image Event is about: by its field path, else by the image it quotes."""
+    for c in containers:
+        if event.field_path:
+            if event.field_path == c.field_path:
+                return c.name
+        elif any(i and f'"{i}"' in event.message for i in (c.image, c.spec_image)):
+            return c.name
+    return None
+
+
+def _stronger(candidate: Evidence, current: Evidence | None) -> bool:
+    # Strictly stronger only: the first sighting of a cause keeps its time.
+    return current is None or CAUSE_RANK[candidate.reason] > CAUSE_RANK[current.reason]
+
+
+def _event_causes(
+    events: tuple[EventView, ...], containers: tuple[ContainerView, ...], stamp: float
+) -> Iterator[Evidence]:
+    for event in events:
+        cause = pull_cause(event.message) if _speaks_for_the_image(event) else None
+        if cause is not None:
+            yield Evidence(
+                cause, "event", f"{event.reason}: {event.message}", _owner(event, containers), stamp
+            )
+
+
+def _status_causes(containers: tuple[ContainerView, ...], stamp: float) -> Iterator[tuple[str, Evidence]]:
+    for c in containers:
+        cause = pull_cause(c.waiting_message) if c.waiting_reason in IMAGE_WAITING_REASONS else None
+        if cause is not None:
+            yield c.name, Evidence(cause, "status", f"{c.waiting_reason}: {c.waiting_message}", c.name, stamp)
+
+
 def _pull_evidence(
     containers: tuple[ContainerView, ...], events: tuple[EventView, ...], history: History, stamp: float
 ) -> tuple[dict[str, Evidence], History]:
     """Decide the pull cause per failing container and remember the strongest cause seen."""
-    causes: dict[str, Evidence] = {}
     strongest = history.strongest
-
-    def stronger(candidate: Evidence, current: Evidence | None) -> bool:
-        # Strictly stronger only: the first sighting of a cause keeps its time.
-        return current is None or CAUSE_RANK[candidate.reason] > CAUSE_RANK[current.reason]
-
     # Events first: they carry the full error text even after the status decayed.
-    for event in events:
-        # "Failed" also reports config and runtime errors ('Error: secret "x" not found'): only
-        # messages about pulling or inspecting an image speak for the registry.
-        lowered = event.message.lower()
-        if event.reason not in PULL_EVENT_REASONS or (
-            "pull" not in lowered and "inspect image" not in lowered
-        ):
-            continue
-        cause = pull_cause(event.message)
-        if cause is None:
-            continue
-        owner = next(
-            (
-                c.name
-                for c in containers
-                if (event.field_path and event.field_path == c.field_path)
-                or (
-                    not event.field_path
-                    and any(i and f'"{i}"' in event.message for i in (c.image, c.spec_image))
-                )
-            ),
-            None,
-        )
-        found = Evidence(cause, "event", f"{event.reason}: {event.message}", owner, stamp)
-        if stronger(found, strongest):
+    for found in _event_causes(events, containers, stamp):
+        if _stronger(found, strongest):
             strongest = found
-    for container in containers:
-        if container.waiting_reason not in IMAGE_WAITING_REASONS:
-            continue
-        cause = pull_cause(container.waiting_message)
-        if cause is not None:
-            current = Evidence(
-                cause,
-                "status",
-                f"{container.waiting_reason}: {container.waiting_message}",
-                container.name,
-                stamp,
-            )
-            causes[container.name] = current
-            if stronger(current, strongest):
-                strongest = current
+    causes: dict[str, Evidence] = {}
+    for name, current in _status_causes(containers, stamp):
+        causes[name] = current
+        if _stronger(current, strongest):
+            strongest = current
     for container in containers:
         pulling = container.waiting_reason in PULL_WAITING_REASONS and container.name not in causes
         if pulling and strongest is not None and strongest.container in (None, container.name):

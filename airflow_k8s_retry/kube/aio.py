@@ -19,17 +19,27 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_k8s_retry.kube.config import ClusterConfig, async_api_client
-from airflow_k8s_retry.kube.errors import KubeError, TransportError, error_for_status, translate
+from airflow_k8s_retry.kube.config import ClusterConfig, async_configuration
+from airflow_k8s_retry.kube.errors import (
+    KubeError,
+    TransportError,
+    Unauthorized,
+    error_for_status,
+    translate,
+)
 
 if TYPE_CHECKING:
     import aiohttp
     import kubernetes_asyncio.client
+
+log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 
@@ -41,6 +51,10 @@ WATCH_READ_SLACK = 15.0
 #: one about every minute), is presumed dead and re-opened from its resourceVersion.
 WATCH_IDLE_LIMIT = 300.0
 MERGE_PATCH = "application/merge-patch+json"
+#: How many short requests one client runs at once (watches have their own, unlimited connections).
+REQUEST_POOL_SIZE = 100
+#: How long loading credentials may take: a credential plugin that hangs must not hang the caller.
+CONNECT_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -114,59 +128,129 @@ def _translated(exc: BaseException, what: str) -> KubeError:
 
 
 class AsyncKube:
-    """Pod, Event and log operations on one ``kubernetes_asyncio`` client."""
+    """Pod, Event and log operations on ``kubernetes_asyncio``, with two connection pools.
 
-    def __init__(self, api_client: kubernetes_asyncio.client.ApiClient) -> None:
+    Watches are long-lived (30 to 60 minutes each) and a triggerer may hold a thousand of them, so
+    they get their own connections, without a limit; short requests (GET, LIST, PATCH, DELETE,
+    logs) get a pool of their own and never queue behind a watch. Both share one
+    ``Configuration``, so one credential refresh serves both.
+
+    A ``401`` reloads the credentials once (an exec-plugin token that expired or was rotated, a
+    re-mounted service-account token) and repeats the request when they changed.
+    """
+
+    def __init__(
+        self,
+        api_client: kubernetes_asyncio.client.ApiClient,
+        watch_client: kubernetes_asyncio.client.ApiClient | None = None,
+        config: ClusterConfig | None = None,
+    ) -> None:
         from kubernetes_asyncio import client
 
         self.api_client = api_client
+        self.watch_client = watch_client if watch_client is not None else api_client
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
+        self.watch_core = client.CoreV1Api(self.watch_client)
+        self.watch_batch = client.BatchV1Api(self.watch_client)
+        self.config = config
+        self._auth_lock = asyncio.Lock()
+        self._auth_generation = 0
 
     @classmethod
     async def connect(cls, config: ClusterConfig) -> AsyncKube:
-        """A client for ``config`` in the running event loop."""
-        try:
-            api_client = await async_api_client(config)
-        except KubeError:
-            raise
-        except Exception as exc:
-            raise _translated(exc, f"loading cluster config {config!r}") from exc
-        return cls(api_client)
+        """A client for ``config`` in the running event loop.
+
+        Loading credentials is bounded by :data:`CONNECT_TIMEOUT`: kubernetes_asyncio waits for a
+        credential plugin without a limit, and a plugin that hangs must fail this call, not hang it.
+        """
+        from kubernetes_asyncio import client
+
+        configuration = await _load_configuration(config)
+        # aiohttp's connector: limit=0 means no limit (watches), the pool size caps the rest.
+        configuration.connection_pool_maxsize = 0
+        watch_client = client.ApiClient(configuration=configuration)
+        configuration.connection_pool_maxsize = REQUEST_POOL_SIZE
+        api_client = client.ApiClient(configuration=configuration)
+        return cls(api_client, watch_client, config)
 
     async def close(self) -> None:
         await self.api_client.close()
+        if self.watch_client is not self.api_client:
+            await self.watch_client.close()
+
+    async def reauthenticate(self) -> bool:
+        """Load the credentials again after a ``401``; True when the caller should try again.
+
+        Concurrent callers share one reload: whoever finds it already done since they started
+        waiting just tries again.
+        """
+        if self.config is None:
+            return False
+        seen = self._auth_generation
+        async with self._auth_lock:
+            if self._auth_generation != seen:
+                return True
+            try:
+                fresh = await _load_configuration(self.config)
+            except KubeError as exc:
+                log.warning("reloading the credentials of %r failed: %s", self.config, exc)
+                return False
+            configuration = self.api_client.configuration
+            changed = dict(fresh.api_key) != dict(configuration.api_key)
+            configuration.api_key = dict(fresh.api_key)
+            configuration.api_key_prefix = dict(fresh.api_key_prefix)
+            configuration.refresh_api_key_hook = fresh.refresh_api_key_hook
+            self._auth_generation += 1
+        if changed:
+            log.info("credentials of %r reloaded after a 401", self.config)
+        return changed
+
+    async def _json(self, make: Callable[[], Awaitable[Any]], what: str) -> Json:
+        try:
+            return await _json_of(make(), what)
+        except Unauthorized:
+            if not await self.reauthenticate():
+                raise
+        return await _json_of(make(), what)
 
     # -- pods -------------------------------------------------------------------------------
 
     async def read_pod(self, namespace: str, name: str) -> Json:
         """The pod as JSON; raises :class:`~airflow_k8s_retry.kube.errors.NotFound` when absent."""
-        return await _json_of(
-            self.core.read_namespaced_pod(
+        return await self._json(
+            lambda: self.core.read_namespaced_pod(
                 name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             ),
             f"reading pod {namespace}/{name}",
         )
 
     async def list_pods(
-        self, namespace: str, *, label_selector: str | None = None, field_selector: str | None = None
+        self,
+        namespace: str | None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> Listing:
-        kwargs: dict[str, Any] = {}
+        """Pods of ``namespace``, or of every namespace when it is None (a cluster-wide LIST)."""
+        kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
         if label_selector:
             kwargs["label_selector"] = label_selector
         if field_selector:
             kwargs["field_selector"] = field_selector
-        data = await _json_of(
-            self.core.list_namespaced_pod(
-                namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
-            ),
-            f"listing pods in {namespace}",
-        )
+        if namespace is None:
+            data = await self._json(
+                lambda: self.core.list_pod_for_all_namespaces(**kwargs), "listing pods in all namespaces"
+            )
+        else:
+            data = await self._json(
+                lambda: self.core.list_namespaced_pod(namespace, **kwargs), f"listing pods in {namespace}"
+            )
         return _listing(data)
 
     def watch_pods(
         self,
-        namespace: str,
+        namespace: str | None,
         *,
         resource_version: str,
         label_selector: str | None = None,
@@ -175,13 +259,19 @@ class AsyncKube:
     ) -> AsyncIterator[WatchEvent]:
         """Stream pod changes after ``resource_version`` until the server ends the watch.
 
-        Raises :class:`~airflow_k8s_retry.kube.errors.Gone` when the version is too old (re-list),
-        and the matching :class:`KubeError` for any other failure, including a dropped connection.
+        ``namespace=None`` watches every namespace. Raises
+        :class:`~airflow_k8s_retry.kube.errors.Gone` when the version is too old (re-list), and the
+        matching :class:`KubeError` for any other failure, including a dropped connection.
         """
+        if namespace is None:
+            method: Callable[..., Awaitable[Any]] = self.watch_core.list_pod_for_all_namespaces
+            args: tuple[str, ...] = ()
+        else:
+            method, args = self.watch_core.list_namespaced_pod, (namespace,)
         return self._watch(
-            self.core.list_namespaced_pod,
-            namespace,
-            f"watching pods in {namespace}",
+            method,
+            args,
+            f"watching pods in {namespace or 'all namespaces'}",
             resource_version=resource_version,
             label_selector=label_selector,
             field_selector=field_selector,
@@ -201,8 +291,8 @@ class AsyncKube:
         metadata: Json = {"annotations": dict(annotations)}
         if uid:
             metadata["uid"] = uid
-        return await _json_of(
-            self.core.patch_namespaced_pod(
+        return await self._json(
+            lambda: self.core.patch_namespaced_pod(
                 name,
                 namespace,
                 {"metadata": metadata},
@@ -223,8 +313,8 @@ class AsyncKube:
         if grace_period_seconds is not None:
             body["gracePeriodSeconds"] = grace_period_seconds
         try:
-            await _json_of(
-                self.core.delete_namespaced_pod(
+            await self._json(
+                lambda: self.core.delete_namespaced_pod(
                     name, namespace, body=body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
                 ),
                 f"deleting pod {namespace}/{name}",
@@ -242,31 +332,42 @@ class AsyncKube:
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
         what = f"reading the log of pod {namespace}/{name}"
-        try:
-            resp = await self.core.read_namespaced_pod_log(
-                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
-            )
-            await _check(resp, what)
+        for attempt in (1, 2):
             try:
-                raw: bytes = await resp.read()
-            finally:
-                resp.release()
-        except KubeError:
-            raise
-        except Exception as exc:
-            raise _translated(exc, what) from exc
-        return raw.decode("utf-8", "replace")
+                resp = await self.core.read_namespaced_pod_log(
+                    name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
+                )
+                await _check(resp, what)
+                try:
+                    raw: bytes = await resp.read()
+                finally:
+                    resp.release()
+            except Unauthorized:
+                if attempt == 2 or not await self.reauthenticate():
+                    raise
+                continue
+            except KubeError:
+                raise
+            except Exception as exc:
+                raise _translated(exc, what) from exc
+            return raw.decode("utf-8", "replace")
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- events -----------------------------------------------------------------------------
 
-    async def list_events(self, namespace: str, *, field_selector: str | None = None) -> Listing:
-        kwargs: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
-        data = await _json_of(
-            self.core.list_namespaced_event(
-                namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
-            ),
-            f"listing events in {namespace}",
-        )
+    async def list_events(self, namespace: str | None, *, field_selector: str | None = None) -> Listing:
+        """Events of ``namespace``, or of every namespace when it is None."""
+        kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        if namespace is None:
+            data = await self._json(
+                lambda: self.core.list_event_for_all_namespaces(**kwargs), "listing events in all namespaces"
+            )
+        else:
+            data = await self._json(
+                lambda: self.core.list_namespaced_event(namespace, **kwargs), f"listing events in {namespace}"
+            )
         return _listing(data)
 
     async def pod_events(self, namespace: str, name: str, uid: str | None = None) -> list[Json]:
@@ -284,16 +385,21 @@ class AsyncKube:
 
     def watch_events(
         self,
-        namespace: str,
+        namespace: str | None,
         *,
         resource_version: str,
         field_selector: str | None = None,
         timeout_seconds: int = 300,
     ) -> AsyncIterator[WatchEvent]:
+        if namespace is None:
+            method: Callable[..., Awaitable[Any]] = self.watch_core.list_event_for_all_namespaces
+            args: tuple[str, ...] = ()
+        else:
+            method, args = self.watch_core.list_namespaced_event, (namespace,)
         return self._watch(
-            self.core.list_namespaced_event,
-            namespace,
-            f"watching events in {namespace}",
+            method,
+            args,
+            f"watching events in {namespace or 'all namespaces'}",
             resource_version=resource_version,
             label_selector=None,
             field_selector=field_selector,
@@ -303,8 +409,8 @@ class AsyncKube:
     # -- jobs (batch/v1), for the sensor following a Job's pods -------------------------------
 
     async def list_jobs(self, namespace: str) -> Listing:
-        data = await _json_of(
-            self.batch.list_namespaced_job(
+        data = await self._json(
+            lambda: self.batch.list_namespaced_job(
                 namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             ),
             f"listing jobs in {namespace}",
@@ -315,8 +421,8 @@ class AsyncKube:
         self, namespace: str, *, resource_version: str, timeout_seconds: int = 300
     ) -> AsyncIterator[WatchEvent]:
         return self._watch(
-            self.batch.list_namespaced_job,
-            namespace,
+            self.watch_batch.list_namespaced_job,
+            (namespace,),
             f"watching jobs in {namespace}",
             resource_version=resource_version,
             label_selector=None,
@@ -329,7 +435,7 @@ class AsyncKube:
     async def _watch(
         self,
         method: Callable[..., Awaitable[Any]],
-        namespace: str,
+        args: tuple[str, ...],
         what: str,
         *,
         resource_version: str,
@@ -348,21 +454,20 @@ class AsyncKube:
             kwargs["label_selector"] = label_selector
         if field_selector:
             kwargs["field_selector"] = field_selector
-        try:
-            resp = await method(
-                namespace,
-                _preload_content=False,
-                _request_timeout=(
-                    REQUEST_TIMEOUT[0],
-                    min(timeout_seconds + WATCH_READ_SLACK, WATCH_IDLE_LIMIT),
-                ),
-                **kwargs,
-            )
-            await _check(resp, what)
-        except KubeError:
-            raise
-        except Exception as exc:
-            raise _translated(exc, what) from exc
+        timeout = (REQUEST_TIMEOUT[0], min(timeout_seconds + WATCH_READ_SLACK, WATCH_IDLE_LIMIT))
+        for attempt in (1, 2):
+            try:
+                resp = await method(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+                await _check(resp, what)
+            except Unauthorized:
+                if attempt == 2 or not await self.reauthenticate():
+                    raise
+                continue
+            except KubeError:
+                raise
+            except Exception as exc:
+                raise _translated(exc, what) from exc
+            break
         try:
             buffer = b""
             while True:
@@ -381,6 +486,21 @@ class AsyncKube:
                 yield _watch_event(buffer, what)
         finally:
             resp.close()
+
+
+async def _load_configuration(config: ClusterConfig) -> kubernetes_asyncio.client.Configuration:
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT):
+            return await async_configuration(config)
+    except TimeoutError:
+        raise TransportError(
+            f"loading cluster config {config!r}: no credentials after {CONNECT_TIMEOUT:.0f} s "
+            "(does a kubeconfig credential plugin hang?)"
+        ) from None
+    except KubeError:
+        raise
+    except Exception as exc:
+        raise _translated(exc, f"loading cluster config {config!r}") from exc
 
 
 def _listing(data: Json) -> Listing:

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -222,6 +223,19 @@ async def async_api_client(config: ClusterConfig) -> kubernetes_asyncio.client.A
 
     Close it (``await client.close()``) in the same loop when done.
     """
+    from kubernetes_asyncio import client
+
+    return client.ApiClient(configuration=await async_configuration(config))
+
+
+async def async_configuration(config: ClusterConfig) -> kubernetes_asyncio.client.Configuration:
+    """A fresh ``kubernetes_asyncio`` ``Configuration`` for ``config`` (credentials loaded now).
+
+    A kubeconfig user whose credential plugin (``exec``: ``aws eks get-token``, ``gke-gcloud-auth-
+    plugin``) reports an expiry gets a refresh hook: the client re-runs the plugin shortly before
+    the token expires, once for all concurrent requests. kubernetes_asyncio loads the token once
+    and never refreshes it otherwise. In-cluster service-account tokens get the library's own hook.
+    """
     _keep_response_bodies_out_of_logs()
     from kubernetes_asyncio import client
     from kubernetes_asyncio import config as kconfig
@@ -236,21 +250,44 @@ async def async_api_client(config: ClusterConfig) -> kubernetes_asyncio.client.A
         except ConfigException:
             mode = "default"
     path = _kubeconfig_file(config, mode)
+    loader: Any = None
     if mode == "in_cluster":
         kconfig.load_incluster_config(client_configuration=configuration)
     elif mode == "inline":
-        await kconfig.load_kube_config_from_dict(
+        loader = await kconfig.load_kube_config_from_dict(
             dict(config.kube_config or {}),
             context=config.cluster_context,
             client_configuration=configuration,
         )
     elif path is not None:
-        await kconfig.load_kube_config(
+        loader = await kconfig.load_kube_config(
             config_file=path,
             context=config.cluster_context,
             client_configuration=configuration,
             persist_config=False,
         )
+    if loader is not None and getattr(loader, "exec_plugin_expiry", None) is not None:
+        configuration.refresh_api_key_hook = _ExecTokenRefresh(loader)
     if not config.verify_ssl:
         configuration.verify_ssl = False
-    return client.ApiClient(configuration=configuration)
+    return configuration
+
+
+class _ExecTokenRefresh:
+    """Re-run a kubeconfig credential plugin once its token is about to expire.
+
+    Installed as the configuration's ``refresh_api_key_hook``, which the client awaits before every
+    request; the loader itself skips the plugin while the token is fresh, and the lock makes the
+    requests that find it stale wait for one run of the plugin instead of each starting one.
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, configuration: Any) -> None:
+        async with self._lock:
+            await self._loader.load_from_exec_plugin()
+        token = getattr(self._loader, "token", None)
+        if token:
+            configuration.api_key["BearerToken"] = token

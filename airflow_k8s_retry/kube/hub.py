@@ -1,10 +1,18 @@
-"""One LIST+WATCH per (cluster, namespace, label selector) per event loop, shared by every trigger.
+"""One LIST+WATCH per (cluster, label selector) per event loop, shared by every trigger.
 
 A triggerer process runs hundreds of triggers in one event loop. If each watched (or polled) its
-own pod, API load would grow with the number of pods. Here the first trigger that subscribes to
-a namespace starts a *feed*: one LIST, then one WATCH resumed from the last resourceVersion, and
-the same for the namespace's pod Events. Changes fan out to subscribers by pod name and UID. The
-last subscriber out stops the feed and closes the client.
+own pod, API load would grow with the number of pods. Here the first trigger that subscribes
+starts a *feed*: one LIST, then one WATCH resumed from the last resourceVersion, and the same for
+pod Events. Changes fan out to subscribers by namespace, name and UID. The last subscriber out
+stops the feed and closes the client.
+
+Scope: a feed covers the whole cluster when RBAC allows it (a ClusterRole with ``list`` and
+``watch`` on pods and events, ``deploy/rbac/``), so 500 namespaces cost two watches, not a
+thousand. The first ``403`` at the cluster scope moves every subscriber of that feed to a feed per
+namespace (a namespaced Role is enough for those) and the hub never tries the cluster scope for
+that selector again. A subscription without a label selector (the sensor's) always has a feed per
+namespace: a cluster-wide watch of every pod would be far too much. Set
+``AIRFLOW_K8S_RETRY_WATCH_SCOPE=namespace`` to skip the cluster scope altogether.
 
 Failure handling, so no change is lost and none is delivered twice:
 
@@ -12,14 +20,20 @@ Failure handling, so no change is lost and none is delivered twice:
 * ``410 Gone`` re-lists and diffs against the cache: changed pods are delivered, vanished pods
   are delivered as deleted;
 * ``5xx``, ``429`` and dropped connections reconnect after a capped, jittered backoff;
-* ``401`` reloads the cluster config (short-lived tokens) before reconnecting;
+* ``401`` reloads the cluster credentials (short-lived tokens) before reconnecting;
 * ``403`` on WATCH falls back to a LIST every ``poll_interval``; ``403`` on LIST to a GET per
-  subscribed pod every ``poll_interval``;
+  subscribed pod every ``poll_interval`` (each logged once, naming the verb and resource);
 * every delivery is de-duplicated per subscriber by resourceVersion.
 
 A *follower* (:meth:`WatchHub.follow`) reads every object of a feed instead of one pod: a sensor
 waiting for a pod to appear, following the newest pod of a selector, or following a Job (the
-namespace's ``batch/v1`` Jobs have a feed of their own, for followers only).
+namespace's ``batch/v1`` Jobs have a feed of their own, for followers only). Followers always
+read a feed of their own namespace.
+
+Connections: watches and short requests use separate connection pools (``kube.aio.AsyncKube``),
+so a thousand open watches can never make a last look or ``on_kill``'s DELETE wait for a slot.
+Credentials are loaded outside any lock and with a time limit, so a credential plugin that hangs
+stalls only the triggers of its own cluster.
 
 Feeds are keyed by the running event loop as well, because ``airflow dags test`` runs each trigger
 in its own ``asyncio.run`` and a client must never outlive its loop.
@@ -41,7 +55,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import random
 import weakref
 from collections import deque
@@ -61,6 +77,11 @@ EVENTS_PER_POD = 64
 #: How many pods' Events a feed keeps for pods nobody follows yet (a trigger may subscribe to a pod
 #: a moment after it was created); the longest-unchanged go first.
 EVENT_PODS_KEPT = 10_000
+#: Environment variable: ``namespace`` keeps every feed to one namespace (no cluster-wide watch).
+WATCH_SCOPE_ENV = "AIRFLOW_K8S_RETRY_WATCH_SCOPE"
+
+#: A pod's place: (namespace, name).
+PodKey = tuple[str, str]
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -129,11 +150,21 @@ class PodSubscription:
     Read with :meth:`wait` then :meth:`drain`; :attr:`events` always holds the Events seen so far.
     """
 
-    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str, name: str, uid: str | None) -> None:
+    def __init__(
+        self,
+        hub: WatchHub,
+        conn: _Connection,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        *,
+        poll_interval: float = 10.0,
+    ) -> None:
         self.hub = hub
         self.namespace = namespace
         self.name = name
         self.uid = uid
+        self.poll_interval = poll_interval
         self._conn = conn
         self._changes: deque[PodChange] = deque()
         self._events: dict[str, Json] = {}
@@ -143,6 +174,10 @@ class PodSubscription:
         self._gone = False
         self._feeds: list[_Feed] = []
         self.closed = False
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
 
     @property
     def kube(self) -> AsyncKube:
@@ -181,6 +216,17 @@ class PodSubscription:
         self._changes.append(change)
         self._wakeup.set()
 
+    def revive(self, pod: Json) -> None:
+        """The pod was reported gone but is still there (read directly): follow it again.
+
+        A watch reports DELETED when a pod stops matching its label selector (a label edited off),
+        and a re-list misses such a pod too; the pod itself lives on. Without this, every later
+        change of the pod would be dropped as news about a gone pod.
+        """
+        self._gone = False
+        self._last_rv = None
+        self.offer(PodChange(pod=pod))
+
     def _offer_event(self, event: Json) -> None:
         if self.closed:
             return
@@ -193,7 +239,7 @@ class PodSubscription:
             return
         self._events[key] = event
         if len(self._events) > EVENTS_PER_POD:
-            oldest = sorted(self._events, key=lambda k: _event_sort_key(self._events[k]))[0]
+            oldest = min(self._events, key=lambda k: _event_sort_key(self._events[k]))
             del self._events[oldest]
         self._events_changed = True
         self._wakeup.set()
@@ -235,11 +281,14 @@ class PodSubscription:
 
 
 class _Feed:
-    """One LIST+WATCH (or its polling fallback) over one collection, fanning out to subscribers."""
+    """One LIST+WATCH (or its polling fallback) over one collection, fanning out to subscribers.
+
+    ``namespace`` is None for a feed over every namespace.
+    """
 
     kind = "objects"
 
-    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str, selector: str | None) -> None:
+    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str | None, selector: str | None) -> None:
         self.hub = hub
         self.conn = conn
         self.namespace = namespace
@@ -253,9 +302,13 @@ class _Feed:
         self.counts: dict[str, int] = {"list": 0, "watch": 0, "get": 0, "relist_410": 0, "errors": 0}
         self._backoff = Backoff(base=hub.backoff_base, cap=hub.backoff_cap)
 
+    @property
+    def where(self) -> str:
+        return f"namespace {self.namespace}" if self.namespace is not None else "all namespaces"
+
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"airflow-k8s-retry {self.kind} feed {self.namespace}"
+            self._run(), name=f"airflow-k8s-retry {self.kind} feed {self.where}"
         )
 
     async def stop(self) -> None:
@@ -277,6 +330,12 @@ class _Feed:
         raise NotImplementedError
 
     def _apply(self, event: WatchEvent) -> None:
+        raise NotImplementedError
+
+    def add(self, sub: PodSubscription) -> None:
+        raise NotImplementedError
+
+    def remove(self, sub: PodSubscription) -> None:
         raise NotImplementedError
 
     async def _poll_without_list(self) -> None:
@@ -311,7 +370,7 @@ class _Feed:
                 raise
             except Gone:
                 self.counts["relist_410"] += 1
-                log.info("%s watch in %s expired (410 Gone); re-listing", self.kind, self.namespace)
+                log.info("%s watch in %s expired (410 Gone); re-listing", self.kind, self.where)
                 self.resource_version = None
                 if self._backoff.attempt:
                     # Gone again before anything came through: do not re-list in a tight loop.
@@ -320,36 +379,42 @@ class _Feed:
                     self._backoff.attempt = 1
             except Forbidden as exc:
                 self.counts["errors"] += 1
+                if self.namespace is None:
+                    # The cluster scope is not granted (a namespaced Role only): a feed per namespace.
+                    self.hub._demote(self, step, exc)
+                    return
                 if step == "watch" and self.mode == "watch":
-                    log.warning(
-                        "watching %s in %s is forbidden (%s); polling with LIST every %.0f s instead",
-                        self.kind, self.namespace, exc, self.poll_interval,
+                    log.error(
+                        "RBAC: may not watch %s in %s, polling with LIST every %.0f s instead: %s",
+                        self.kind, self.where, self.poll_interval, exc,
                     )
                     self.mode = "poll-list"
                 elif step == "list" and self.mode != "poll-get":
-                    log.warning(
-                        "listing %s in %s is forbidden (%s); polling each pod every %.0f s instead",
-                        self.kind, self.namespace, exc, self.poll_interval,
+                    instead = (
+                        f"reading each pod every {self.poll_interval:.0f} s instead"
+                        if self.kind == "pods"
+                        else "classifying without Events"
                     )
+                    log.error("RBAC: may not list %s in %s, %s: %s", self.kind, self.where, instead, exc)
                     self.mode = "poll-get"
                 else:
                     await asyncio.sleep(max(self.poll_interval, self._backoff.next()))
             except Unauthorized as exc:
                 self.counts["errors"] += 1
-                log.warning("%s feed in %s: %s; reloading credentials", self.kind, self.namespace, exc)
+                log.warning("%s feed in %s: %s; reloading credentials", self.kind, self.where, exc)
                 await asyncio.sleep(self._backoff.next())
-                await self.hub._reconnect(self.conn)
+                await self.conn.kube.reauthenticate()
             except KubeError as exc:
                 self.counts["errors"] += 1
                 delay = self._backoff.next()
                 log.warning(
-                    "%s %s in %s failed (%s); retrying in %.1f s", self.kind, step, self.namespace, exc, delay
+                    "%s %s in %s failed (%s); retrying in %.1f s", self.kind, step, self.where, exc, delay
                 )
                 await asyncio.sleep(delay)
             except Exception:
                 # A bug here must not kill every trigger in the process silently.
                 self.counts["errors"] += 1
-                log.exception("%s feed in %s failed unexpectedly", self.kind, self.namespace)
+                log.exception("%s feed in %s failed unexpectedly", self.kind, self.where)
                 await asyncio.sleep(self._backoff.next())
 
     async def _relist(self) -> None:
@@ -381,14 +446,20 @@ class _Feed:
             # loop would hammer the API.
             await asyncio.sleep(self._backoff.next())
 
+    def _key_of(self, obj: Mapping[str, Any], name: str) -> PodKey | None:
+        namespace = _meta(obj).get("namespace") or self.namespace
+        if not name or not namespace:
+            return None
+        return (str(namespace), name)
+
 
 class _PodFeed(_Feed):
     kind = "pods"
 
-    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str, selector: str | None) -> None:
+    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str | None, selector: str | None) -> None:
         super().__init__(hub, conn, namespace, selector)
-        self.cache: dict[str, Json] = {}
-        self.by_name: dict[str, set[PodSubscription]] = {}
+        self.cache: dict[PodKey, Json] = {}
+        self.by_key: dict[PodKey, set[PodSubscription]] = {}
         self.followers: set[CollectionSubscription] = set()
         self._confirming: set[asyncio.Task[None]] = set()
 
@@ -403,87 +474,95 @@ class _PodFeed(_Feed):
             timeout_seconds=random.randint(*self.hub.watch_timeout),
         )
 
-    def _deliver(self, name: str, change: PodChange) -> None:
-        for sub in list(self.by_name.get(name, ())):
+    def _pod_key(self, pod: Mapping[str, Any]) -> PodKey | None:
+        return self._key_of(pod, str(_meta(pod).get("name") or ""))
+
+    def _deliver(self, key: PodKey, change: PodChange) -> None:
+        for sub in list(self.by_key.get(key, ())):
             sub.offer(change)
         for follower in list(self.followers):
-            follower.offer(name, change)
+            follower.offer(key[1], change)
 
     def _resync(self, items: list[Json]) -> None:
-        fresh = {str(_meta(p).get("name")): p for p in items if _meta(p).get("name")}
-        for name, last in list(self.cache.items()):
-            if name not in fresh:
-                self._deliver(name, PodChange(pod=last, deleted=True))
+        fresh: dict[PodKey, Json] = {}
+        for pod in items:
+            key = self._pod_key(pod)
+            if key is not None:
+                fresh[key] = pod
+        for key, last in list(self.cache.items()):
+            if key not in fresh:
+                self._deliver(key, PodChange(pod=last, deleted=True))
         first = not self.synced.is_set()
-        for name, pod in fresh.items():
-            old = self.cache.get(name)
+        for key, pod in fresh.items():
+            old = self.cache.get(key)
             if old is None or _rv_newer(_meta(pod).get("resourceVersion"), _meta(old).get("resourceVersion")):
-                self._deliver(name, PodChange(pod=pod))
+                self._deliver(key, PodChange(pod=pod))
         self.cache = fresh
         if first:
-            for name in list(self.by_name):
-                if name not in fresh:
-                    self._confirm_later(name)
+            for key in list(self.by_key):
+                if key not in fresh:
+                    self._confirm_later(key)
 
     def _apply(self, event: WatchEvent) -> None:
         pod = event.object
-        name = str(_meta(pod).get("name") or "")
-        if not name:
+        key = self._pod_key(pod)
+        if key is None:
             return
         if event.type == "DELETED":
-            self.cache.pop(name, None)
-            self._deliver(name, PodChange(pod=pod, deleted=True))
+            self.cache.pop(key, None)
+            self._deliver(key, PodChange(pod=pod, deleted=True))
             return
-        old = self.cache.get(name)
+        old = self.cache.get(key)
         if old is not None and not _rv_newer(
             _meta(pod).get("resourceVersion"), _meta(old).get("resourceVersion")
         ):
             return
-        self.cache[name] = pod
-        self._deliver(name, PodChange(pod=pod))
+        self.cache[key] = pod
+        self._deliver(key, PodChange(pod=pod))
 
     async def _poll_without_list(self) -> None:
-        for name in list(self.by_name):
-            await self._get_one(name)
+        for key in list(self.by_key):
+            await self._get_one(key)
         self.synced.set()
 
-    async def _get_one(self, name: str) -> None:
+    async def _get_one(self, key: PodKey) -> None:
         self.counts["get"] += 1
+        namespace, name = key
         try:
-            pod = await self.conn.kube.read_pod(self.namespace, name)
+            pod = await self.conn.kube.read_pod(namespace, name)
         except NotFound:
-            old = self.cache.pop(name, None)
-            self._deliver(name, PodChange(pod=old, deleted=True))
+            old = self.cache.pop(key, None)
+            self._deliver(key, PodChange(pod=old, deleted=True))
             return
-        old = self.cache.get(name)
+        old = self.cache.get(key)
         if old is None or _rv_newer(_meta(pod).get("resourceVersion"), _meta(old).get("resourceVersion")):
-            self.cache[name] = pod
-        self._deliver(name, PodChange(pod=pod))
+            self.cache[key] = pod
+        self._deliver(key, PodChange(pod=pod))
 
-    def add(self, sub: PodSubscription, poll_interval: float) -> None:
+    def add(self, sub: PodSubscription) -> None:
         self.subscribers.add(sub)
-        self.by_name.setdefault(sub.name, set()).add(sub)
-        self.poll_interval = min(self.poll_interval, poll_interval) if self.subscribers else poll_interval
+        self.by_key.setdefault(sub.key, set()).add(sub)
+        self.poll_interval = min(self.poll_interval, sub.poll_interval)
         if not self.synced.is_set():
             return  # the first LIST delivers (or confirms) every subscriber's pod
-        pod = self.cache.get(sub.name)
+        pod = self.cache.get(sub.key)
         if pod is not None:
             sub.offer(PodChange(pod=pod))
         elif self.mode != "poll-get":
-            self._confirm_later(sub.name)
+            self._confirm_later(sub.key)
 
-    def _confirm_later(self, name: str) -> None:
+    def _confirm_later(self, key: PodKey) -> None:
         """A subscribed pod the feed has not seen: the watch may just be behind. Give it a moment,
         then GET the pod once, so a pod created a moment ago is not mistaken for a deleted one."""
 
         async def confirm() -> None:
             await asyncio.sleep(self.hub.confirm_delay)
-            if name in self.cache or name not in self.by_name:
+            if key in self.cache or key not in self.by_key:
                 return
             try:
-                await self._get_one(name)
+                await self._get_one(key)
             except KubeError as exc:
-                log.info("could not confirm pod %s/%s (%s); waiting for the watch", self.namespace, name, exc)
+                log.info("could not confirm pod %s/%s (%s); waiting for the watch", *key, exc)
 
         task = asyncio.get_running_loop().create_task(confirm())
         self._confirming.add(task)
@@ -492,7 +571,7 @@ class _PodFeed(_Feed):
     def follow(self, follower: CollectionSubscription) -> None:
         self.followers.add(follower)
         if self.synced.is_set():
-            follower.seed(self.cache)
+            follower.seed({name: pod for (_, name), pod in self.cache.items()})
 
     def idle(self) -> bool:
         return not self.subscribers and not self.followers
@@ -502,24 +581,34 @@ class _PodFeed(_Feed):
             self.followers.discard(sub)
             return
         self.subscribers.discard(sub)
-        subs = self.by_name.get(sub.name)
+        subs = self.by_key.get(sub.key)
         if subs is not None:
             subs.discard(sub)
             if not subs:
-                del self.by_name[sub.name]
+                del self.by_key[sub.key]
 
-    async def stop(self) -> None:
+    def cancel_confirmations(self) -> None:
         for task in list(self._confirming):
             task.cancel()
+
+    async def stop(self) -> None:
+        self.cancel_confirmations()
         await super().stop()
 
 
 class _EventFeed(_Feed):
+    """Pod Events, kept per pod (the newest :data:`EVENTS_PER_POD`) and indexed by subscriber.
+
+    Deliveries look subscribers up by pod, so a re-list after a 410 costs O(events), not
+    O(events x subscribers).
+    """
+
     kind = "events"
 
-    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str) -> None:
+    def __init__(self, hub: WatchHub, conn: _Connection, namespace: str | None) -> None:
         super().__init__(hub, conn, namespace, POD_EVENTS_SELECTOR)
-        self.by_pod: dict[str, dict[str, Json]] = {}
+        self.by_pod: dict[PodKey, dict[str, Json]] = {}
+        self.by_key: dict[PodKey, set[PodSubscription]] = {}
 
     async def _list(self) -> Listing:
         return await self.conn.kube.list_events(self.namespace, field_selector=self.selector)
@@ -532,15 +621,17 @@ class _EventFeed(_Feed):
             timeout_seconds=random.randint(*self.hub.watch_timeout),
         )
 
-    @staticmethod
-    def _pod_key(event: Mapping[str, Any]) -> str | None:
+    def _pod_key(self, event: Mapping[str, Any]) -> PodKey | None:
         involved = event.get("involvedObject") or {}
         if involved.get("kind") not in (None, "Pod"):
             return None
-        name = involved.get("name")
-        return str(name) if name else None
+        name = str(involved.get("name") or "")
+        namespace = involved.get("namespace") or _meta(event).get("namespace") or self.namespace
+        if not name or not namespace:
+            return None
+        return (str(namespace), name)
 
-    def _keep(self, event: Json) -> str | None:
+    def _keep(self, event: Json) -> PodKey | None:
         key = self._pod_key(event)
         if key is None:
             return None
@@ -552,15 +643,14 @@ class _EventFeed(_Feed):
             del bucket[oldest]
         if len(self.by_pod) > EVENT_PODS_KEPT:
             # Prune to 90% at once, so the scan is paid once per thousand pods, not per event.
-            followed = {sub.name for sub in self.subscribers}
             excess = len(self.by_pod) - int(EVENT_PODS_KEPT * 0.9)
-            for stale in [k for k in self.by_pod if k not in followed][:excess]:
+            for stale in [k for k in self.by_pod if k not in self.by_key][:excess]:
                 del self.by_pod[stale]
         return key
 
-    def _deliver(self, key: str, event: Json) -> None:
-        for sub in list(self.subscribers):
-            if sub.name == key and _event_matches(event, sub.uid):
+    def _deliver(self, key: PodKey, event: Json) -> None:
+        for sub in list(self.by_key.get(key, ())):
+            if _event_matches(event, sub.uid):
                 sub._offer_event(event)
 
     def _resync(self, items: list[Json]) -> None:
@@ -577,17 +667,22 @@ class _EventFeed(_Feed):
         if key is not None:
             self._deliver(key, event.object)
 
-    def add(self, sub: PodSubscription, poll_interval: float) -> None:
+    def add(self, sub: PodSubscription) -> None:
         self.subscribers.add(sub)
-        self.poll_interval = min(self.poll_interval, poll_interval)
-        for event in sorted(self.by_pod.get(sub.name, {}).values(), key=_event_sort_key):
+        self.by_key.setdefault(sub.key, set()).add(sub)
+        self.poll_interval = min(self.poll_interval, sub.poll_interval)
+        for event in sorted(self.by_pod.get(sub.key, {}).values(), key=_event_sort_key):
             if _event_matches(event, sub.uid):
                 sub._offer_event(event)
 
     def remove(self, sub: PodSubscription) -> None:
         self.subscribers.discard(sub)
-        if not any(s.name == sub.name for s in self.subscribers):
-            self.by_pod.pop(sub.name, None)
+        subs = self.by_key.get(sub.key)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self.by_key[sub.key]
+                self.by_pod.pop(sub.key, None)
 
 
 class CollectionSubscription:
@@ -671,15 +766,16 @@ class _JobFeed(_Feed):
 
     def __init__(self, hub: WatchHub, conn: _Connection, namespace: str) -> None:
         super().__init__(hub, conn, namespace, None)
+        self.job_namespace = namespace
         self.cache: dict[str, Json] = {}
         self.followers: set[CollectionSubscription] = set()
 
     async def _list(self) -> Listing:
-        return await self.conn.kube.list_jobs(self.namespace)
+        return await self.conn.kube.list_jobs(self.job_namespace)
 
     def _watch(self, resource_version: str) -> Any:
         return self.conn.kube.watch_jobs(
-            self.namespace,
+            self.job_namespace,
             resource_version=resource_version,
             timeout_seconds=random.randint(*self.hub.watch_timeout),
         )
@@ -735,14 +831,18 @@ def _event_sort_key(event: Mapping[str, Any]) -> tuple[str, str]:
 
 @dataclass
 class FeedStats:
-    """What a feed has done, for tests and logs."""
+    """What a feed has done, for tests and logs. ``namespace`` is None for a cluster-wide feed."""
 
-    namespace: str
+    namespace: str | None
     selector: str | None
     kind: str
     mode: str
     subscribers: int
     counts: dict[str, int] = field(default_factory=dict)
+
+
+#: Feed keys: (cluster key, namespace or None for all, label selector) for pods; events have none.
+_FeedKey = tuple[str, str | None, str | None]
 
 
 class WatchHub:
@@ -762,13 +862,22 @@ class WatchHub:
     #: a watch is re-opened about once every 30 to 60 minutes; bookmarks keep it alive meanwhile,
     #: and a watch silent for longer than ``kube.aio.WATCH_IDLE_LIMIT`` is re-opened at once.
     watch_timeout: ClassVar[tuple[int, int]] = (1800, 3600)
+    #: ``cluster``: one feed over all namespaces where RBAC allows (else one per namespace);
+    #: ``namespace``: always one per namespace. The environment variable overrides it.
+    watch_scope: ClassVar[str] = "cluster"
 
     def __init__(self) -> None:
         self._connections: dict[str, _Connection] = {}
-        self._pod_feeds: dict[tuple[str, str, str | None], _PodFeed] = {}
-        self._event_feeds: dict[tuple[str, str], _EventFeed] = {}
+        self._connecting: dict[str, asyncio.Future[AsyncKube]] = {}
+        self._pod_feeds: dict[_FeedKey, _PodFeed] = {}
+        self._event_feeds: dict[_FeedKey, _EventFeed] = {}
         self._job_feeds: dict[tuple[str, str], _JobFeed] = {}
-        self._lock = asyncio.Lock()
+        #: (cluster key, kind, selector) whose cluster-wide feed RBAC refused.
+        self._cluster_denied: set[tuple[str, str, str | None]] = set()
+        scope = os.environ.get(WATCH_SCOPE_ENV) or type(self).watch_scope
+        if scope not in ("cluster", "namespace"):
+            raise ValueError(f"{WATCH_SCOPE_ENV}={scope!r}: use 'cluster' or 'namespace'")
+        self.scope = scope
 
     @classmethod
     def current(cls) -> WatchHub:
@@ -790,30 +899,68 @@ class WatchHub:
         poll_interval: float = 10.0,
         events: bool = True,
     ) -> PodSubscription:
-        """Follow one pod (and its Events) through the shared feed of its namespace."""
+        """Follow one pod (and its Events) through the shared feeds of its cluster or namespace."""
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
-        async with self._lock:
-            conn = await self._acquire(config)
-            sub = PodSubscription(self, conn, namespace, name, uid)
-            pod_key = (config.key, namespace, label_selector)
-            pod_feed = self._pod_feeds.get(pod_key)
-            if pod_feed is None:
-                pod_feed = self._pod_feeds[pod_key] = _PodFeed(self, conn, namespace, label_selector)
-                pod_feed.poll_interval = poll_interval
-                pod_feed.start()
-            pod_feed.add(sub, poll_interval)
-            sub._feeds.append(pod_feed)
-            if events:
-                event_key = (config.key, namespace)
-                event_feed = self._event_feeds.get(event_key)
-                if event_feed is None:
-                    event_feed = self._event_feeds[event_key] = _EventFeed(self, conn, namespace)
-                    event_feed.poll_interval = poll_interval
-                    event_feed.start()
-                event_feed.add(sub, poll_interval)
-                sub._feeds.append(event_feed)
+        conn = await self._acquire(config)
+        # From here on nothing awaits: feeds are found or made atomically on the event loop.
+        sub = PodSubscription(self, conn, namespace, name, uid, poll_interval=poll_interval)
+        self._attach(sub, _PodFeed, label_selector)
+        if events:
+            self._attach(sub, _EventFeed, POD_EVENTS_SELECTOR)
         return sub
+
+    def _cluster_wide(self, config: ClusterConfig, kind: str, selector: str | None) -> bool:
+        if self.scope != "cluster" or (kind == "pods" and selector is None):
+            return False
+        return (config.key, kind, selector) not in self._cluster_denied
+
+    def _attach(
+        self, sub: PodSubscription, feed_type: type[_PodFeed] | type[_EventFeed], selector: str | None
+    ) -> None:
+        conn = sub._conn
+        kind = feed_type.kind
+        scope = None if self._cluster_wide(conn.config, kind, selector) else sub.namespace
+        feeds: dict[_FeedKey, Any] = self._pod_feeds if feed_type is _PodFeed else self._event_feeds
+        key: _FeedKey = (conn.config.key, scope, selector)
+        feed = feeds.get(key)
+        if feed is None:
+            if feed_type is _PodFeed:
+                feed = _PodFeed(self, conn, scope, selector)
+            else:
+                feed = _EventFeed(self, conn, scope)
+            feed.poll_interval = sub.poll_interval
+            feeds[key] = feed
+            feed.start()
+        feed.add(sub)
+        sub._feeds.append(feed)
+
+    def _demote(self, feed: _Feed, step: str, exc: KubeError) -> None:
+        """RBAC refused a cluster-wide feed: move its subscribers to one feed per namespace.
+
+        Called by the feed's own task, which ends right after.
+        """
+        config = feed.conn.config
+        self._cluster_denied.add((config.key, feed.kind, feed.selector))
+        log.info(
+            "may not %s %s at the cluster scope (%s); one watch per namespace instead "
+            "(the ClusterRole in deploy/rbac/ allows one watch for all namespaces)",
+            step, feed.kind, exc,
+        )
+        feeds: dict[_FeedKey, Any] = self._pod_feeds if isinstance(feed, _PodFeed) else self._event_feeds
+        for key, known in list(feeds.items()):
+            if known is feed:
+                del feeds[key]
+        if isinstance(feed, _PodFeed):
+            feed.cancel_confirmations()
+        feed.task = None
+        feed_type: type[_PodFeed] | type[_EventFeed] = _PodFeed if isinstance(feed, _PodFeed) else _EventFeed
+        for sub in list(feed.subscribers):
+            feed.remove(sub)
+            if feed in sub._feeds:
+                sub._feeds.remove(feed)
+            if not sub.closed:
+                self._attach(sub, feed_type, feed.selector)
 
     async def follow(
         self,
@@ -828,66 +975,82 @@ class WatchHub:
         ``jobs`` every Job of the namespace, through the same shared feeds as :meth:`subscribe`."""
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
-        async with self._lock:
-            conn = await self._acquire(config)
-            feed: _PodFeed | _JobFeed
-            if jobs:
-                job_key = (config.key, namespace)
-                job_feed = self._job_feeds.get(job_key)
-                if job_feed is None:
-                    job_feed = self._job_feeds[job_key] = _JobFeed(self, conn, namespace)
-                    job_feed.poll_interval = poll_interval
-                    job_feed.start()
-                feed = job_feed
-            else:
-                pod_key = (config.key, namespace, label_selector)
-                pod_feed = self._pod_feeds.get(pod_key)
-                if pod_feed is None:
-                    pod_feed = self._pod_feeds[pod_key] = _PodFeed(self, conn, namespace, label_selector)
-                    pod_feed.poll_interval = poll_interval
-                    pod_feed.start()
-                feed = pod_feed
-            feed.poll_interval = min(feed.poll_interval, poll_interval)
-            follower = CollectionSubscription(self, conn, feed)
-            feed.follow(follower)
+        conn = await self._acquire(config)
+        # From here on nothing awaits: feeds are found or made atomically on the event loop.
+        feed: _PodFeed | _JobFeed
+        if jobs:
+            job_key = (config.key, namespace)
+            job_feed = self._job_feeds.get(job_key)
+            if job_feed is None:
+                job_feed = self._job_feeds[job_key] = _JobFeed(self, conn, namespace)
+                job_feed.poll_interval = poll_interval
+                job_feed.start()
+            feed = job_feed
+        else:
+            pod_key: _FeedKey = (config.key, namespace, label_selector)
+            pod_feed = self._pod_feeds.get(pod_key)
+            if pod_feed is None:
+                pod_feed = self._pod_feeds[pod_key] = _PodFeed(self, conn, namespace, label_selector)
+                pod_feed.poll_interval = poll_interval
+                pod_feed.start()
+            feed = pod_feed
+        feed.poll_interval = min(feed.poll_interval, poll_interval)
+        follower = CollectionSubscription(self, conn, feed)
+        feed.follow(follower)
         return follower
 
     async def _unfollow(self, follower: CollectionSubscription) -> None:
         feed = follower._feed
-        async with self._lock:
-            if isinstance(feed, _PodFeed):
-                feed.remove(follower)
-            else:
-                feed.followers.discard(follower)
-            idle = feed.idle()
-            if idle:
-                self._pod_feeds = {k: f for k, f in self._pod_feeds.items() if f is not feed}
-                self._job_feeds = {k: f for k, f in self._job_feeds.items() if f is not feed}
+        if isinstance(feed, _PodFeed):
+            feed.remove(follower)
+        else:
+            feed.followers.discard(follower)
+        idle = feed.idle()
         if idle:
+            self._pod_feeds = {k: f for k, f in self._pod_feeds.items() if f is not feed}
+            self._job_feeds = {k: f for k, f in self._job_feeds.items() if f is not feed}
             await feed.stop()
         await self._release(follower._conn)
 
     async def _unsubscribe(self, sub: PodSubscription) -> None:
         stopping: list[_Feed] = []
-        async with self._lock:
-            for feed in sub._feeds:
-                if isinstance(feed, _PodFeed | _EventFeed):
-                    feed.remove(sub)
-                if feed.idle():
-                    stopping.append(feed)
-                    self._pod_feeds = {k: f for k, f in self._pod_feeds.items() if f is not feed}
-                    self._event_feeds = {k: f for k, f in self._event_feeds.items() if f is not feed}
-            sub._feeds.clear()
+        for feed in sub._feeds:
+            feed.remove(sub)
+            if feed.idle():
+                stopping.append(feed)
+                self._pod_feeds = {k: f for k, f in self._pod_feeds.items() if f is not feed}
+                self._event_feeds = {k: f for k, f in self._event_feeds.items() if f is not feed}
+        sub._feeds.clear()
         for feed in stopping:
             await feed.stop()
         await self._release(sub._conn)
 
     async def _acquire(self, config: ClusterConfig) -> _Connection:
-        conn = self._connections.get(config.key)
-        if conn is None:
-            conn = self._connections[config.key] = _Connection(config, await AsyncKube.connect(config))
-        conn.refs += 1
-        return conn
+        """The loop's connection to ``config``'s cluster, loading credentials on first use.
+
+        Loading happens outside any lock, once per cluster however many callers wait for it, and
+        is bounded in time (``AsyncKube.connect``): a credential plugin that hangs delays only the
+        callers for its own cluster.
+        """
+        key = config.key
+        while True:
+            conn = self._connections.get(key)
+            if conn is not None:
+                conn.refs += 1
+                return conn
+            pending = self._connecting.get(key)
+            if pending is None:
+                pending = asyncio.ensure_future(AsyncKube.connect(config))
+                self._connecting[key] = pending
+                pending.add_done_callback(functools.partial(self._connected, config))
+            await asyncio.shield(pending)
+
+    def _connected(self, config: ClusterConfig, done: asyncio.Future[AsyncKube]) -> None:
+        if self._connecting.get(config.key) is done:
+            del self._connecting[config.key]
+        if done.cancelled() or done.exception() is not None:
+            return
+        self._connections[config.key] = _Connection(config, done.result())
 
     async def _release(self, conn: _Connection) -> None:
         conn.refs -= 1
@@ -897,19 +1060,12 @@ class WatchHub:
 
     async def _reconnect(self, conn: _Connection) -> None:
         """Reload credentials in place (every feed and subscription shares ``conn``)."""
-        try:
-            fresh = await AsyncKube.connect(conn.config)
-        except KubeError as exc:
-            log.warning("reloading cluster config %r failed: %s", conn.config, exc)
-            return
-        old, conn.kube = conn.kube, fresh
-        await old.close()
+        await conn.kube.reauthenticate()
 
     @contextlib.asynccontextmanager
     async def client(self, config: ClusterConfig) -> Any:
         """Borrow the loop's shared client for ``config`` (for calls outside a subscription)."""
-        async with self._lock:
-            conn = await self._acquire(config)
+        conn = await self._acquire(config)
         try:
             yield conn.kube
         finally:

@@ -133,6 +133,17 @@ class Rule:
 
 
 @dataclass
+class RuleSet:
+    """Several rules for one token, as RBAC's PolicyRules: a request passes if any rule allows it."""
+
+    user: str
+    rules: tuple[Rule, ...]
+
+    def allows(self, verb: str, resource: str, namespace: str | None) -> bool:
+        return any(rule.allows(verb, resource, namespace) for rule in self.rules)
+
+
+@dataclass
 class FaultSlot:
     fault: Fault
     remaining: int | None
@@ -233,7 +244,7 @@ class ApiServer:
         self.store = store
         self.kubelet = kubelet
         self.token = token
-        self.rules: dict[str, Rule] = {}
+        self.rules: dict[str, Rule | RuleSet] = {}
         self.faults = faults
         self.bookmark_interval = bookmark_interval
         self.host = "127.0.0.1:0"

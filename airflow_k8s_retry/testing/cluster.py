@@ -564,6 +564,36 @@ class FakeCluster:
         assert self._tmpdir is not None
         return self.write_kubeconfig(self._tmpdir / f"kubeconfig-{len(self.api.rules)}", token=token)
 
+    def grant(
+        self,
+        token: str,
+        rules: Iterable[Mapping[str, Any]],
+        *,
+        user: str = "system:serviceaccount:default:restricted",
+    ) -> Path:
+        """Accept ``token`` with exactly ``rules`` (any one allowing a request lets it through).
+
+        Each rule is ``{"verbs": [...], "resources": [...], "namespaces": [...] or None}``, as a
+        Role (``namespaces`` the one it lives in) or a ClusterRole (``None``: every namespace and
+        the cluster scope) grants them. Returns the token's kubeconfig.
+        """
+        from airflow_k8s_retry.testing.api import Rule, RuleSet
+
+        if token == self.token:
+            raise ValueError("grant(): pick a token other than the cluster's admin token")
+        built = tuple(
+            Rule(
+                user=user,
+                verbs=frozenset(rule["verbs"]),
+                resources=frozenset(rule["resources"]),
+                namespaces=None if rule.get("namespaces") is None else frozenset(rule["namespaces"]),
+            )
+            for rule in rules
+        )
+        self._call(lambda: self.api.rules.__setitem__(token, RuleSet(user=user, rules=built)))
+        assert self._tmpdir is not None
+        return self.write_kubeconfig(self._tmpdir / f"kubeconfig-{len(self.api.rules)}", token=token)
+
     def drop_watches(self, resource: str | None = None, *, reset: bool = False) -> int:
         """Cut every open watch (of ``resource``, or all) now, as an apiserver restart or a proxy would.
 

@@ -935,7 +935,11 @@ class Kubelet:
             for c in run.containers:
                 if c.running:
                     self.event(run, "Killing", f"Stopping container {c.name}", container=c)
-            self.after(run, min(STOP_SECONDS, float(grace)), self.stop_containers, run)
+            stop = max(
+                (c.run.stop_seconds for c in run.containers if c.running and c.run.stop_seconds is not None),
+                default=STOP_SECONDS,
+            )
+            self.after(run, min(stop, float(grace)), self.stop_containers, run)
 
     def stop_containers(self, run: PodRun) -> None:
         run.stopped = True

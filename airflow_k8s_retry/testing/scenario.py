@@ -114,6 +114,9 @@ class RunSpec:
     log: str = ""
     oom: bool = False
     xcom: Any = None  # content of /airflow/xcom/return.json, as JSON; None means an empty file
+    #: How long the container takes to exit after SIGTERM (a checkpointing job); None: at once.
+    #: The kubelet kills it when the pod's termination grace runs out first.
+    stop_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -132,7 +135,7 @@ class RunSpec:
     @classmethod
     def from_dict(cls, data: object, where: str) -> RunSpec:
         data = _mapping(data, where)
-        _check_keys(data, ("exit_code", "duration_seconds", "log", "oom", "xcom"), where)
+        _check_keys(data, ("exit_code", "duration_seconds", "log", "oom", "xcom", "stop_seconds"), where)
         exit_code = _int(data.get("exit_code", 0), f"{where}.exit_code")
         if exit_code > 255:
             raise ScenarioError(f"{where}.exit_code: must be between 0 and 255, got {exit_code}")
@@ -149,8 +152,14 @@ class RunSpec:
         except (TypeError, ValueError) as exc:
             raise ScenarioError(f"{where}.xcom: must be JSON-serializable ({exc})") from None
         assert duration is not None
+        stop = _number(data["stop_seconds"], f"{where}.stop_seconds") if "stop_seconds" in data else None
         return cls(
-            exit_code=137 if oom else exit_code, duration_seconds=duration, log=log, oom=oom, xcom=xcom
+            exit_code=137 if oom else exit_code,
+            duration_seconds=duration,
+            log=log,
+            oom=oom,
+            xcom=xcom,
+            stop_seconds=stop,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,6 +170,8 @@ class RunSpec:
             out["oom"] = True
         if self.xcom is not None:
             out["xcom"] = self.xcom
+        if self.stop_seconds is not None:
+            out["stop_seconds"] = self.stop_seconds
         return out
 
 

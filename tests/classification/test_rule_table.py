@@ -299,3 +299,20 @@ def test_the_matchers_are_defined_in_table_order() -> None:
         name = names[id(rule.match)]
         lines.append(next(i for i, line in enumerate(source) if re.match(rf"^(def )?{name}\b", line)))
     assert lines == sorted(lines), [r.name for r in RULES]
+
+
+def test_trace_with_a_remembered_cause_ends_at_the_rule_classify_picks() -> None:
+    def pulling(reason: str, message: str) -> dict[str, object]:
+        waiting = {"waiting": {"reason": reason, "message": message}}
+        return {
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "base", "image": "acme/etl:1"}]},
+            "status": {"phase": "Pending", "containerStatuses": [{"name": "base", "state": waiting}]},
+        }
+
+    first = classify(pulling("ErrImagePull", "manifest unknown"), now=T0)
+    decayed = pulling("ImagePullBackOff", 'Back-off pulling image "acme/etl:1"')
+    verdict = classify(decayed, history=first.history, now=T0 + 10)
+    assert verdict.rule == "image_not_found"
+    assert trace(decayed, (), first.history, now=T0 + 10)[-1].rule.name == verdict.rule
+    assert trace(decayed, now=T0 + 10)[-1].rule.name == "image_pull_backoff"  # without the memory

@@ -1,7 +1,9 @@
-"""``on_kill`` deletes the pod by UID only once the task instance is confirmed no longer deferred.
+"""``on_kill`` deletes the pod by UID only once the task instance is confirmed killed.
 
 Airflow 3.3.0-3.3.2 also call ``on_kill`` when a trigger merely moves to another triggerer; the
-task instance is still deferred then, and the live pod must survive the hand-over.
+task instance is still deferred then, and the live pod must survive the hand-over. After another
+triggerer fired, the task instance is scheduled, queued or running and the worker owns the pod.
+A deleted DAG run leaves no task instance at all: nobody else will delete the pod.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_k8s_retry.kube.clock import ManualClock
+from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
@@ -148,3 +151,64 @@ async def test_a_repeated_cancellation_during_the_lookup_still_deletes_the_pod(
     lookup.release.set()
     await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
     assert cluster.request_counts()[("delete", "pods")] == 1
+
+
+@pytest.mark.parametrize("state", ["failed", "success", "skipped", "upstream_failed", "removed", None])
+async def test_every_state_a_user_action_leaves_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, state: str | None
+) -> None:
+    name, _ = await kill(cluster, monkeypatch, StateLookup(state))
+    assert cluster.request_counts()[("delete", "pods")] == 1
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+
+
+async def test_a_deleted_dag_run_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once the DAG run (or the DAG) is deleted, the execution API answers the state query with an
+    # empty map: the task instance is gone, and nobody else will ever delete its pod.
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from airflow_k8s_retry.triggers import airflow_task_state
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(lambda **kwargs: {}))
+    name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
+    assert cluster.request_counts()[("delete", "pods")] == 1
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+
+
+@pytest.mark.parametrize("state", ["scheduled", "queued", "running", "up_for_retry", "restarting"])
+async def test_after_another_triggerer_fired_the_pod_is_left_to_the_worker(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    # Hand-over: triggerer B fired the verdict, the task instance is on its way back to a worker
+    # (scheduled, queued, running); the stale copy on triggerer A is cancelled like a kill. The
+    # worker reads the pod's logs and XCom next, so A must not delete it.
+    name, _ = await kill(cluster, monkeypatch, StateLookup(state))
+    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert cluster.pod(name) is not None
+
+
+async def test_a_pod_carrying_a_verdict_is_left_to_the_worker(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker already acted on a verdict and kept the pod (keep_failed_pods): the task failed,
+    # and a stale triggerer's on_kill must not remove the pod the author asked to keep.
+    import json
+
+    from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION
+
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    stamp = {"outcome": "fail", "reason": "container.exit_code", "message": "exit 1", "rule": "exit_code"}
+    client = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    try:
+        from kubernetes import client as k
+
+        k.CoreV1Api(client).patch_namespaced_pod(
+            name, "default", {"metadata": {"annotations": {VERDICT_ANNOTATION: json.dumps(stamp)}}}
+        )
+    finally:
+        client.close()
+    await trigger.on_kill()
+    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert cluster.pod(name) is not None

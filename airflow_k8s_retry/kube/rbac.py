@@ -1,0 +1,62 @@
+"""The API permissions this package uses, and one clear line when one of them is missing.
+
+``deploy/rbac/`` ships them as a Role (per namespace), a ClusterRole (the triggerer's one watch
+over all namespaces), a ServiceAccount and bindings; :data:`NAMESPACED_RULES` and
+:data:`CLUSTER_RULES` are the same rules as data, and a test holds the manifests to them.
+
+Each rule, and who needs it:
+
+* ``pods``: ``create`` (operator: one pod per try), ``get`` (operator: adoption after a 409,
+  the sweep's checks; trigger: the last look, a stuck feed's direct read, ``on_kill``'s check;
+  sensor), ``list`` and ``watch`` (trigger and sensor: the shared feed; operator: the sweep of
+  earlier tries' pods), ``patch`` (the verdict stamp, the trigger's restart-safe history),
+  ``delete`` (operator: cleanup by UID; trigger: ``on_kill``; sensor with ``delete_pod_on_finish``).
+* ``pods/log``: ``get`` (operator: logs and the failure report).
+* ``pods/exec``: ``create`` and ``get`` (operator, only with ``do_xcom_push``: reading the XCom
+  sidecar; the websocket upgrade is a GET on older API servers, a POST on newer ones).
+* ``events``: ``list`` and ``watch`` (trigger and sensor: Events are evidence, e.g.
+  ``FailedMount``; operator: the failure report).
+* ``batch`` ``jobs``: ``list`` and ``watch`` (sensor only, following a Job's pods).
+
+A ``403`` the code cannot work around is reported with :func:`rbac_message`: one line naming the
+verb, the resource and where, so the fix is one rule away.
+"""
+
+from __future__ import annotations
+
+import re
+
+from airflow_k8s_retry.kube.errors import KubeError
+
+#: (API group, resource, verbs) a namespaced Role must grant in every namespace pods run in.
+NAMESPACED_RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("", "pods", frozenset({"create", "get", "list", "watch", "patch", "delete"})),
+    ("", "pods/log", frozenset({"get"})),
+    ("", "pods/exec", frozenset({"create", "get"})),
+    ("", "events", frozenset({"list", "watch"})),
+    ("batch", "jobs", frozenset({"list", "watch"})),
+)
+#: What the optional ClusterRole adds: one LIST+WATCH of this package's pods and of pod Events
+#: over all namespaces, instead of one per namespace.
+CLUSTER_RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("", "pods", frozenset({"list", "watch"})),
+    ("", "events", frozenset({"list", "watch"})),
+)
+
+_DENIED = re.compile(r'cannot (?P<verb>[a-z]+) resource "(?P<resource>[^"]+)"')
+
+
+def rbac_message(exc: KubeError, verb: str, resource: str, namespace: str | None) -> str:
+    """One line: the permission the credentials lack, where, and the rule that grants it.
+
+    The verb and resource come from the API's own answer when it names them (every apiserver
+    does: ``User "x" cannot patch resource "pods" in API group "" in the namespace "y"``).
+    """
+    found = _DENIED.search(str(exc))
+    if found:
+        verb, resource = found["verb"], found["resource"]
+    where = f'namespace "{namespace}"' if namespace else "the cluster scope"
+    return (
+        f"RBAC: may not {verb} {resource} in {where}; grant verb \"{verb}\" on \"{resource}\" "
+        f"(deploy/rbac/) to this service account. The API said: {exc}"
+    )

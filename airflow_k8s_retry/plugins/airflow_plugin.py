@@ -1,0 +1,30 @@
+"""``K8sRetryPlugin``: the failures page, mounted on the api-server and linked from the UI's menu.
+
+Registered through the ``airflow.plugins`` entry point of this distribution, so installing the
+package is enough: ``airflow plugins`` lists it, the api-server serves ``/k8s-retry/``, and the UI
+shows "Kubernetes pod failures" under Browse, opening the page inside the UI.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from airflow_k8s_retry.plugins.app import create_app
+
+URL_PREFIX = "/k8s-retry"
+MENU_NAME = "Kubernetes pod failures"
+
+
+class K8sRetryPlugin(AirflowPlugin):  # type: ignore[misc]
+    name = "airflow_k8s_retry"
+    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": MENU_NAME}]
+    external_views = [
+        {
+            "name": MENU_NAME,
+            # Relative to the UI's base URL, so it works under a sub-path too.
+            "href": URL_PREFIX.lstrip("/") + "/",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "k8s-retry",
+        }
+    ]

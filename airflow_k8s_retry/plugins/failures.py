@@ -1,0 +1,184 @@
+"""What the failures page shows, computed from the tries' ``verdict`` XComs (pure, no Airflow).
+
+The operator and the sensor publish each failing try's verdict as the XCom ``verdict``
+(outcome, reason code, message) next to ``pod_name`` and ``pod_namespace``. Airflow clears a task
+instance's XComs when its next try starts, so what survives is the latest verdict of each task
+instance: a task that failed and then succeeded on a retry leaves none (the metrics count every
+verdict, see ``docs/metrics.md``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow_k8s_retry.hints import fix_hint
+
+#: Outcomes that count as failures on the page (a skip is published too, and shown, not counted).
+FAILURE_OUTCOMES = frozenset({"retry", "fail"})
+#: The time ranges the page offers, in hours, and the chart's bucket for each.
+RANGES: dict[int, timedelta] = {
+    1: timedelta(minutes=5),
+    6: timedelta(minutes=15),
+    24: timedelta(hours=1),
+    168: timedelta(hours=6),
+    720: timedelta(days=1),
+}
+DEFAULT_HOURS = 168
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One task instance's published verdict, with the try and pod it belongs to."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int
+    try_number: int | None
+    state: str | None
+    at: datetime
+    outcome: str
+    reason: str
+    message: str
+    pod_name: str | None = None
+    namespace: str | None = None
+
+    @property
+    def hint(self) -> str | None:
+        return fix_hint(self.reason)
+
+    @property
+    def is_failure(self) -> bool:
+        return self.outcome in FAILURE_OUTCOMES
+
+    @property
+    def task(self) -> str:
+        return f"{self.dag_id}.{self.task_id}" + (f"[{self.map_index}]" if self.map_index >= 0 else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dag_id": self.dag_id,
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "map_index": self.map_index,
+            "try_number": self.try_number,
+            "state": self.state,
+            "at": self.at.isoformat(),
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "message": self.message,
+            "hint": self.hint,
+            "pod_name": self.pod_name,
+            "namespace": self.namespace,
+        }
+
+
+def record_from_xcom(
+    value: Any, *, dag_id: str, task_id: str, run_id: str, map_index: int, at: datetime, **extra: Any
+) -> FailureRecord | None:
+    """A :class:`FailureRecord` from a ``verdict`` XCom value, or ``None`` when it is not one."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("reason"), str):
+        return None
+    return FailureRecord(
+        dag_id=dag_id,
+        task_id=task_id,
+        run_id=run_id,
+        map_index=map_index,
+        at=at,
+        outcome=str(value.get("outcome") or "?"),
+        reason=str(value["reason"]),
+        message=str(value.get("message") or ""),
+        **extra,
+    )
+
+
+@dataclass(frozen=True)
+class TaskFailures:
+    task: str
+    dag_id: str
+    task_id: str
+    failures: int
+    reasons: dict[str, int]
+    last: datetime
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The page's content: a chart of failures by reason over time, the worst tasks, every record."""
+
+    since: datetime
+    until: datetime
+    bucket: timedelta
+    buckets: list[datetime]
+    #: reason -> failures per bucket (same order as ``buckets``)
+    series: dict[str, list[int]]
+    top_tasks: list[TaskFailures]
+    records: list[FailureRecord] = field(default_factory=list)
+
+    @property
+    def failures(self) -> int:
+        return sum(sum(counts) for counts in self.series.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat(),
+            "until": self.until.isoformat(),
+            "bucket_seconds": self.bucket.total_seconds(),
+            "buckets": [b.isoformat() for b in self.buckets],
+            "series": self.series,
+            "failures": self.failures,
+            "top_tasks": [
+                {
+                    "dag_id": t.dag_id,
+                    "task_id": t.task_id,
+                    "failures": t.failures,
+                    "reasons": t.reasons,
+                    "last": t.last.isoformat(),
+                }
+                for t in self.top_tasks
+            ],
+            "records": [r.to_json() for r in self.records],
+        }
+
+
+def summarize(
+    records: Iterable[FailureRecord], *, since: datetime, until: datetime, bucket: timedelta, top: int = 10
+) -> Summary:
+    """Count failures by reason per time bucket and by task; newest records first."""
+    if bucket <= timedelta(0):
+        raise ValueError(f"bucket must be positive, got {bucket}")
+    start = since - timedelta(seconds=since.timestamp() % bucket.total_seconds())
+    buckets: list[datetime] = []
+    at = start
+    while at < until:
+        buckets.append(at)
+        at += bucket
+    kept = sorted((r for r in records if since <= r.at <= until), key=lambda r: r.at, reverse=True)
+    series: dict[str, list[int]] = {}
+    by_task: dict[tuple[str, str], list[FailureRecord]] = {}
+    for r in kept:
+        if not r.is_failure:
+            continue
+        index = min(len(buckets) - 1, int((r.at - start) / bucket))
+        series.setdefault(r.reason, [0] * len(buckets))[index] += 1
+        by_task.setdefault((r.dag_id, r.task_id), []).append(r)
+    tops = sorted(
+        (
+            TaskFailures(
+                task=f"{dag}.{task}",
+                dag_id=dag,
+                task_id=task,
+                failures=len(rs),
+                reasons=dict(Counter(r.reason for r in rs).most_common()),
+                last=max(r.at for r in rs),
+            )
+            for (dag, task), rs in by_task.items()
+        ),
+        key=lambda t: (-t.failures, t.task),
+    )[:top]
+    ordered = dict(sorted(series.items(), key=lambda kv: (-sum(kv[1]), kv[0])))
+    return Summary(since, until, bucket, buckets, ordered, tops, kept)

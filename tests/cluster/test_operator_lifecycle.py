@@ -1,0 +1,168 @@
+"""The operator's whole lifecycle under real Airflow (``airflow dags test``) on the real control
+plane: one pod per try, the verdict, the cleanup by UID, Airflow's retries.
+
+The three DAGs run at once, each in its own Airflow home; the images' fates are those of
+``tests/cluster/scenario.yaml``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.pods import PodClient
+from tests.end_to_end.scenarios import Scenario
+from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+REPO = Path(__file__).resolve().parents[2]
+
+SUCCESS = Scenario(
+    "cluster_success",
+    """
+    RetryingPodOperator(
+        task_id="work",
+        image="registry.example.com/app:ok",
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        execution_timeout=timedelta(minutes=5),
+    )
+    """,
+    {},
+)
+EXIT_CODE = Scenario(
+    "cluster_exit_code",
+    """
+    RetryingPodOperator(
+        task_id="work",
+        image="registry.example.com/app:exit-3",
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        execution_timeout=timedelta(minutes=5),
+    )
+    """,
+    {},
+)
+NOT_FOUND = Scenario(
+    "cluster_not_found",
+    """
+    RetryingPodOperator(
+        task_id="pull",
+        image="docker.io/library/notavalidimage-airflow-k8s-retry:0",
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        failure_policy=FailurePolicy(grace={"image.not_found": 5}),
+        execution_timeout=timedelta(minutes=5),
+    )
+    """,
+    {},
+)
+KPO = Scenario(
+    "cluster_kpo_deferrable",
+    """
+    common = dict(
+        namespace="default",
+        cmds=["sh", "-c", "echo conformance"],
+        deferrable=True,
+        startup_timeout_seconds=20,
+        poll_interval=1,
+        retries=0,
+        on_finish_action="delete_pod",
+    )
+    good = KubernetesPodOperator(task_id="good_image", image="registry.example.com/app:ok", **common)
+    missing = KubernetesPodOperator(
+        task_id="missing_image", image="registry.example.com/app:missing", **common
+    )
+    good >> missing
+    """,
+    {},
+    header="""
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import DAG
+""",
+)
+#: The shipped example DAG of the sensor, as it is.
+SENSOR_EXAMPLE = REPO / "dags" / "06_sensor.py"
+DAGS = (SUCCESS, EXIT_CODE, NOT_FOUND, KPO)
+
+
+@pytest.fixture(scope="module")
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, kubeconfig: Path, migrated_database: MigratedDatabase
+) -> dict[str, DagRunResult]:
+    root = tmp_path_factory.mktemp("lifecycle")
+    started = {}
+    files = {dag.dag_id: dag.dag_file() for dag in DAGS}
+    files["06_sensor"] = SENSOR_EXAMPLE.read_text()
+    for dag_id, text in files.items():
+        dags = root / dag_id / "dags"
+        dags.mkdir(parents=True)
+        (dags / f"{dag_id}.py").write_text(text)
+        home = AirflowHome.create(root / dag_id / "home", dags_folder=dags, database=migrated_database)
+        started[dag_id] = (home, home.start_dag(dag_id, kubeconfig=kubeconfig), time.monotonic())
+    return {
+        dag_id: home.finish(dag_id, proc, t0, timeout=600) for dag_id, (home, proc, t0) in started.items()
+    }
+
+
+def live_pods(kubeconfig: Path, dag_id: str) -> list[str]:
+    client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig))))
+    return [
+        p["metadata"]["name"]
+        for p in client.list_pods("default", f"dag_id={dag_id}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def test_a_pod_that_exits_zero_is_one_successful_try(runs: dict[str, DagRunResult], kubeconfig: Path):
+    result = runs[SUCCESS.dag_id]
+    assert [(t.try_number, t.state) for t in result.tries("work")] == [(1, "success")], result.output[-3000:]
+    assert live_pods(kubeconfig, SUCCESS.dag_id) == []
+
+
+def test_a_non_zero_exit_spends_each_try_on_one_pod(runs: dict[str, DagRunResult], kubeconfig: Path):
+    result = runs[EXIT_CODE.dag_id]
+    tries = [(t.try_number, t.state) for t in result.tries("work")]
+    assert tries == [(1, "failed"), (2, "failed")], result.output[-3000:]
+    assert result.output.count("container.exit_code") >= 2
+    assert "exit code 3" in result.output
+    assert live_pods(kubeconfig, EXIT_CODE.dag_id) == []
+
+
+def test_a_missing_image_costs_one_pod_per_try(runs: dict[str, DagRunResult], kubeconfig: Path):
+    result = runs[NOT_FOUND.dag_id]
+    tries = [(t.try_number, t.state) for t in result.tries("pull")]
+    assert tries == [(1, "failed"), (2, "failed")], result.output[-3000:]
+    for n in (1, 2):
+        assert f"-t{n}: image." in result.output, f"try {n} logs an image reason code"
+    assert live_pods(kubeconfig, NOT_FOUND.dag_id) == []
+
+
+def test_the_sensor_example_waits_for_a_pod_it_did_not_create(
+    runs: dict[str, DagRunResult], kubeconfig: Path
+):
+    result = runs["06_sensor"]
+    assert result.dag_run_state() == "success", result.output[-3000:]
+    assert [(t.try_number, t.state) for t in result.tries("wait_for_report")] == [(1, "success")]
+    client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig))))
+    assert [
+        p["metadata"]["name"]
+        for p in client.list_pods("default", "app=nightly-report")
+        if not p["metadata"].get("deletionTimestamp")
+    ] == [], "delete_pod_on_finish removed the pod"
+
+
+def test_the_cncf_kubernetes_pod_operator_conforms(runs: dict[str, DagRunResult]):
+    """The provider's own deferrable KubernetesPodOperator on the same cluster: a good image
+    succeeds, a missing one fails (the control plane, not this package, is what is checked)."""
+    result = runs[KPO.dag_id]
+    assert result.final_state("good_image") == "success", result.output[-3000:]
+    assert result.final_state("missing_image") == "failed", result.output[-3000:]

@@ -1,0 +1,69 @@
+"""What the real backend cannot honour fails at once, naming the key (no control plane needed)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_k8s_retry.testing.controlplane import COMPONENTS, ControlPlane, ControlPlaneError
+from airflow_k8s_retry.testing.controlplane.stages import UnsupportedScenario, check_supported, kwok_config
+from airflow_k8s_retry.testing.scenario import Scenario
+
+
+@pytest.mark.parametrize(
+    ("scenario", "key"),
+    [
+        ({"faults": [{"verb": "list", "resource": "pods", "status": 500}]}, "scenario.faults"),
+        ({"autoscaler": {}}, "scenario.autoscaler"),
+        ({"images": {"a:1": {"pull": "not_found", "for_seconds": 5}}}, "for_seconds"),
+        ({"images": {"a:1": {"run": {"log": "hello"}}}}, "run.log"),
+        ({"kubernetes_version": "1.30"}, "scenario.kubernetes_version"),
+    ],
+)
+def test_what_the_real_backend_cannot_do_fails_with_the_key(scenario: dict[str, Any], key: str):
+    with pytest.raises(UnsupportedScenario, match=key.replace(".", r"\.")):
+        check_supported(Scenario.from_dict(scenario))
+
+
+def test_the_tier_scenario_becomes_kwok_stages():
+    scenario = Scenario.load(Path(__file__).with_name("scenario.yaml"))
+    docs = list(yaml.safe_load_all(kwok_config(scenario)))
+    assert {d["kind"] for d in docs} == {"Stage"}
+    names = [d["metadata"]["name"] for d in docs]
+    assert len(names) == len(set(names))
+    expected = {"node-initialize", "pod-create", "config-missing", "pod-start", "pod-exit", "pod-delete"}
+    assert expected <= set(names)
+
+
+def test_missing_binaries_are_one_line_that_says_what_to_do(tmp_path: Path):
+    cp = ControlPlane(tmp_path / "cluster", tmp_path / "no-such-bin")
+    with pytest.raises(ControlPlaneError) as caught:
+        cp.start()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "kube-apiserver" in message and "run 'make controlplane' first" in message
+    assert not (tmp_path / "cluster").exists()
+
+
+def test_a_port_in_use_is_one_line_that_says_what_to_do(tmp_path: Path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in COMPONENTS:  # never started: the port is checked before anything runs
+        (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / name).chmod(0o755)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cp = ControlPlane(tmp_path / "cluster", bin_dir, apiserver_port=port)
+        with pytest.raises(ControlPlaneError) as caught:
+            cp.start()
+    assert str(caught.value) == (
+        f"controlplane: port {port} on 127.0.0.1 is in use; choose another (APISERVER_PORT=N) "
+        "or leave it unset for a free one"
+    )
+    assert not (tmp_path / "cluster").exists()
