@@ -279,11 +279,11 @@ class Worker:
 
     # The Kubernetes client's transport is the boundary: every API call of the task passes here.
     @classmethod
-    def install(cls) -> None:
+    @contextlib.contextmanager
+    def installed(cls) -> Iterator[None]:
+        """Count the task's Kubernetes calls while inside (the client's transport, restored after)."""
         from kubernetes.client import rest
 
-        if getattr(rest.RESTClientObject.request, "_chaos_boundary", False):
-            return
         original = rest.RESTClientObject.request
 
         def request(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
@@ -296,8 +296,11 @@ class Worker:
                 worker.die(f"after {method} {url.split('?', maxsplit=1)[0]} (answer lost)")
             return result
 
-        request._chaos_boundary = True  # type: ignore[attr-defined]
         rest.RESTClientObject.request = request
+        try:
+            yield
+        finally:
+            rest.RESTClientObject.request = original
 
     def before(self, what: str) -> bool:
         """Called at each boundary call; returns True when the call goes out but its answer is lost."""
