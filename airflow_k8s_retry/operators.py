@@ -328,7 +328,6 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         deadline: float | None = None,
     ) -> Any:
         from airflow_k8s_retry.classification.model import Outcome
-        from airflow_k8s_retry.compat import AirflowSkipException
         from airflow_k8s_retry.kube import lifecycle
         from airflow_k8s_retry.kube.pods import failure_report
 
