@@ -2,11 +2,39 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-CONSTRAINTS := constraints/constraints-3.11.txt
 STAMP := $(VENV)/.installed
 export AIRFLOW_K8S_RETRY_REPO := $(CURDIR)
 
-.PHONY: test lint unit demo bench bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos
+# Supported Airflow minor versions. Each has a constraints file generated from its seed pins (the
+# Airflow release, the cncf provider release tested with it, and whatever that Airflow release needs
+# pinned to work at all), and its own test venv. The seeds test both ends of the cncf range that
+# setup.cfg declares. .venv is the newest minor's venv; the older ones live under .venv-compat/.
+PY_MINOR := 3.11
+AIRFLOW_MINORS := 3.1 3.2 3.3
+NEWEST_MINOR := 3.3
+OLDER_MINORS := $(filter-out $(NEWEST_MINOR),$(AIRFLOW_MINORS))
+SEED_3.1 := apache-airflow==3.1.8 apache-airflow-providers-cncf-kubernetes==10.8.0
+SEED_3.2 := apache-airflow==3.2.2 apache-airflow-providers-cncf-kubernetes==10.25.0 \
+  fastapi==0.136.3 cadwyn==7.0.0 svcs==25.1.0
+SEED_3.3 := apache-airflow==3.3.2 apache-airflow-providers-cncf-kubernetes==10.25.0
+constraints_for = constraints/airflow-$(1)/constraints-$(PY_MINOR).txt
+CONSTRAINTS := $(call constraints_for,$(NEWEST_MINOR))
+COMPAT := .venv-compat
+# What test-compat runs on each minor: the example DAGs parsed and run end to end under real
+# Airflow, the operator and sensor tests, and the trigger tests that touch Airflow (connections,
+# task state, serialization) or walk a pod's whole life. The newest minor runs the whole trigger
+# suite; `make test` runs the whole suite there anyway.
+COMPAT_TESTS_OLDER := tests/test_example_dags.py tests/test_provider_is_registered.py \
+  tests/end_to_end/test_example_dags_run.py tests/operator tests/sensor \
+  tests/watching/test_trigger_serializes_exactly.py \
+  tests/watching/test_cluster_config_resolves_connections.py \
+  tests/watching/test_on_kill_deletes_only_after_a_real_kill.py \
+  tests/watching/test_every_default_rule_through_a_pod_lifecycle.py
+COMPAT_TESTS_NEWEST := tests/test_example_dags.py tests/test_provider_is_registered.py \
+  tests/end_to_end/test_example_dags_run.py tests/operator tests/sensor tests/watching
+
+.PHONY: test lint unit demo bench bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
+  test-compat
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,10 +64,33 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not cluster"
 
+# The whole suite runs on the newest minor; the older minors run test-compat's subset.
 test: $(STAMP) tools lint controlplane
 	$(BIN)/pytest
 	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
 	  $(BIN)/pytest -m cluster
+	$(MAKE) --no-print-directory $(addprefix test-compat-,$(OLDER_MINORS))
+
+test-compat: $(addprefix test-compat-,$(AIRFLOW_MINORS))
+
+test-compat-$(NEWEST_MINOR): $(STAMP)
+	@echo "== Airflow $(NEWEST_MINOR) ($(BIN))"
+	$(BIN)/pytest -q -p no:cacheprovider $(COMPAT_TESTS_NEWEST)
+
+# One venv per older minor, rebuilt from scratch only when its constraints file (or setup.cfg)
+# changes; pip's cache makes a rebuild cheap.
+# (.PRECIOUS: make would otherwise delete the stamp as an intermediate file after the run.)
+.PRECIOUS: $(COMPAT)/%/.installed
+$(COMPAT)/%/.installed: constraints/airflow-%/constraints-$(PY_MINOR).txt setup.cfg
+	rm -rf $(COMPAT)/$*
+	$(PYTHON) -m venv $(COMPAT)/$*
+	$(COMPAT)/$*/bin/python -m pip install -q "pip==26.3"
+	$(COMPAT)/$*/bin/python -m pip install -q -c $< -e ".[test]"
+	touch $@
+
+test-compat-%: $(COMPAT)/%/.installed
+	@echo "== Airflow $* ($(COMPAT)/$*)"
+	$(COMPAT)/$*/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS_OLDER)
 
 # The real control plane (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, KWOK),
 # built from tools/controlplane/go.mod into a cache outside the repository, keyed by the pins.
@@ -67,14 +118,21 @@ chaos: $(STAMP)
 	else nice -n 10 $(BIN)/python -m tests.chaos.run --runs $(CHAOS_RUNS) --jobs $(CHAOS_JOBS) \
 	  --report docs/reliability.md --json .chaos-logs/results.json; fi
 
-constraints:
-	rm -rf .venv-constraints
-	$(PYTHON) -m venv .venv-constraints
-	.venv-constraints/bin/pip install -q "apache-airflow==3.3.2" "apache-airflow-providers-cncf-kubernetes==10.25.0" -e ".[test,bench]"
-	{ echo "# Pinned dependency set for Python 3.11 (apache-airflow 3.3.2, cncf-kubernetes provider 10.25.0)."; \
-	  echo "# Regenerate with 'make constraints' after changing dependencies in setup.cfg."; \
-	  .venv-constraints/bin/pip freeze --exclude-editable | grep -v -i '^airflow-k8s-retry'; } > $(CONSTRAINTS)
-	rm -rf .venv-constraints
+# Regenerate every constraints file (or one: make constraints-3.2) after changing dependencies in
+# setup.cfg or a seed above: a fresh venv per minor, the seed plus the package, then pip freeze.
+constraints: $(addprefix constraints-,$(AIRFLOW_MINORS))
+
+constraints-%:
+	rm -rf .venv-constraints-$*
+	$(PYTHON) -m venv .venv-constraints-$*
+	.venv-constraints-$*/bin/python -m pip install -q "pip==26.3"
+	.venv-constraints-$*/bin/python -m pip install -q $(SEED_$*) -e ".[test,bench]"
+	mkdir -p constraints/airflow-$*
+	{ echo "# Pinned dependency set for Airflow $* on Python $(PY_MINOR): $(SEED_$*)"; \
+	  echo "# Regenerate with 'make constraints-$*' after changing dependencies in setup.cfg or the seed in the Makefile."; \
+	  .venv-constraints-$*/bin/python -m pip freeze --exclude-editable | grep -v -i '^airflow-k8s-retry'; \
+	  } > $(call constraints_for,$*)
+	rm -rf .venv-constraints-$*
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs
+	rm -rf $(VENV) $(COMPAT) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs

@@ -109,29 +109,17 @@ def cluster_config_from_extras(extras: Mapping[str, Any], *, conn_id: str | None
         raise ConnectionConfigError(f"{exc}; fix the extras of connection {conn_id!r}") from None
 
 
-def _not_found_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = []
-    try:
-        from airflow.sdk.exceptions import AirflowNotFoundException as SdkNotFound
-
-        types.append(SdkNotFound)
-    except ImportError:  # pragma: no cover - the task SDK ships with Airflow 3
-        pass
-    from airflow.exceptions import AirflowNotFoundException
-
-    types.append(AirflowNotFoundException)
-    return tuple(types)
-
-
 def resolve_cluster_config(conn_id: str | None) -> ClusterConfig:
     """Resolve ``conn_id`` synchronously (in a worker, from the operator)."""
     if not conn_id:
         return ClusterConfig()
     from airflow.sdk import BaseHook
 
+    from airflow_k8s_retry.compat import AirflowNotFoundException
+
     try:
         connection = BaseHook.get_connection(conn_id)
-    except _not_found_types():
+    except AirflowNotFoundException:
         if conn_id == DEFAULT_CONN_ID:
             return ClusterConfig(source=f"connection {conn_id} (absent: default kubeconfig)")
         raise
@@ -142,15 +130,13 @@ async def aresolve_cluster_config(conn_id: str | None) -> ClusterConfig:
     """Resolve ``conn_id`` from async code (the triggerer) without blocking the event loop."""
     if not conn_id:
         return ClusterConfig()
-    try:
-        from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
-    except ImportError:  # pragma: no cover - older compat provider
-        from asgiref.sync import sync_to_async
+    from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
 
-        return await sync_to_async(resolve_cluster_config)(conn_id)
+    from airflow_k8s_retry.compat import AirflowNotFoundException
+
     try:
         connection = await get_async_connection(conn_id)
-    except _not_found_types():
+    except AirflowNotFoundException:
         if conn_id == DEFAULT_CONN_ID:
             return ClusterConfig(source=f"connection {conn_id} (absent: default kubeconfig)")
         raise

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow_k8s_retry.compat import AirflowException, AirflowFailException
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification import Verdict
@@ -37,9 +37,8 @@ class PodSelectionError(AirflowFailException):  # type: ignore[misc]
 def exception_for(verdict: Verdict, message: str) -> Exception:
     """The one mapping from a non-success verdict to what the task raises: ``FAIL`` is permanent,
     ``SKIP`` skips, anything else (``RETRY``) costs one try."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
     from airflow_k8s_retry.classification.model import Outcome
+    from airflow_k8s_retry.compat import AirflowSkipException
 
     if verdict.outcome is Outcome.FAIL:
         return PodFailurePermanent(message, verdict)

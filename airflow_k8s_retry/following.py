@@ -193,9 +193,13 @@ def _uid(pod: Mapping[str, Any] | None) -> str:
     return str(((pod or {}).get("metadata") or {}).get("uid") or "")
 
 
-def _finished(pod: Mapping[str, Any] | None) -> bool:
-    """Gone, or in a terminal phase: a pod the Job controller counts (and may replace)."""
-    if pod is None:
+def _going(pod: Mapping[str, Any] | None, verdict: Verdict) -> bool:
+    """Gone, finished, being deleted, or being taken away by the cluster (an eviction, a
+    preemption, a lost node: a relaunch verdict, given before the phase turns Failed): a pod the
+    Job controller counts as failed, and may replace."""
+    if pod is None or verdict.outcome is Outcome.RELAUNCH:
+        return True
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return True
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -396,7 +400,7 @@ class Follower:
         if job_name is None:
             return self._done(verdict, newest, None, event=event)
         current = self.pods.objects.get(event.pod_name) if self.pods is not None else None
-        if verdict.outcome is Outcome.SUCCEED or _finished(current):
+        if verdict.outcome is Outcome.SUCCEED or _going(current, verdict):
             self.log.info(
                 "Pod %s of job %s: %s (%s); the Job decides what comes next",
                 event.pod_name,

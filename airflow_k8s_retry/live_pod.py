@@ -141,15 +141,13 @@ def _stdout_on_stderr() -> Iterator[None]:
 
 def _connection_config(conn_id: str) -> Any:
     """The cluster of Airflow connection ``conn_id`` (this loads Airflow)."""
-    from airflow.exceptions import AirflowNotFoundException
-    from airflow.sdk.exceptions import AirflowNotFoundException as SdkNotFound
-
+    from airflow_k8s_retry.compat import AirflowNotFoundException
     from airflow_k8s_retry.connection import resolve_cluster_config
 
     try:
         with _stdout_on_stderr():
             return resolve_cluster_config(conn_id)
-    except (AirflowNotFoundException, SdkNotFound):
+    except AirflowNotFoundException:
         raise LivePodError(
             f"there is no Airflow connection {conn_id!r}; create it, or pass another --conn-id"
         ) from None

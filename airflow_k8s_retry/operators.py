@@ -238,7 +238,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     @contextmanager
     def _delete_on_error(self, client: PodClient, created: CreatedPod) -> Iterator[None]:
         """Between create and defer, any error deletes the pod: no try leaves one behind."""
-        from airflow.sdk.exceptions import TaskDeferred
+        from airflow_k8s_retry.compat import TaskDeferred
 
         try:
             yield
@@ -483,7 +483,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Also clean up when the deferral itself ends badly (timeout or trigger failure)."""
-        from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
+        from airflow_k8s_retry.compat import TaskDeferralError, TaskDeferralTimeout
 
         try:
             return super().resume_execution(next_method, next_kwargs, context)

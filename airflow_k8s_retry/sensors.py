@@ -176,8 +176,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
             self.log.warning("Could not check %s before waiting (%s); waiting anyway", target.describe(), exc)
 
     def execute(self, context: Context) -> Any:
-        from airflow.sdk.exceptions import AirflowSkipException
-
+        from airflow_k8s_retry.compat import AirflowSkipException
         from airflow_k8s_retry.triggers import PodStateTrigger
 
         now = time.time()
@@ -222,8 +221,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         Airflow's ``resume_execution`` turns what this raises into a skip under ``soft_fail`` or
         ``never_fail``.
         """
-        from airflow.sdk.exceptions import AirflowSensorTimeout
-
+        from airflow_k8s_retry.compat import AirflowSensorTimeout
         from airflow_k8s_retry.following import TargetEvent
         from airflow_k8s_retry.triggers import PodEvent
 
@@ -241,9 +239,8 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         self._finish(context, pod_event)
 
     def _finish(self, context: Context, pod_event: PodEvent) -> None:
-        from airflow.sdk.exceptions import AirflowSkipException
-
         from airflow_k8s_retry.classification.model import Outcome
+        from airflow_k8s_retry.compat import AirflowSkipException
 
         verdict = pod_event.verdict
         name, namespace = pod_event.pod_name, pod_event.namespace

@@ -575,7 +575,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         try:
             state: str | None = await asyncio.wait_for(lookup(self._identity), _STATE_LOOKUP_TIMEOUT)
         except TaskInstanceGone as exc:
-            state, why = None, f"the task instance is gone ({exc})"
+            state, why = None, f"Task instance is gone ({exc})"
         except Exception as exc:
             self.log.warning(
                 "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
@@ -583,11 +583,18 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             )
             return
         else:
-            why = f"the task instance is {state or 'cleared'}"
+            why = f"Task instance is {state or 'cleared'}"
+        if state == "deferred":
+            self.log.info(
+                "Pod %s kept: the task instance is still deferred (the trigger is moving to another "
+                "triggerer, not being killed)",
+                self.pod_name,
+            )
+            return
         if state not in _KILLED_STATES:
             self.log.info(
-                "Pod %s kept: the task instance is %s (the trigger moved to another triggerer, or "
-                "another triggerer fired and the worker owns the pod now), not killed",
+                "Pod %s kept: the task instance is %s (another triggerer fired and the worker owns "
+                "the pod now), not killed",
                 self.pod_name, state,
             )
             return

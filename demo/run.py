@@ -113,7 +113,7 @@ def print_table(rows: list[Row]) -> None:
         ]
         for r in rows
     ]
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(row[i]) for row in table)]) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     print(line.rstrip())
     print("  ".join("-" * w for w in widths))

@@ -24,8 +24,8 @@ heavy = sorted(m for m in HEAVY if m in sys.modules)
 import airflow.providers.cncf.kubernetes.operators.pod
 kpo_heavy = sorted(m for m in HEAVY if m in sys.modules)
 import airflow_k8s_retry.operators
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder=sys.argv[1])
+from airflow_k8s_retry.compat import dagbag_class
+bag = dagbag_class()(dag_folder=sys.argv[1])
 print(json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()},
     "dags": {d: bag.dags[d].fileloc for d in bag.dag_ids},

@@ -15,7 +15,14 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_k8s_retry.kube.errors import Conflict, KubeError, NotFound, translate
+from airflow_k8s_retry.kube.errors import (
+    Conflict,
+    KubeError,
+    NotFound,
+    _status_message,
+    error_for_status,
+    translate,
+)
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity
 
 if TYPE_CHECKING:
@@ -60,6 +67,21 @@ def _translated() -> Iterator[None]:
         raise
     except _client_errors() as exc:
         raise translate(exc) from exc
+
+
+def _refused_upgrade(exc: BaseException, what: str) -> KubeError | None:
+    """The API's answer to a refused exec upgrade, found in ``exc``'s chain; None if there is none."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        status = getattr(current, "status_code", None)
+        if type(current).__name__ == "WebSocketBadStatusException" and isinstance(status, int):
+            body = getattr(current, "resp_body", None)
+            message, reason = _status_message(body, f"HTTP {status}")
+            return error_for_status(status, f"{what}: {message}", reason=reason, body=body)
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @dataclass(frozen=True)
@@ -228,19 +250,29 @@ class PodClient:
         """Run ``command`` in a container over the exec websocket; return its stdout."""
         from kubernetes.stream import stream
 
+        upgrade_errors: tuple[type[BaseException], ...] = (AttributeError, *_client_errors())
         with _translated():
-            resp = stream(
-                self.core.connect_get_namespaced_pod_exec,
-                name,
-                namespace,
-                container=container,
-                command=command,
-                stdin=False,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-            )
+            try:
+                resp = stream(
+                    self.core.connect_get_namespaced_pod_exec,
+                    name,
+                    namespace,
+                    container=container,
+                    command=command,
+                    stdin=False,
+                    stdout=True,
+                    stderr=True,
+                    tty=False,
+                    _preload_content=False,
+                )
+            except upgrade_errors as exc:
+                # A refused websocket upgrade reaches us as the client's own AttributeError (it
+                # decodes a body that is None) or an ApiException with status 0; the answer is
+                # in the WebSocketBadStatusException underneath.
+                refused = _refused_upgrade(exc, f"exec in pod {namespace}/{name} ({container})")
+                if refused is None:
+                    raise
+                raise refused from None
             out: list[str] = []
             try:
                 resp.run_forever(timeout=60)

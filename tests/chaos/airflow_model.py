@@ -68,8 +68,9 @@ class TaskInstance:
         self.xcom_pushes += 1
         if self.xcom_pushes == self.xcom_fails_at:
             # What the task runner raises when the supervisor's call to the execution API fails.
-            from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
             from airflow.sdk.execution_time.comms import ErrorResponse
+
+            from airflow_k8s_retry.compat import AirflowRuntimeError, ErrorType
 
             raise AirflowRuntimeError(
                 ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={"status_code": 503, "key": key})
@@ -175,7 +176,7 @@ def build_trigger(classpath: str, kwargs: dict[str, Any]) -> Any:
 
 def state_after(error: BaseException | None, ti: TaskInstance, retries: int) -> str:
     """The state Airflow gives a try that returned (``error=None``) or raised ``error``."""
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+    from airflow_k8s_retry.compat import AirflowFailException, AirflowSkipException
 
     if error is None:
         return "success"
@@ -278,11 +279,11 @@ class Worker:
 
     # The Kubernetes client's transport is the boundary: every API call of the task passes here.
     @classmethod
-    def install(cls) -> None:
+    @contextlib.contextmanager
+    def installed(cls) -> Iterator[None]:
+        """Count the task's Kubernetes calls while inside (the client's transport, restored after)."""
         from kubernetes.client import rest
 
-        if getattr(rest.RESTClientObject.request, "_chaos_boundary", False):
-            return
         original = rest.RESTClientObject.request
 
         def request(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
@@ -295,8 +296,11 @@ class Worker:
                 worker.die(f"after {method} {url.split('?', maxsplit=1)[0]} (answer lost)")
             return result
 
-        request._chaos_boundary = True  # type: ignore[attr-defined]
         rest.RESTClientObject.request = request
+        try:
+            yield
+        finally:
+            rest.RESTClientObject.request = original
 
     def before(self, what: str) -> bool:
         """Called at each boundary call; returns True when the call goes out but its answer is lost."""

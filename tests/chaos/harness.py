@@ -225,7 +225,7 @@ class Environment:
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(self.states.serving())
         self._stack.enter_context(_pace(self.clock, time_scale))
-        Worker.install()
+        self._stack.enter_context(Worker.installed())
 
     def _start_cluster(self) -> None:
         from airflow_k8s_retry.testing import FakeCluster
@@ -234,6 +234,7 @@ class Environment:
             {"time_scale": self.time_scale, "nodes": [{"name": "chaos-node", "cpu": "64"}]}
         )
         self.cluster.start()
+        self._kubeconfig_before = getattr(self, "_kubeconfig_before", os.environ.get("KUBECONFIG"))
         os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig)
         self.runs = 0
 
@@ -246,6 +247,10 @@ class Environment:
     def close(self) -> None:
         self._stack.close()
         self.cluster.stop()
+        if self._kubeconfig_before is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = self._kubeconfig_before
 
 
 def _warm_up() -> None:
@@ -517,7 +522,8 @@ class ChaosRun:
         self, worker: Worker, op: Any, context: dict[str, Any], call: tuple[str, Any]
     ) -> tuple[str, Any]:
         from airflow.sdk.bases.operator import ExecutorSafeguard
-        from airflow.sdk.exceptions import TaskDeferred
+
+        from airflow_k8s_retry.compat import TaskDeferred
 
         kind, resumed = call
         ctx = contextvars.copy_context()  # as the task runner: the executor safeguard sees its task

@@ -91,7 +91,59 @@ from airflow.sdk import DAG
 )
 #: The shipped example DAG of the sensor, as it is.
 SENSOR_EXAMPLE = REPO / "dags" / "06_sensor.py"
+LEAST_PRIVILEGE = Scenario(
+    "cluster_least_privilege",
+    """
+    RetryingPodOperator(
+        task_id="work",
+        image="registry.example.com/app:exit-3",
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        execution_timeout=timedelta(minutes=5),
+    )
+    """,
+    {},
+)
 DAGS = (SUCCESS, EXIT_CODE, NOT_FOUND, KPO)
+
+
+def least_privilege_kubeconfig(kubeconfig: Path, target: Path) -> Path:
+    """The shipped Role, RoleBinding and ServiceAccount (deploy/rbac/, without the optional
+    ClusterRole), and a kubeconfig holding a token the API server signed for that ServiceAccount."""
+    import yaml
+    from kubernetes import client as k
+    from kubernetes import config as kconfig
+    from kubernetes.client.exceptions import ApiException
+
+    api_client = kconfig.new_client_from_config(str(kubeconfig))
+    try:
+        core, rbac = k.CoreV1Api(api_client), k.RbacAuthorizationV1Api(api_client)
+        manifests = {
+            name: yaml.safe_load((REPO / "deploy" / "rbac" / f"{name}.yaml").read_text())
+            for name in ("serviceaccount", "role", "rolebinding")
+        }
+        sa = manifests["serviceaccount"]["metadata"]
+        for create in (
+            lambda: core.create_namespace({"metadata": {"name": sa["namespace"]}}),
+            lambda: core.create_namespaced_service_account(sa["namespace"], manifests["serviceaccount"]),
+            lambda: rbac.create_namespaced_role("default", manifests["role"]),
+            lambda: rbac.create_namespaced_role_binding("default", manifests["rolebinding"]),
+        ):
+            try:
+                create()
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        token = core.create_namespaced_service_account_token(
+            sa["name"], sa["namespace"], {"spec": {"expirationSeconds": 3600}}
+        ).status.token
+    finally:
+        api_client.close()
+    config = yaml.safe_load(kubeconfig.read_text())
+    config["users"] = [{"name": "least-privilege", "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = "least-privilege"
+    target.write_text(yaml.safe_dump(config))
+    return target
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +154,15 @@ def runs(
     started = {}
     files = {dag.dag_id: dag.dag_file() for dag in DAGS}
     files["06_sensor"] = SENSOR_EXAMPLE.read_text()
+    files[LEAST_PRIVILEGE.dag_id] = LEAST_PRIVILEGE.dag_file()
+    restricted = least_privilege_kubeconfig(kubeconfig, root / "least-privilege.kubeconfig")
     for dag_id, text in files.items():
         dags = root / dag_id / "dags"
         dags.mkdir(parents=True)
         (dags / f"{dag_id}.py").write_text(text)
         home = AirflowHome.create(root / dag_id / "home", dags_folder=dags, database=migrated_database)
-        started[dag_id] = (home, home.start_dag(dag_id, kubeconfig=kubeconfig), time.monotonic())
+        config = restricted if dag_id == LEAST_PRIVILEGE.dag_id else kubeconfig
+        started[dag_id] = (home, home.start_dag(dag_id, kubeconfig=config), time.monotonic())
     return {
         dag_id: home.finish(dag_id, proc, t0, timeout=600) for dag_id, (home, proc, t0) in started.items()
     }
@@ -166,3 +221,14 @@ def test_the_cncf_kubernetes_pod_operator_conforms(runs: dict[str, DagRunResult]
     result = runs[KPO.dag_id]
     assert result.final_state("good_image") == "success", result.output[-3000:]
     assert result.final_state("missing_image") == "failed", result.output[-3000:]
+
+
+def test_the_whole_lifecycle_runs_under_the_shipped_least_privilege_role(
+    runs: dict[str, DagRunResult], kubeconfig: Path
+):
+    """Real RBAC: the operator, its trigger and its cleanup need nothing beyond deploy/rbac/role.yaml."""
+    result = runs[LEAST_PRIVILEGE.dag_id]
+    tries = [(t.try_number, t.state) for t in result.tries("work")]
+    assert tries == [(1, "failed"), (2, "failed")], result.output[-3000:]
+    assert result.output.count("container.exit_code") >= 2
+    assert live_pods(kubeconfig, LEAST_PRIVILEGE.dag_id) == []

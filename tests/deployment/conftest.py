@@ -115,7 +115,7 @@ class Deployment:
         os.killpg(self.procs[name].pid, sig)
 
     def start_triggerer(self, name: str) -> None:
-        known = set(self.triggerer_jobs.values())
+        known = set(self._triggerer_job_ids())  # every job so far, a killed triggerer's included
         self.start(name, "triggerer")
         job = self.wait(
             lambda: next(iter(set(self._triggerer_job_ids()) - known), None),

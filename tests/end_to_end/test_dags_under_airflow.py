@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_k8s_retry.classification import hint_for
 from tests.end_to_end.scenarios import Run, Scenario, run_all
 from tests.support.airflow_runner import MigratedDatabase
 
@@ -183,7 +184,8 @@ def one_pod_per_try(run: Run, tries: int) -> None:
 
 def reason_logged_for_each_try(run: Run, reason: str, tries: int) -> None:
     for n in range(1, tries + 1):
-        pattern = rf"Pod \S+-t{n}: {re.escape(reason)}: "
+        # The report opens with the reason's fix hint, then the reason line.
+        pattern = rf"Pod \S+-t{n}: fix: {re.escape(hint_for(reason))}\n{re.escape(reason)}: "
         assert re.search(pattern, run.result.output), f"try {n} does not log {reason}"
 
 

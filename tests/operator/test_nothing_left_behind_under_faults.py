@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import urllib3
-from airflow.sdk.exceptions import AirflowFailException
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.compat import AirflowFailException
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 from airflow_k8s_retry.kube.lifecycle import read_stamp
 from airflow_k8s_retry.kube.pods import PodClient

@@ -11,14 +11,14 @@ import json
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import (
+
+from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
+from airflow_k8s_retry.compat import (
     AirflowFailException,
     AirflowSkipException,
     TaskDeferralTimeout,
     TaskDeferred,
 )
-
-from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.lifecycle import encode_stamp

@@ -14,8 +14,8 @@ import logging
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.exceptions import PodFailure
 from airflow_k8s_retry.operators import RetryingPodOperator
 from airflow_k8s_retry.triggers import PodStateTrigger

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.operators import RetryingPodOperator
 from tests.operator.test_operator_lifecycle import event_for, verdict
 

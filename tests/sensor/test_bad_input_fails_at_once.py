@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
+from airflow_k8s_retry.compat import AirflowFailException, AirflowSkipException, TaskDeferred
 from airflow_k8s_retry.exceptions import PodSelectionError
 from airflow_k8s_retry.sensors import PodCompletionSensor
 

@@ -257,3 +257,19 @@ def test_a_target_is_followed_only_for_pods_the_task_does_not_own() -> None:
             owned=True,
             target=Target("default", pod_name="x").to_payload(),
         )
+
+
+def test_a_job_pod_taken_away_by_the_cluster_is_left_to_the_job_even_before_it_has_failed() -> None:
+    """An eviction's relaunch verdict comes while the pod is still Running (DisruptionTarget, then
+    the graceful stop): the Job counts that pod as failed and replaces it, so it is not the end."""
+    from airflow_k8s_retry.classification.model import Verdict
+    from airflow_k8s_retry.following import _going
+
+    running = {"metadata": {"name": "etl-a"}, "status": {"phase": "Running"}}
+    relaunch = Verdict(outcome=Outcome.RELAUNCH, reason=Reason.NODE_DISRUPTION, message="m", rule="r")
+    stuck = Verdict(outcome=Outcome.RETRY, reason=Reason.IMAGE_NOT_FOUND, message="m", rule="r")
+    assert _going(running, relaunch)
+    assert _going(None, stuck)  # gone
+    assert _going({**running, "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}, stuck)
+    assert _going({"status": {"phase": "Failed"}}, stuck)
+    assert not _going({"status": {"phase": "Pending"}}, stuck)  # never ran: the Job will not replace it

@@ -42,7 +42,7 @@ async def test_sync_and_async_clients_reach_the_configured_server(kubeconfig_fil
     sync_client = sync_api_client(config)
     try:
         assert sync_client.configuration.host == "http://127.0.0.1:9"
-        assert sync_client.configuration.api_key["BearerToken"].endswith("token-two")
+        assert sync_client.configuration.auth_settings()["BearerToken"]["value"].endswith("token-two")
     finally:
         sync_client.close()
     async_client = await async_api_client(config)

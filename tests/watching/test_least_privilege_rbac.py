@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.kube import rbac
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.operators import RetryingPodOperator
@@ -195,3 +195,18 @@ async def test_a_missing_verb_is_named_in_one_line(
         named = [line for line in lines if f"RBAC: may not {verb} {resource} in" in line]
         assert named, f"no error naming {verb} {resource}: {lines}"
         assert all("\n" not in line for line in named)
+
+
+async def test_without_pods_exec_the_xcom_read_names_the_verb(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from airflow_k8s_retry.kube.errors import Forbidden
+
+    with FakeCluster(SCENARIO, time_scale=0.01, audit=tmp_path / "audit.jsonl") as cluster:
+        rules = [r for r in granted(["default"], cluster_role=True) if r["resources"] != ["pods/exec"]]
+        kubeconfig = cluster.grant("no-exec", rules)
+        with pytest.raises(Forbidden) as refused_read:
+            await run_lifecycle(cluster, monkeypatch, kubeconfig)
+        message = str(refused_read.value)
+        assert "\n" not in message
+        assert 'cannot create resource "pods/exec"' in message or "pods/exec" in message, message

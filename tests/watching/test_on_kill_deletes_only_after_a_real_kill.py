@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -45,10 +46,15 @@ class StateLookup:
 
 
 async def stopped_trigger(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, *, owned: bool = True
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    lookup: StateLookup,
+    *,
+    owned: bool = True,
+    kubeconfig: Path | None = None,
 ) -> tuple[PodStateTrigger, str, TryIdentity]:
     """Run a trigger on a running pod, then cancel it as the triggerer does before ``on_kill``."""
-    use_cluster(monkeypatch, cluster)
+    use_cluster(monkeypatch, cluster, kubeconfig)
     monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
     clock = ManualClock()
     monkeypatch.setattr(PodStateTrigger, "clock", clock)
@@ -212,3 +218,19 @@ async def test_a_pod_carrying_a_verdict_is_left_to_the_worker(
     await trigger.on_kill()
     assert cluster.request_counts()[("delete", "pods")] == 0
     assert cluster.pod(name) is not None
+
+
+async def test_a_kill_without_the_delete_verb_names_it(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    everything_but_delete = [
+        {"verbs": ["get", "list", "watch", "patch"], "resources": ["pods", "events"], "namespaces": None}
+    ]
+    kubeconfig = cluster.grant("no-delete", everything_but_delete)
+    lookup = StateLookup("failed")
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup, kubeconfig=kubeconfig)
+    capfd.readouterr()
+    await trigger.on_kill()
+    assert cluster.pod(name) is not None
+    errors = [line for line in capfd.readouterr().out.splitlines() if "[error" in line]
+    assert any('RBAC: may not delete pods in namespace "default"' in line for line in errors), errors

@@ -1,0 +1,67 @@
+"""The Airflow names that moved between the supported Airflow releases (3.1 to 3.3), in one place.
+
+The package and its tests import these from here, never from Airflow, so this is the only module
+that knows where a name lives in which release.
+
+- The task-control exceptions (fail without retrying, skip, the deferral errors, ``TaskDeferred``,
+  the sensor timeout) and ``AirflowNotFoundException`` are the Task SDK's
+  (``airflow.sdk.exceptions``) from Airflow 3.2; Airflow 3.1 has them only in
+  ``airflow.exceptions``. On 3.2 and 3.3 ``airflow.exceptions`` re-exports the Task SDK's classes
+  (with a deprecation warning), so each name is one class on every supported release and the Task
+  SDK's spelling is tried first. ``AirflowException``, ``AirflowRuntimeError`` and ``ErrorType``
+  are in ``airflow.sdk.exceptions`` on every release.
+- ``DagBag`` (the DAG processor's file parser; tests parse DAG files with it as Airflow does) is
+  ``airflow.dag_processing.dagbag.DagBag`` from 3.2 and ``airflow.models.dagbag.DagBag`` in 3.1.
+  It loads much of Airflow, so :func:`dagbag_class` imports it only when called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException, AirflowRuntimeError, ErrorType
+
+try:
+    from airflow.sdk.exceptions import (
+        AirflowFailException,
+        AirflowNotFoundException,
+        AirflowSensorTimeout,
+        AirflowSkipException,
+        TaskDeferralError,
+        TaskDeferralTimeout,
+        TaskDeferred,
+    )
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import (
+        AirflowFailException,
+        AirflowNotFoundException,
+        AirflowSensorTimeout,
+        AirflowSkipException,
+        TaskDeferralError,
+        TaskDeferralTimeout,
+        TaskDeferred,
+    )
+
+
+def dagbag_class() -> Any:
+    """Airflow's ``DagBag`` class, imported on call (it loads much of Airflow)."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag
+    return DagBag
+
+
+__all__ = [
+    "AirflowException",
+    "AirflowFailException",
+    "AirflowNotFoundException",
+    "AirflowRuntimeError",
+    "AirflowSensorTimeout",
+    "AirflowSkipException",
+    "ErrorType",
+    "TaskDeferralError",
+    "TaskDeferralTimeout",
+    "TaskDeferred",
+    "dagbag_class",
+]
