@@ -147,11 +147,28 @@ async def aresolve_cluster_config(conn_id: str | None) -> ClusterConfig:
 def pod_client(conn_id: str | None, namespace: str | None) -> tuple[PodClient, str]:
     """A synchronous pod client for the connection, and the namespace to work in.
 
-    The namespace is the one asked for, else the connection's, else ``default``. Close the client
-    when done.
+    The client comes from the cncf provider's ``KubernetesHook`` (in-cluster, kubeconfig file or
+    inline, context, exec plugins, TCP keepalive, SSL options, exactly as ``KubernetesPodOperator``
+    resolves them); every request carries a timeout (:class:`PodClient`). The namespace is the one
+    asked for, else the connection's, else ``default``. Close the client when done.
     """
-    from airflow_k8s_retry.kube.config import sync_api_client
     from airflow_k8s_retry.kube.pods import PodClient
 
-    config = resolve_cluster_config(conn_id)
-    return PodClient(sync_api_client(config)), namespace or config.namespace or "default"
+    hook = kubernetes_hook(conn_id)
+    return PodClient(hook.api_client), namespace or hook.get_namespace() or "default"
+
+
+def kubernetes_hook(conn_id: str | None) -> Any:
+    """The cncf provider's ``KubernetesHook`` for ``conn_id``.
+
+    ``None`` means default loading, as in the trigger: in-cluster, else ``KUBECONFIG`` as it is
+    when the task runs (the client library reads it once, at import), else ``~/.kube/config``.
+    """
+    import os
+
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    path = os.environ.get("KUBECONFIG") if not conn_id else None
+    if path and os.pathsep in path:
+        path = None  # several files: leave it to the client's own default loading
+    return KubernetesHook(conn_id=conn_id, config_file=path)

@@ -32,3 +32,19 @@ class PodFailurePermanent(AirflowFailException):  # type: ignore[misc]
 
 class PodSelectionError(AirflowFailException):  # type: ignore[misc]
     """What a sensor waits for can never be seen (invalid selector, no such namespace, RBAC)."""
+
+
+def exception_for(verdict: Verdict, message: str) -> Exception:
+    """The one mapping from a non-success verdict to what the task raises: ``FAIL`` is permanent,
+    ``SKIP`` skips, anything else (``RETRY``) costs one try."""
+    from airflow_k8s_retry.classification.model import Outcome
+    from airflow_k8s_retry.compat import AirflowSkipException
+
+    if verdict.outcome is Outcome.FAIL:
+        return PodFailurePermanent(message, verdict)
+    if verdict.outcome is Outcome.SKIP:
+        skip: Exception = AirflowSkipException(message)
+        return skip
+    if verdict.outcome is not Outcome.RETRY:
+        message += f" (unexpected outcome {verdict.outcome.value!r}, treated as retry)"
+    return PodFailure(message, verdict)

@@ -38,6 +38,29 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_k8s_retry.sensors"],
             }
         ],
+        "task-decorators": [
+            {
+                "class-name": "airflow_k8s_retry.decorators.retrying_kubernetes_task",
+                "name": "retrying_kubernetes",
+            }
+        ],
+        "config": {
+            "kubernetes_retry": {
+                "description": "Settings of airflow-k8s-retry.",
+                "options": {
+                    "deployment_id": {
+                        "description": (
+                            "A label value naming this Airflow deployment. Set it when several deployments "
+                            "share a namespace: pods carry it, and a try adopts or sweeps only its own."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "prod-eu",
+                        "default": "",
+                    }
+                },
+            }
+        },
         "triggers": [
             {
                 "integration-name": "Kubernetes pods with classified retries",

@@ -1,30 +1,34 @@
-"""``RetryingPodOperator``: one pod per try, classified once, cleaned up, retried by Airflow.
+"""``RetryingPodOperator``: the cncf ``KubernetesPodOperator`` with one pod per try, classified
+once, cleaned up, and retried by Airflow.
 
-The operator is a drop-in for the pod-building arguments of the cncf provider's
-``KubernetesPodOperator``. It always defers: ``execute`` creates (or adopts) the try's pod and
-hands it to :class:`~airflow_k8s_retry.triggers.PodStateTrigger`; ``execute_complete`` turns the
-trigger's one verdict into success, an Airflow retry (:class:`~airflow_k8s_retry.exceptions.PodFailure`),
-a permanent failure (:class:`~airflow_k8s_retry.exceptions.PodFailurePermanent`), a skip, or a
-relaunch inside the same try. Whatever the ending, the pod is stamped with the verdict and deleted
-by UID before the method returns.
-
-Kept cheap to import: the Kubernetes clients load only when a task runs, never at DAG parse time.
+It *is* a ``KubernetesPodOperator`` (as ``GKEStartPodOperator`` and ``EksPodOperator`` are): the
+provider builds the pod (templating, pod templates, ``Secret``s, the XCom sidecar, KPO's labels,
+``pod_mutation_hook``) and reads container logs. This class changes only how the pod is launched,
+watched, judged and cleaned up: ``execute`` creates (or adopts) the try's deterministically named
+pod and defers to :class:`~airflow_k8s_retry.triggers.PodStateTrigger`; ``execute_complete`` turns
+its one verdict into success, an Airflow retry, a permanent failure, a skip, or a relaunch in the
+same try. The pod's lifecycle rules live in :mod:`airflow_k8s_retry.kube.lifecycle`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import time
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.sdk import BaseOperator
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
-from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
+from airflow_k8s_retry.exceptions import PodFailure, exception_for
 from airflow_k8s_retry.hints import with_hint
-from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
+from airflow_k8s_retry.kpo_arguments import local_config_errors, refusals
+from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
 from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
@@ -33,316 +37,114 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.classification.policy import FailurePolicy
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
-    from airflow_k8s_retry.kube.podspec import PodArguments
 
-ON_FINISH_ACTIONS = ("delete_pod", "delete_succeeded_pod", "keep_pod", "delete_active_pod")
 DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
-LOG_LIMIT_LINES = 2000
 
 
-def _exit_codes(value: int | Container[int] | None) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    if isinstance(value, Sequence | set | frozenset):
-        return [int(v) for v in value]
-    raise ValueError(f"skip_on_exit_code must be an int or a list of ints, got {value!r}")
-
-
-class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
+class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     """Run a task in a Kubernetes pod; a failed pod costs exactly one Airflow try.
 
-    Accepts the pod-building arguments of ``KubernetesPodOperator`` with the same names and
-    meanings; model objects from ``kubernetes.client.models`` and their API-JSON dicts both work.
+    Takes every argument of ``KubernetesPodOperator`` (cncf-kubernetes 10.25) with its meaning;
+    a value that contradicts the design (``deferrable=False``, ``in_cluster=...``) is refused with
+    a one-line error naming the alternative. ``name`` is the pod name's prefix; the name always
+    ends in ``-<digest>-t<try>[-r<relaunch>]``. ``startup_timeout_seconds`` and
+    ``schedule_timeout_seconds`` go into the failure policy (defaults 900 s and 600 s).
 
-    :param image: container image of the base container (may come from a pod template instead).
-    :param cmds: entrypoint of the base container (``command``).
-    :param arguments: arguments of the entrypoint (``args``).
-    :param namespace: namespace to run the pod in; default: the connection's, else ``default``.
-    :param kubernetes_conn_id: Airflow connection of type ``kubernetes`` (the cncf provider's).
-    :param env_vars: environment variables, a dict or a list of ``V1EnvVar``.
-    :param env_from: ``V1EnvFromSource`` list.
-    :param labels: extra pod labels; the try's identifying labels always win.
-    :param annotations: pod annotations.
-    :param container_resources: ``V1ResourceRequirements`` or ``{"requests": ..., "limits": ...}``.
-    :param ports: container ports.
-    :param volumes: pod volumes.
-    :param volume_mounts: base container volume mounts; each must name a volume.
-    :param secrets: ``airflow.providers.cncf.kubernetes.secret.Secret`` objects.
-    :param configmaps: names of ConfigMaps exposed as environment variables.
-    :param node_selector: node selector.
-    :param affinity: ``V1Affinity`` or its dict.
-    :param tolerations: ``V1Toleration`` list.
-    :param service_account_name: service account of the pod.
-    :param automount_service_account_token: mount the service account token.
-    :param image_pull_secrets: ``V1LocalObjectReference`` list, names, or ``"a,b"``.
-    :param image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``.
-    :param init_containers: init containers.
-    :param security_context: pod security context.
-    :param container_security_context: base container security context.
-    :param hostnetwork: use the host network.
-    :param dnspolicy: pod DNS policy.
-    :param hostname: pod hostname.
-    :param subdomain: pod subdomain.
-    :param schedulername: scheduler to use.
-    :param priority_class_name: priority class.
-    :param runtime_class_name: runtime class.
-    :param termination_grace_period: seconds the pod gets to stop.
-    :param active_deadline_seconds: ``activeDeadlineSeconds`` of the pod.
-    :param base_container_name: name of the container whose exit decides the task (``base``).
-    :param pod_template_file: path of a pod YAML/JSON used as the base of the pod.
-    :param pod_template_dict: the same as a dict.
-    :param full_pod_spec: a ``V1Pod`` (or dict) merged over the template.
-    :param get_logs: write the base container's log to the task log when the pod finishes.
-    :param do_xcom_push: read ``/airflow/xcom/return.json`` through the cncf sidecar and return it.
-    :param on_finish_action: ``delete_pod`` (default), ``delete_succeeded_pod`` (keep failed
-        pods, stamped with their verdict), ``keep_pod``, or ``delete_active_pod`` (same as
-        ``delete_pod`` here).
-    :param skip_on_exit_code: exit code(s) of the base container that mark the task skipped.
-    :param startup_timeout_seconds: seconds a pod may stay pending without another explanation
-        (default: the policy's, 900).
-    :param schedule_timeout_seconds: seconds a pod may stay unschedulable (default: the policy's, 600).
     :param failure_policy: a :class:`~airflow_k8s_retry.classification.policy.FailurePolicy`
         overriding graces and outcomes of the default rules.
     :param relaunch_budget: fresh pods a try may start after infrastructure took its pod away
         (default: the policy's, 3).
-    :param keep_failed_pods: keep failed pods for inspection (stamped, never re-detected).
-    :param poll_interval: seconds between the trigger's safety polls.
-    :param name: accepted for compatibility and ignored: pod names are deterministic per try.
-    :param deferrable: accepted for compatibility; this operator always defers.
+    :param keep_failed_pods: the same as ``on_finish_action="delete_succeeded_pod"``.
+    :param poll_interval: seconds between the trigger's safety polls (default 10).
     """
 
-    template_fields: Sequence[str] = (
-        "image",
-        "cmds",
-        "arguments",
-        "env_vars",
-        "labels",
-        "annotations",
-        "namespace",
-        "pod_template_file",
-        "pod_template_dict",
-        "container_resources",
-        "volumes",
-        "volume_mounts",
-        "env_from",
-        "node_selector",
-        "kubernetes_conn_id",
-        "configmaps",
-        "hostname",
-        "base_container_name",
-    )
-    template_fields_renderers = {"env_vars": "py", "pod_template_dict": "json"}
     ui_color = "#d9e8fb"
+    name: str | None  # KPO's attribute: here the pod name's prefix
+    #: How backoff between API retries sleeps; tests replace it.
+    retry_sleep: ClassVar[Callable[[float], None]] = staticmethod(time.sleep)
 
     def __init__(
         self,
         *,
-        image: str | None = None,
-        cmds: list[str] | None = None,
-        arguments: list[str] | None = None,
-        namespace: str | None = None,
         kubernetes_conn_id: str | None = DEFAULT_CONN_ID,
-        env_vars: Any = None,
-        env_from: list[Any] | None = None,
-        labels: dict[str, str] | None = None,
-        annotations: dict[str, str] | None = None,
-        container_resources: Any = None,
-        ports: list[Any] | None = None,
-        volumes: list[Any] | None = None,
-        volume_mounts: list[Any] | None = None,
-        secrets: list[Any] | None = None,
-        configmaps: list[str] | None = None,
-        node_selector: dict[str, str] | None = None,
-        affinity: Any = None,
-        tolerations: list[Any] | None = None,
-        service_account_name: str | None = None,
-        automount_service_account_token: bool | None = None,
-        image_pull_secrets: Any = None,
-        image_pull_policy: str | None = None,
-        init_containers: list[Any] | None = None,
-        security_context: Any = None,
-        container_security_context: Any = None,
-        hostnetwork: bool = False,
-        dnspolicy: str | None = None,
-        hostname: str | None = None,
-        subdomain: str | None = None,
-        schedulername: str | None = None,
-        priority_class_name: str | None = None,
-        runtime_class_name: str | None = None,
-        termination_grace_period: int | None = None,
-        active_deadline_seconds: int | None = None,
-        base_container_name: str | None = None,
-        pod_template_file: str | None = None,
-        pod_template_dict: dict[str, Any] | None = None,
-        full_pod_spec: Any = None,
-        get_logs: bool = True,
-        do_xcom_push: bool = False,
-        on_finish_action: str = "delete_pod",
-        skip_on_exit_code: int | Container[int] | None = None,
-        startup_timeout_seconds: float | None = None,
-        schedule_timeout_seconds: float | None = None,
         failure_policy: FailurePolicy | None = None,
         relaunch_budget: int | None = None,
         keep_failed_pods: bool = False,
         poll_interval: float = 10.0,
-        name: str | None = None,
         deferrable: bool = True,
+        startup_timeout_seconds: float | None = None,
+        schedule_timeout_seconds: float | None = None,
+        skip_on_exit_code: int | Container[int] | None = None,
+        on_finish_action: str = "delete_pod",
+        in_cluster: bool | None = None,
+        cluster_context: str | None = None,
+        config_file: str | None = None,
+        reattach_on_restart: bool | None = None,
+        durable: bool | None = None,
+        random_name_suffix: bool = True,
+        logging_interval: int | None = None,
+        trigger_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(do_xcom_push=do_xcom_push, **kwargs)
-        self.image = image
-        self.cmds = cmds
-        self.arguments = arguments
-        self.namespace = namespace
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.env_vars = env_vars
-        self.env_from = env_from
-        self.labels = labels
-        self.annotations = annotations
-        self.container_resources = container_resources
-        self.ports = ports
-        self.volumes = volumes
-        self.volume_mounts = volume_mounts
-        self.secrets = secrets
-        self.configmaps = configmaps
-        self.node_selector = node_selector
-        self.affinity = affinity
-        self.tolerations = tolerations
-        self.service_account_name = service_account_name
-        self.automount_service_account_token = automount_service_account_token
-        self.image_pull_secrets = image_pull_secrets
-        self.image_pull_policy = image_pull_policy
-        self.init_containers = init_containers
-        self.security_context = security_context
-        self.container_security_context = container_security_context
-        self.hostnetwork = hostnetwork
-        self.dnspolicy = dnspolicy
-        self.hostname = hostname
-        self.subdomain = subdomain
-        self.schedulername = schedulername
-        self.priority_class_name = priority_class_name
-        self.runtime_class_name = runtime_class_name
-        self.termination_grace_period = termination_grace_period
-        self.active_deadline_seconds = active_deadline_seconds
-        self.base_container_name = base_container_name or "base"
-        self.pod_template_file = pod_template_file
-        self.pod_template_dict = pod_template_dict
-        self.full_pod_spec = full_pod_spec
-        self.get_logs = get_logs
-        self.poll_interval = poll_interval
-        self.pod_name_hint = name
-        if on_finish_action not in ON_FINISH_ACTIONS:
-            raise ValueError(
-                f"{self.task_id}: on_finish_action must be one of {', '.join(ON_FINISH_ACTIONS)}, "
-                f"got {on_finish_action!r}"
-            )
-        if not deferrable:
-            self.log.debug("deferrable=False is ignored: RetryingPodOperator always defers")
-        self.on_finish_action = "delete_succeeded_pod" if keep_failed_pods else on_finish_action
-        self.failure_policy = self._effective_policy(
+        task_id = kwargs.get("task_id", "?")
+        problems = refusals(locals())
+        if problems:
+            raise ValueError(f"{task_id}: " + "; ".join(problems))
+        if keep_failed_pods:
+            on_finish_action = "delete_succeeded_pod"
+        super().__init__(
+            kubernetes_conn_id=kubernetes_conn_id,
+            poll_interval=poll_interval,
+            deferrable=True,
+            startup_timeout_seconds=int(startup_timeout_seconds or 120),
+            schedule_timeout_seconds=int(schedule_timeout_seconds) if schedule_timeout_seconds else None,
+            skip_on_exit_code=skip_on_exit_code,
+            on_finish_action=on_finish_action,
+            **kwargs,
+        )
+        self.failure_policy = failure_policy_from(
+            task_id,
             failure_policy,
             skip_on_exit_code=skip_on_exit_code,
-            startup_timeout=startup_timeout_seconds,
-            schedule_timeout=schedule_timeout_seconds,
+            startup=startup_timeout_seconds,
+            schedule=schedule_timeout_seconds,
             relaunch_budget=relaunch_budget,
         )
         self._pod: CreatedPod | None = None
 
-    def _effective_policy(
-        self,
-        policy: FailurePolicy | None,
-        *,
-        skip_on_exit_code: int | Container[int] | None,
-        startup_timeout: float | None,
-        schedule_timeout: float | None,
-        relaunch_budget: int | None,
-    ) -> FailurePolicy:
-        """The operator's policy: ``failure_policy`` with the KPO-style arguments laid over it."""
-        from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
+    # -- building: the provider's pod, this package's name, labels and annotations --------------
 
-        if policy is not None and not isinstance(policy, FailurePolicy):
-            raise PolicyError(
-                f"{self.task_id}: failure_policy must be an airflow_k8s_retry.classification.policy."
-                f"FailurePolicy, got {type(policy).__name__}"
-            )
-        changes: dict[str, Any] = {}
-        if skip_on_exit_code is not None:
-            changes["skip_on_exit_codes"] = _exit_codes(skip_on_exit_code)
-        if startup_timeout is not None:
-            changes["startup_timeout"] = startup_timeout
-        if schedule_timeout is not None:
-            changes["schedule_timeout"] = schedule_timeout
-        if relaunch_budget is not None:
-            changes["relaunch_budget"] = relaunch_budget
-        return dataclasses.replace(policy or FailurePolicy(), **changes)
-
-    # -- building -------------------------------------------------------------------------------
-
-    def pod_arguments(self) -> PodArguments:
-        """The operator's pod-building arguments (after templating) for :func:`build_pod`."""
-        from airflow_k8s_retry.kube.podspec import PodArguments, check_pod_template, load_pod_template
-
-        template = None
-        if self.pod_template_file:
-            template = load_pod_template(self.pod_template_file)
-        elif self.pod_template_dict is not None:
-            template = check_pod_template(self.pod_template_dict, "pod_template_dict")
-        return PodArguments(
-            image=self.image,
-            cmds=self.cmds,
-            arguments=self.arguments,
-            env_vars=self.env_vars,
-            env_from=self.env_from,
-            labels=self.labels,
-            annotations=self.annotations,
-            container_resources=self.container_resources,
-            ports=self.ports,
-            volumes=self.volumes,
-            volume_mounts=self.volume_mounts,
-            secrets=self.secrets,
-            configmaps=self.configmaps,
-            node_selector=self.node_selector,
-            affinity=self.affinity,
-            tolerations=self.tolerations,
-            service_account_name=self.service_account_name,
-            automount_service_account_token=self.automount_service_account_token,
-            image_pull_secrets=self.image_pull_secrets,
-            image_pull_policy=self.image_pull_policy,
-            init_containers=self.init_containers,
-            security_context=self.security_context,
-            container_security_context=self.container_security_context,
-            host_network=self.hostnetwork,
-            dns_policy=self.dnspolicy,
-            hostname=self.hostname,
-            subdomain=self.subdomain,
-            scheduler_name=self.schedulername,
-            priority_class_name=self.priority_class_name,
-            runtime_class_name=self.runtime_class_name,
-            termination_grace_period=self.termination_grace_period,
-            active_deadline_seconds=self.active_deadline_seconds,
-            base_container_name=self.base_container_name,
-            do_xcom_push=self.do_xcom_push,
-            pod_template=template,
-            full_pod_spec=self.full_pod_spec,
+    def build_try_pod(self, context: Context, relaunch: int = 0) -> dict[str, Any]:
+        """The pod this try creates, as API JSON: ``build_pod_request_obj`` (the provider's), then
+        the per-try name, this package's labels and the task instance annotation."""
+        identity = self._identity(context)
+        if getattr(self, "pod_request_obj", None) is None:
+            with local_config_errors(self.task_id):
+                if self.pod_template_file and not Path(self.pod_template_file).is_file():
+                    raise ValueError(f"pod_template_file {self.pod_template_file!r} is not a file")
+                # The provider logs the name it builds; let it be the try's first pod name.
+                name: str | None = getattr(self, "name", None)
+                suffix: bool = getattr(self, "random_name_suffix", True)
+                self.name, self.random_name_suffix = identity.pod_name(0, prefix=name), False
+                try:
+                    # Airflow's context always has "dag"; the provider reads it (a stand-in may not).
+                    full = context if "dag" in context else {**context, "dag": None}
+                    self.pod_request_obj = self.build_pod_request_obj(full)
+                finally:
+                    self.name, self.random_name_suffix = name, suffix
+        pod: dict[str, Any] = self.hook.api_client.sanitize_for_serialization(
+            copy.deepcopy(self.pod_request_obj)
         )
+        meta = pod.setdefault("metadata", {})
+        meta["name"] = identity.pod_name(relaunch, prefix=self.name)
+        meta.setdefault("labels", {}).update(identity.labels(relaunch))
+        if identity.ti_id:
+            meta.setdefault("annotations", {})[TI_ANNOTATION] = identity.ti_id
+        return pod
 
-    def build_pod_request(self, identity: TryIdentity, namespace: str, relaunch: int = 0) -> dict[str, Any]:
-        """The pod this try creates, as API JSON (public so DAG tests can inspect it)."""
-        from airflow_k8s_retry.kube.podspec import build_pod
+    def _identity(self, context: Context) -> TryIdentity:
+        from airflow.providers.common.compat.sdk import conf
 
-        return build_pod(
-            self.pod_arguments(),
-            name=identity.pod_name(relaunch),
-            namespace=namespace,
-            identity_labels=identity.labels(relaunch),
-        )
-
-    # -- running --------------------------------------------------------------------------------
-
-    @staticmethod
-    def _identity(context: Context) -> TryIdentity:
         ti = context["ti"]
         return TryIdentity(
             dag_id=ti.dag_id,
@@ -350,131 +152,101 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
             run_id=ti.run_id,
             map_index=ti.map_index if ti.map_index is not None else -1,
             try_number=ti.try_number,
+            ti_id=str(getattr(ti, "id", None) or ""),
+            deployment=conf.get("kubernetes_retry", "deployment_id", fallback="") or "",
         )
 
-    def _client(self) -> tuple[PodClient, str]:
-        from airflow_k8s_retry.connection import pod_client
+    @cached_property
+    def hook(self) -> Any:
+        """The provider's ``KubernetesHook`` (see :func:`~airflow_k8s_retry.connection.kubernetes_hook`)."""
+        from airflow_k8s_retry.connection import kubernetes_hook
 
-        return pod_client(self.kubernetes_conn_id, self.namespace)
+        return kubernetes_hook(self.kubernetes_conn_id)
 
-    def _deadline(self, context: Context) -> float | None:
-        if self.execution_timeout is None:
-            return None
-        start = getattr(context["ti"], "start_date", None)
-        began = float(start.timestamp()) if start is not None else time.time()
-        return began + float(self.execution_timeout.total_seconds())
+    def _client(self) -> PodClient:
+        import os
+
+        from airflow_k8s_retry.kube.pods import PodClient
+
+        source = f"connection {self.kubernetes_conn_id!r}"
+        if not self.kubernetes_conn_id:
+            source = f"default kubeconfig, KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}"
+        with local_config_errors(self.task_id, source):
+            return PodClient(self.hook.api_client)
+
+    # -- running --------------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
-        identity = self._identity(context)
-        client, namespace = self._client()
-        try:
-            self._sweep_earlier_tries(client, identity, namespace)
-            return self._launch(context, client, identity, namespace, relaunch=0)
-        finally:
-            client.close()
+        from airflow_k8s_retry.kube.lifecycle import sweep_earlier_tries
 
-    def _sweep_earlier_tries(self, client: PodClient, identity: TryIdentity, namespace: str) -> None:
-        """Delete pods that an earlier try of this task left running.
-
-        An earlier try can end without reaching its cleanup: the task instance was marked failed
-        or cleared while deferred before any triggerer had started its trigger, so nothing called
-        ``on_kill``. Its pod would run on. A new try is proof that the earlier one is over, so its
-        unfinished pods go, by UID. Pods with a verdict stamp were kept on purpose
-        (``keep_failed_pods``, ``on_finish_action``) and stay.
-        """
-        from airflow_k8s_retry.kube.errors import KubeError
-        from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR
-
-        if identity.try_number <= 1:
-            return
-        labels = identity.labels()
-        selector = f"{MANAGED_SELECTOR},dag_id={labels['dag_id']},task_id={labels['task_id']}"
-        try:
-            pods = client.list_pods(namespace, selector)
-        except KubeError as exc:
-            self.log.warning("Could not look for pods of earlier tries: %s", exc)
-            return
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            pod_labels = meta.get("labels") or {}
-            try_label = str(pod_labels.get("try_number", ""))
-            if not try_label.isdigit() or int(try_label) >= identity.try_number:
-                continue
-            earlier = dataclasses.replace(identity, try_number=int(try_label))
-            if not earlier.owns(pod_labels) or VERDICT_ANNOTATION in (meta.get("annotations") or {}):
-                continue
-            if meta.get("deletionTimestamp"):
-                continue
-            try:
-                deleted = client.delete(namespace, meta["name"], meta["uid"])
-            except KubeError as exc:
-                self.log.warning(
-                    "Pod %s of try %s left behind: delete failed: %s", meta["name"], try_label, exc
-                )
-                continue
-            if deleted:
-                self.log.warning(
-                    "Deleted pod %s/%s left running by try %s of this task (it ended without cleanup)",
-                    namespace, meta["name"], try_label,
-                )
+        client = self._client()
+        pod = self.build_try_pod(context)
+        self._callbacks("on_pod_manifest_created", context, pod_request=self.pod_request_obj)
+        namespace = pod["metadata"]["namespace"]
+        sweep_earlier_tries(
+            client, self._identity(context), namespace, log=self.log.warning, sleep=type(self).retry_sleep
+        )
+        return self._launch(context, client, pod, relaunch=0)
 
     def _launch(
         self,
         context: Context,
         client: PodClient,
-        identity: TryIdentity,
-        namespace: str,
+        pod: dict[str, Any],
         relaunch: int,
         *,
         deadline: float | None = None,
     ) -> Any:
-        from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
+        from airflow_k8s_retry.kube import lifecycle
         from airflow_k8s_retry.kube.errors import KubeError
         from airflow_k8s_retry.kube.pods import PodOfAnotherTry
 
-        pod = self.build_pod_request(identity, namespace, relaunch)
+        identity = self._identity(context)
+        meta = pod["metadata"]
         try:
-            created = client.create_or_adopt(pod, identity, relaunch=relaunch)
+            created = lifecycle.create(client, pod, identity, relaunch=relaunch, sleep=type(self).retry_sleep)
         except PodOfAnotherTry as exc:
             raise PodFailure(str(exc)) from None
         except KubeError as exc:
-            outcome = Outcome.RETRY if exc.transient else Outcome.FAIL
-            verdict = Verdict(
-                outcome=outcome,
-                reason=Reason.API_REJECTED,
-                message=f"the API refused to create pod {namespace}/{pod['metadata']['name']}: "
-                f"HTTP {exc.status}: {exc}",
-                rule="api.create",
-            )
-            self._push_verdict(context, verdict)
-            count_task_verdict(verdict, context, namespace)
+            verdict = lifecycle.create_error_verdict(exc, meta["namespace"], meta["name"])
             self.log.error("%s: %s", verdict.reason.value, verdict.message)
-            message = f"{verdict.reason.value}: {verdict.message}"
-            if outcome is Outcome.FAIL:
-                raise PodFailurePermanent(message, verdict) from None
-            raise PodFailure(message, verdict) from None
+            self._push_verdict(context, verdict)
+            count_task_verdict(verdict, context, meta["namespace"])
+            raise exception_for(verdict, f"{verdict.reason.value}: {verdict.message}") from None
         self._pod = created
-        ti = context["ti"]
-        ti.xcom_push(key="pod_name", value=created.name)
-        ti.xcom_push(key="pod_namespace", value=created.namespace)
-        self.log.info(
-            "%s pod %s/%s (uid %s) for try %d%s",
-            "Adopted" if created.adopted else "Created",
-            created.namespace,
-            created.name,
-            created.uid,
-            identity.try_number,
-            f", relaunch {relaunch}" if relaunch else "",
-        )
-        stamped = (created.body.get("metadata", {}).get("annotations") or {}).get(VERDICT_ANNOTATION)
-        if created.adopted and stamped:
-            # Finished business: a verdict was reached for this pod before; act on it, don't re-watch.
-            import json
+        with self._delete_on_error(client, created):
+            ti = context["ti"]
+            ti.xcom_push(key="pod_name", value=created.name)
+            ti.xcom_push(key="pod_namespace", value=created.namespace)
+            self.log.info(
+                "%s pod %s/%s (uid %s) for try %d%s",
+                "Adopted" if created.adopted else "Created",
+                created.namespace,
+                created.name,
+                created.uid,
+                identity.try_number,
+                f", relaunch {relaunch}" if relaunch else "",
+            )
+            self._callbacks("on_pod_creation", context, pod=self._v1pod(created))
+            found = lifecycle.read_stamp(created.body) if created.adopted else None
+            if found is None:
+                return self._defer(context, identity, created, relaunch, deadline=deadline)
+        # Finished business: a verdict was reached for this pod before; act on it, don't re-watch.
+        self.log.info("Pod %s already carries verdict %s", created.name, found.verdict.reason.value)
+        return self._finish(context, client, created, found.verdict, relaunch, deadline=deadline)
 
-            verdict = Verdict.from_payload(json.loads(stamped))
-            self.log.info("Pod %s already carries verdict %s", created.name, verdict.reason.value)
-            return self._finish(context, client, created, verdict, relaunch, deadline=deadline)
-        return self._defer(context, identity, created, relaunch, deadline=deadline)
+    @contextmanager
+    def _delete_on_error(self, client: PodClient, created: CreatedPod) -> Iterator[None]:
+        """Between create and defer, any error deletes the pod: no try leaves one behind."""
+        from airflow_k8s_retry.compat import TaskDeferred
+
+        try:
+            yield
+        except TaskDeferred:
+            raise
+        except BaseException:
+            self._cleanup(client, created, keep=False)
+            raise
 
     def _defer(
         self,
@@ -504,12 +276,19 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
                 relaunches=relaunch,
                 execution_deadline=deadline,
                 poll_interval=self.poll_interval,
-                owned=True,
+                owned=self.on_kill_action.value != "keep_pod",
             ),
             method_name="execute_complete",
             kwargs={"execution_deadline": deadline},
             timeout=timeout,
         )
+
+    def _deadline(self, context: Context) -> float | None:
+        if self.execution_timeout is None:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        began = float(start.timestamp()) if start is not None else time.time()
+        return began + float(self.execution_timeout.total_seconds())
 
     def execute_complete(
         self,
@@ -524,21 +303,19 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         if not event:
             raise PodFailure("the pod watch ended without a verdict; the try is failed so Airflow retries it")
         pod_event = PodEvent.from_payload(event)
-        client, _ = self._client()
         created = CreatedPod(
-            name=pod_event.pod_name,
-            namespace=pod_event.namespace,
-            uid=pod_event.pod_uid,
-            adopted=True,
-            body={},
+            pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={}
         )
         self._pod = created
-        try:
-            return self._finish(
-                context, client, created, pod_event.verdict, pod_event.relaunches, deadline=execution_deadline
-            )
-        finally:
-            client.close()
+        self._callbacks("on_operator_resuming", context, pod=self._v1pod(created), event=dict(event))
+        return self._finish(
+            context,
+            self._client(),
+            created,
+            pod_event.verdict,
+            pod_event.relaunches,
+            deadline=execution_deadline,
+        )
 
     def _finish(
         self,
@@ -551,23 +328,11 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
         deadline: float | None = None,
     ) -> Any:
         from airflow_k8s_retry.classification.model import Outcome
-        from airflow_k8s_retry.compat import AirflowSkipException
+        from airflow_k8s_retry.kube import lifecycle
+        from airflow_k8s_retry.kube.pods import failure_report
 
         count_task_verdict(verdict, context, pod.namespace)
         outcome = verdict.outcome
-        if outcome is Outcome.SUCCEED:
-            result = None
-            try:
-                if self.get_logs:
-                    self._write_pod_log(client, pod)
-                if self.do_xcom_push:
-                    result = client.read_xcom(pod.namespace, pod.name)
-            finally:
-                # Even when the result cannot be read, the pod is finished business: stamp and delete.
-                self._stamp(client, pod, verdict)
-                self._cleanup(client, pod, failed=False)
-            self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)
-            return result
         if outcome is Outcome.RELAUNCH:
             self.log.warning(
                 "%s: %s; pod %s is replaced by a fresh pod in the same try (relaunch %d)",
@@ -576,91 +341,143 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
                 pod.name,
                 relaunch + 1,
             )
-            self._stamp(client, pod, verdict)
-            self._cleanup(client, pod, failed=False, relaunch=True)
+            lifecycle.stamp(client, pod, verdict, kept=False, log=self.log.warning)
+            self._cleanup(client, pod, keep=False)
             return self._launch(
-                context, client, self._identity(context), pod.namespace, relaunch + 1, deadline=deadline
+                context, client, self.build_try_pod(context, relaunch + 1), relaunch + 1, deadline=deadline
             )
-
-        report = self._report(client, pod, verdict)
-        self._stamp(client, pod, verdict)
-        self._push_verdict(context, verdict)
-        if outcome is Outcome.SKIP:
-            self.log.info("%s\n(pod %s)", report, pod.name)
-            self._cleanup(client, pod, failed=False)
-            raise AirflowSkipException(f"{verdict.reason.value}: {verdict.message}")
-        self.log.error("Pod %s: %s", pod.name, report)
-        self._cleanup(client, pod, failed=True)
-        message = f"pod {pod.namespace}/{pod.name}: {verdict.reason.value}: {verdict.message}"
-        if outcome is Outcome.FAIL:
-            raise PodFailurePermanent(message, verdict)
-        if outcome is not Outcome.RETRY:
-            message += f" (unexpected outcome {outcome.value!r}, treated as retry)"
-        raise PodFailure(message, verdict)
-
-    def _report(self, client: PodClient, pod: CreatedPod, verdict: Verdict) -> str:
-        from airflow_k8s_retry.kube.errors import KubeError
-        from airflow_k8s_retry.kube.pods import failure_report
-
-        body: dict[str, Any] | None = None
-        events: list[dict[str, Any]] = []
-        tail = ""
+        keep = lifecycle.keeps(client, pod, self.on_finish_action.value, verdict)
+        result = None
+        published = verdict  # what reaches XCom, the stamp and the exception
         try:
-            body = client.read(pod.namespace, pod.name)
-            if body is not None and body["metadata"].get("uid") == pod.uid:
-                events = client.events(pod.namespace, pod.name, pod.uid)
-                tail = client.log(pod.namespace, pod.name, self.base_container_name, tail_lines=20)
+            if outcome is Outcome.SUCCEED:
+                if self.get_logs:
+                    self._write_logs_of(pod)
+                if self.do_xcom_push:
+                    result = client.read_xcom(pod.namespace, pod.name)
             else:
-                body = None
-        except KubeError as exc:
-            self.log.warning("Could not read the evidence of pod %s: %s", pod.name, exc)
-        report = failure_report(verdict.to_payload(), pod=body, events=events, log_tail=tail)
-        return with_hint(report, verdict)
+                body, events, tail = lifecycle.evidence(
+                    client, pod, self.base_container_name if self.get_logs else None, log=self.log.warning
+                )
+                # A termination message can be a log tail (FallbackToLogsOnError): only the task
+                # log may show it, and only with get_logs=True.
+                published = lifecycle.withhold_termination_messages(verdict, body)
+                report = failure_report(
+                    (verdict if self.get_logs else published).to_payload(),
+                    pod=body,
+                    events=events,
+                    log_tail=tail,
+                )
+                report = with_hint(report, verdict)
+                self._push_verdict(context, published)
+                if outcome is Outcome.SKIP:
+                    self.log.info("%s\n(pod %s)", report, pod.name)
+                else:
+                    self.log.error("Pod %s: %s", pod.name, report)
+                if self.get_logs:
+                    self._write_logs_of(pod)
+                if self.do_xcom_push:  # as KPO: a result written before the failure is still pushed
+                    self._push_partial_result(context, client, pod)
+            self._callbacks("on_pod_completion", context, pod=self._v1pod(pod))
+            self._callbacks("on_pod_teardown", context, pod=self._v1pod(pod))
+        finally:
+            # Whatever failed above (logs, XCom), the pod is finished business: stamp, then delete.
+            lifecycle.stamp(client, pod, published, kept=keep, log=self.log.warning)
+            self._cleanup(client, pod, keep=keep)
+            self._callbacks("on_pod_cleanup", context, pod=self._v1pod(pod))
+        if outcome is Outcome.SUCCEED:
+            self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)
+            return result
+        raise exception_for(
+            published, f"pod {pod.namespace}/{pod.name}: {published.reason.value}: {published.message}"
+        )
 
-    def _write_pod_log(self, client: PodClient, pod: CreatedPod) -> None:
+    def _write_logs_of(self, pod: CreatedPod) -> None:
+        """The whole log of ``container_logs`` (the base container by default), through the
+        provider's log reader, with its prefix and ``log_formatter``."""
+        v1pod = self._v1pod(pod)
+        try:
+            if self.init_container_logs:
+                self.pod_manager.fetch_requested_init_container_logs(
+                    pod=v1pod,
+                    init_containers=self.init_container_logs,
+                    follow_logs=False,
+                    container_name_log_prefix_enabled=self.container_name_log_prefix_enabled,
+                    log_formatter=self.log_formatter,
+                )
+            self.pod_manager.fetch_requested_container_logs(
+                pod=v1pod,
+                containers=self.container_logs,
+                follow_logs=False,
+                container_name_log_prefix_enabled=self.container_name_log_prefix_enabled,
+                log_formatter=self.log_formatter,
+            )
+        except Exception as exc:  # the provider's reader raises client errors; a log is not a verdict
+            self.log.warning("Could not read the logs of pod %s: %s", pod.name, type(exc).__name__)
+
+    def _cleanup(self, client: PodClient, pod: CreatedPod, *, keep: bool, grace: int | None = None) -> None:
+        """Delete the pod by UID unless kept; transient errors are retried with backoff. If the
+        delete still fails, the stamp says "not kept" and the next try's sweep deletes it."""
+        from airflow_k8s_retry.kube import lifecycle
         from airflow_k8s_retry.kube.errors import KubeError
 
-        try:
-            text = client.log(pod.namespace, pod.name, self.base_container_name, tail_lines=LOG_LIMIT_LINES)
-        except KubeError as exc:
-            self.log.warning("Could not read the log of pod %s: %s", pod.name, exc)
+        if keep:
+            self.log.info(
+                "Keeping pod %s/%s (on_finish_action=%s)",
+                pod.namespace,
+                pod.name,
+                self.on_finish_action.value,
+            )
             return
-        for line in text.splitlines():
-            self.log.info("[%s] %s", self.base_container_name, line)
-
-    def _stamp(self, client: PodClient, pod: CreatedPod, verdict: Verdict) -> None:
-        """Stamp the verdict on the pod; an API error is logged and does not stop the cleanup."""
-        from airflow_k8s_retry.kube.errors import KubeError
-
         try:
-            client.stamp_verdict(pod.namespace, pod.name, pod.uid, _stamp(verdict))
-        except KubeError as exc:
-            self.log.warning("Could not stamp the verdict on pod %s: %s", pod.name, exc)
-
-    def _cleanup(self, client: PodClient, pod: CreatedPod, *, failed: bool, relaunch: bool = False) -> None:
-        """Delete the pod by UID unless ``on_finish_action`` keeps it.
-
-        A relaunch always deletes: the replaced pod belongs to no verdict the author asked to keep.
-        An API error while deleting is logged (with the pod's name and UID) and not raised, so the
-        task still ends the way its verdict says.
-        """
-        from airflow_k8s_retry.kube.errors import KubeError
-
-        action = self.on_finish_action
-        keep = action == "keep_pod" or (failed and action == "delete_succeeded_pod")
-        if keep and not relaunch:
-            self.log.info("Keeping pod %s/%s (on_finish_action=%s)", pod.namespace, pod.name, action)
-            return
-        try:
-            if client.delete(pod.namespace, pod.name, pod.uid):
+            if lifecycle.delete(
+                client,
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                grace_period_seconds=grace,
+                sleep=type(self).retry_sleep,
+            ):
                 self.log.info("Deleted pod %s/%s (uid %s)", pod.namespace, pod.name, pod.uid)
         except KubeError as exc:
-            self.log.error("Could not delete pod %s/%s (uid %s): %s", pod.namespace, pod.name, pod.uid, exc)
+            self.log.error(
+                "Could not delete pod %s/%s (uid %s): %s; the next try deletes it",
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                exc,
+            )
             return
         self._pod = None
 
+    def _push_partial_result(self, context: Context, client: PodClient, pod: CreatedPod) -> None:
+        try:
+            value = client.read_xcom(pod.namespace, pod.name)
+            if value is not None:
+                context["ti"].xcom_push(key="return_value", value=value)
+        except Exception as exc:  # the failure is the verdict's; a missing result is not news
+            self.log.info("No XCom result from failed pod %s (%s)", pod.name, type(exc).__name__)
+
     def _push_verdict(self, context: Context, verdict: Verdict) -> None:
-        context["ti"].xcom_push(key="verdict", value=verdict.summary())
+        try:
+            context["ti"].xcom_push(key="verdict", value=verdict.summary())
+        except Exception as exc:  # publishing the verdict must never skip the cleanup
+            self.log.warning("Could not push the verdict to XCom: %s", type(exc).__name__)
+
+    def _v1pod(self, pod: CreatedPod) -> Any:
+        from kubernetes.client import models as k8s
+
+        return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=pod.name, namespace=pod.namespace, uid=pod.uid))
+
+    def _callbacks(self, hook: str, context: Context, **kwargs: Any) -> None:
+        if not self.callbacks:
+            return
+        from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode
+
+        for callback in self.callbacks:
+            getattr(callback, hook)(
+                client=self.client, mode=ExecutionMode.ASYNC, context=context, operator=self, **kwargs
+            )
 
     # -- endings that are not verdicts ----------------------------------------------------------
 
@@ -675,45 +492,25 @@ class RetryingPodOperator(BaseOperator):  # type: ignore[misc]
             raise
 
     def _delete_try_pods(self, context: Context) -> None:
-        """Delete every pod labelled with this try (any relaunch): the deferral timed out or failed."""
-        from airflow_k8s_retry.kube.errors import KubeError
+        """Delete every pod of this try (any relaunch): the deferral timed out or failed."""
+        from airflow_k8s_retry.kube import lifecycle
 
-        identity = self._identity(context)
-        labels = identity.labels()
-        keys = [k for k in ("dag_id", "task_id", "run_id", "map_index", "try_number") if k in labels]
-        selector = ",".join(f"{k}={labels[k]}" for k in keys)
-        client, namespace = self._client()
-        try:
-            for pod in client.list_pods(namespace, selector):
-                meta = pod["metadata"]
-                if identity.owns(meta.get("labels")) and client.delete(namespace, meta["name"], meta["uid"]):
-                    self.log.info("Deleted pod %s/%s after the deferral ended", namespace, meta["name"])
-        except KubeError as exc:
-            self.log.error("Could not clean up the pods of try %d: %s", identity.try_number, exc)
-        finally:
-            client.close()
+        namespace = self.build_try_pod(context)["metadata"]["namespace"]
+        lifecycle.delete_try_pods(
+            self._client(),
+            self._identity(context),
+            namespace,
+            log=self.log.info,
+            sleep=type(self).retry_sleep,
+        )
 
     def on_kill(self) -> None:
-        """The task was killed in the worker (user, ``execution_timeout``): delete the pod."""
+        """The task was killed in the worker: delete the pod (``on_kill_action`` may keep it),
+        with ``termination_grace_period`` as the delete's grace."""
         pod = self._pod
         if pod is None:
             return
-        from airflow_k8s_retry.kube.errors import KubeError
-
-        client, _ = self._client()
-        try:
-            if client.delete(pod.namespace, pod.name, pod.uid):
-                self.log.info("Deleted pod %s/%s on kill", pod.namespace, pod.name)
-        except KubeError as exc:
-            self.log.error("Could not delete pod %s/%s on kill: %s", pod.namespace, pod.name, exc)
-        finally:
-            client.close()
-            self._pod = None
-
-
-def _stamp(verdict: Verdict) -> dict[str, Any]:
-    """The verdict as stamped on the pod: small (no history), enough to act on it again."""
-    payload = verdict.to_payload()
-    payload["history"] = None
-    payload["evidence"] = payload["evidence"][:3]
-    return payload
+        if self.on_kill_action.value == "keep_pod":
+            self.log.info("Keeping pod %s on kill (on_kill_action=keep_pod)", pod.name)
+            return
+        self._cleanup(self._client(), pod, keep=False, grace=self.termination_grace_period)

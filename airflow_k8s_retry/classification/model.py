@@ -70,6 +70,10 @@ class Reason(StrEnum):
     POD_FAILED = "pod.failed"
     EXECUTION_TIMEOUT = "execution.timeout"
     API_REJECTED = "api.rejected"
+    API_QUOTA_EXCEEDED = "api.quota_exceeded"
+    API_UNAUTHORIZED = "api.unauthorized"
+    API_CONFLICT = "api.conflict"
+    API_UNAVAILABLE = "api.unavailable"
     UNKNOWN = "pod.unknown"
 
 

@@ -55,7 +55,11 @@ REASONS: Mapping[Reason, ReasonInfo] = {
     Reason.POD_FAILED:                 ReasonInfo("phase `Failed` without a more specific cause", "read the pod's status message and Events (kubectl describe pod)"),
     Reason.UNKNOWN:                    ReasonInfo("a state no rule recognises", "read the pod's status and Events; report the state if it should have a rule"),
     Reason.EXECUTION_TIMEOUT:          ReasonInfo("the task's `execution_timeout` ended the wait (set by the trigger)", "raise the task's execution_timeout, or make the task finish sooner"),
-    Reason.API_REJECTED:               ReasonInfo("the API refused to create the pod: 422 invalid spec, 403 RBAC, 404 namespace (set by the operator)", "fix what the API's message names: the pod spec field, the service account's RBAC or the namespace"),
+    Reason.API_REJECTED:               ReasonInfo("the API refused to create the pod: 422 invalid spec, 400, 404 namespace, 403 RBAC / PodSecurity / LimitRange (set by the operator; permanent)", "fix what the API's message names: the pod spec field, the service account's RBAC or the namespace"),
+    Reason.API_QUOTA_EXCEEDED:         ReasonInfo("a ResourceQuota is full: 403 `exceeded quota` at create (set by the operator; an Airflow retry)", "wait for the quota to free up, raise the namespace's ResourceQuota, or request less"),
+    Reason.API_UNAUTHORIZED:           ReasonInfo("401 at create: an expired or rotating credential (set by the operator; an Airflow retry)", "check the connection's credentials (token, exec plugin) if it keeps happening"),
+    Reason.API_CONFLICT:               ReasonInfo("409 at create after the adoption found no pod of this try (set by the operator; an Airflow retry)", "nothing to fix if it is rare; otherwise look for something creating pods with the same names"),
+    Reason.API_UNAVAILABLE:            ReasonInfo("429, 5xx or no answer at create, after in-process retries (set by the operator; an Airflow retry)", "check the API server's health and the network path to it"),
 }
 # fmt: on
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 GROUP = "airflow-k8s-retry.io"
@@ -22,8 +22,11 @@ VERDICT_ANNOTATION = f"{GROUP}/verdict"
 #: so grace timers survive a triggerer restart.
 HISTORY_ANNOTATION = f"{GROUP}/history"
 MANAGED_SELECTOR = f"{MANAGED_LABEL}=true"
+#: The Airflow deployment a pod belongs to (set when ``[kubernetes_retry] deployment_id`` is).
+DEPLOYMENT_LABEL = f"{GROUP}/deployment"
+#: The task instance id of the try (Airflow 3 gives each try its own): adoption requires a match.
+TI_ANNOTATION = f"{GROUP}/ti-id"
 
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
@@ -32,11 +35,18 @@ def _digest(*parts: object, length: int = 8) -> str:
 
 
 def safe_label_value(value: str) -> str:
-    """Return ``value`` if it is a valid label value, else a valid one that still identifies it."""
-    if len(value) <= 63 and _LABEL_VALUE.match(value):
-        return value
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", value)[:54].strip("-_.")
-    return f"{cleaned}-{_digest(value)}".strip("-_.")
+    """``value`` made a valid label value by the cncf provider's rule (``make_safe_label_value``),
+    so these pods carry exactly the label values ``KubernetesPodOperator``'s pods carry: strip
+    non-alphanumeric ends and characters a label value cannot hold; if anything changed or it is
+    longer than 63, keep 53 characters and append ``-`` and 9 hex digits of the value's MD5."""
+    start = next((i for i, c in enumerate(value) if c.isascii() and c.isalnum()), len(value))
+    end = next((i for i in range(len(value), 0, -1) if value[i - 1].isascii() and value[i - 1].isalnum()), 0)
+    middle = value[start:end] if start < end else ""
+    safe = "".join(c for c in middle if c.isascii() and (c.isalnum() or c in "-_."))
+    if len(safe) > 63 or safe != value:
+        digest = hashlib.md5(value.encode(), usedforsecurity=False).hexdigest()[:9]
+        safe = f"{safe[:53]}-{digest}"
+    return safe
 
 
 def _dns_slug(value: str, limit: int) -> str:
@@ -52,6 +62,11 @@ class TryIdentity:
     run_id: str
     map_index: int = -1
     try_number: int = 1
+    #: Airflow 3's task instance id, unique per try: a re-created DAG run with the same run_id,
+    #: or another deployment, has other ids, so it never adopts this try's pod.
+    ti_id: str = ""
+    #: The deployment's id (a label value), when several Airflow deployments share a namespace.
+    deployment: str = ""
 
     def labels(self, relaunch: int = 0) -> dict[str, str]:
         """The pod's identifying labels. ``map_index`` is set only for mapped tasks, as
@@ -66,16 +81,26 @@ class TryIdentity:
             MANAGED_LABEL: "true",
             RELAUNCH_LABEL: str(relaunch),
         }
+        if self.deployment:
+            labels[DEPLOYMENT_LABEL] = safe_label_value(self.deployment)
         if self.map_index < 0:
             del labels["map_index"]
         return labels
 
-    def pod_name(self, relaunch: int = 0) -> str:
-        """A DNS-1123 name of at most 63 characters, unique per try and relaunch."""
-        suffix = f"-{_digest(self.dag_id, self.task_id, self.run_id, self.map_index)}-t{self.try_number}"
+    def pod_name(self, relaunch: int = 0, prefix: str | None = None) -> str:
+        """A DNS-1123 name of at most 63 characters, unique per try and relaunch.
+
+        ``prefix`` (the operator's ``name``) replaces the ``<dag>-<task>`` start of the name.
+        """
+        parts: list[object] = [self.dag_id, self.task_id, self.run_id, self.map_index]
+        if self.ti_id:
+            parts.append(self.ti_id)
+        suffix = f"-{_digest(*parts)}-t{self.try_number}"
         if relaunch:
             suffix += f"-r{relaunch}"
         room = 63 - len(suffix)
+        if prefix:
+            return f"{_dns_slug(prefix, room)}{suffix}"
         dag = _dns_slug(self.dag_id, room // 2)
         task = _dns_slug(self.task_id, room - len(dag) - 1)
         return f"{dag}-{task}{suffix}"
@@ -88,6 +113,20 @@ class TryIdentity:
             return False  # a mapped task's pod is never an unmapped try's
         return all(labels.get(k) == v for k, v in expected.items() if k != RELAUNCH_LABEL)
 
+    def owns_pod(self, pod: Mapping[str, Any]) -> bool:
+        """True when ``pod`` belongs to exactly this task-instance try (labels and, when known, the
+        task instance id annotation)."""
+        meta = pod.get("metadata") or {}
+        if not self.owns(meta.get("labels")):
+            return False
+        if self.ti_id:
+            return bool((meta.get("annotations") or {}).get(TI_ANNOTATION) == self.ti_id)
+        return True
+
+    def earlier(self, try_number: int) -> TryIdentity:
+        """The identity of an earlier try of the same task instance (its own ti id is unknown)."""
+        return replace(self, try_number=try_number, ti_id="")
+
     def to_payload(self) -> dict[str, Any]:
         return {
             "dag_id": self.dag_id,
@@ -95,7 +134,9 @@ class TryIdentity:
             "run_id": self.run_id,
             "map_index": self.map_index,
             "try_number": self.try_number,
-        }
+        } | ({"ti_id": self.ti_id} if self.ti_id else {}) | (
+            {"deployment": self.deployment} if self.deployment else {}
+        )
 
     @classmethod
     def from_payload(cls, data: Mapping[str, Any]) -> TryIdentity:
@@ -105,4 +146,6 @@ class TryIdentity:
             run_id=str(data["run_id"]),
             map_index=int(data.get("map_index", -1)),
             try_number=int(data.get("try_number", 1)),
+            ti_id=str(data.get("ti_id") or ""),
+            deployment=str(data.get("deployment") or ""),
         )

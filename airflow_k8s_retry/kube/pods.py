@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.kube.errors import Conflict, KubeError, NotFound, translate
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity
-from airflow_k8s_retry.kube.podspec import XCOM_RESULT_PATH, XCOM_SIDECAR_NAME
 
 if TYPE_CHECKING:
     import kubernetes.client
 
 Json = dict[str, Any]
+
+#: The cncf provider's XCom convention (its sidecar's name and the file the task writes).
+XCOM_SIDECAR_NAME = "airflow-xcom-sidecar"
+XCOM_RESULT_PATH = "/airflow/xcom/return.json"
 
 
 class PodOfAnotherTry(Conflict):
@@ -80,6 +83,11 @@ class PodClient:
         client.delete(created.namespace, created.name, created.uid)
     """
 
+    #: (connect, read) seconds for short requests; a stalled connection never blocks a worker.
+    request_timeout: tuple[float, float] = (10.0, 60.0)
+    #: The same for log reads and exec, which may stream for longer.
+    stream_timeout: tuple[float, float] = (10.0, 300.0)
+
     def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         from kubernetes import client
 
@@ -101,14 +109,18 @@ class PodClient:
         namespace, name = meta["namespace"], meta["name"]
         try:
             with _translated():
-                created = self._json(self.core.create_namespaced_pod(namespace=namespace, body=dict(pod)))
+                created = self._json(self.core.create_namespaced_pod(
+                    namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
+                ))
             return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
         except Conflict:
             existing = self.read(namespace, name)
             if existing is None:
                 # It went away between the create and the read: try once more, without adopting.
                 with _translated():
-                    created = self._json(self.core.create_namespaced_pod(namespace=namespace, body=dict(pod)))
+                    created = self._json(self.core.create_namespaced_pod(
+                    namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
+                ))
                 return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
             labels = existing["metadata"].get("labels") or {}
             if not identity.owns(labels) or labels.get(RELAUNCH_LABEL, "0") != str(relaunch):
@@ -118,30 +130,45 @@ class PodClient:
                     "it is left alone. Delete it, or check for two DAGs sharing one dag_id/task_id.",
                     status=409,
                 ) from None
+            if not identity.owns_pod(existing):
+                raise PodOfAnotherTry(
+                    f"pod {namespace}/{name} already exists but belongs to another task instance "
+                    "(another incarnation of this DAG run, or another Airflow deployment); "
+                    "it is left alone. Delete it if it is stale.",
+                    status=409,
+                ) from None
             return CreatedPod(name, namespace, existing["metadata"]["uid"], adopted=True, body=existing)
 
     def read(self, namespace: str, name: str) -> Json | None:
         """The pod as API JSON, or None when it does not exist."""
         try:
             with _translated():
-                return self._json(self.core.read_namespaced_pod(name=name, namespace=namespace))
+                return self._json(self.core.read_namespaced_pod(
+                    name=name, namespace=namespace, _request_timeout=self.request_timeout
+                ))
         except NotFound:
             return None
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Json]:
         with _translated():
-            result = self.core.list_namespaced_pod(namespace=namespace, label_selector=label_selector)
+            result = self.core.list_namespaced_pod(
+                namespace=namespace, label_selector=label_selector, _request_timeout=self.request_timeout
+            )
         return [self._json(p) for p in result.items]
 
-    def stamp_verdict(self, namespace: str, name: str, uid: str, verdict: Mapping[str, Any]) -> bool:
-        """Write the verdict annotation on the pod with this UID. False when that pod is gone."""
+    def stamp_verdict(self, namespace: str, name: str, uid: str, stamp: str | Mapping[str, Any]) -> bool:
+        """Write the verdict annotation (see ``lifecycle.encode_stamp``) on the pod with this UID.
+        False when that pod is gone."""
         pod = self.read(namespace, name)
         if pod is None or pod["metadata"].get("uid") != uid:
             return False
-        body = {"metadata": {"uid": uid, "annotations": {VERDICT_ANNOTATION: json.dumps(dict(verdict))}}}
+        value = stamp if isinstance(stamp, str) else json.dumps(dict(stamp))
+        body = {"metadata": {"uid": uid, "annotations": {VERDICT_ANNOTATION: value}}}
         try:
             with _translated():
-                self.core.patch_namespaced_pod(name=name, namespace=namespace, body=body)
+                self.core.patch_namespaced_pod(
+                    name=name, namespace=namespace, body=body, _request_timeout=self.request_timeout
+                )
         except (NotFound, Conflict):
             return False
         return True
@@ -157,7 +184,9 @@ class PodClient:
         )
         try:
             with _translated():
-                self.core.delete_namespaced_pod(name=name, namespace=namespace, body=options)
+                self.core.delete_namespaced_pod(
+                    name=name, namespace=namespace, body=options, _request_timeout=self.request_timeout
+                )
         except (NotFound, Conflict):
             return False
         return True
@@ -168,7 +197,9 @@ class PodClient:
         if uid:
             selector += f",involvedObject.uid={uid}"
         with _translated():
-            result = self.core.list_namespaced_event(namespace=namespace, field_selector=selector)
+            result = self.core.list_namespaced_event(
+                namespace=namespace, field_selector=selector, _request_timeout=self.request_timeout
+            )
         events = [self._json(e) for e in result.items]
         return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
@@ -182,6 +213,7 @@ class PodClient:
                     container=container,
                     tail_lines=tail_lines,
                     _preload_content=False,
+                    _request_timeout=self.stream_timeout,
                 )
                 raw = text.data
         except (NotFound, Conflict):

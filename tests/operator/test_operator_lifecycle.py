@@ -21,6 +21,7 @@ from airflow_k8s_retry.compat import (
 )
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.lifecycle import encode_stamp
 from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION, TryIdentity
 from airflow_k8s_retry.kube.pods import PodClient
 from airflow_k8s_retry.operators import RetryingPodOperator
@@ -34,6 +35,12 @@ def operator(**kwargs: Any) -> RetryingPodOperator:
 
 def client_for(cluster: Any) -> PodClient:
     return PodClient(sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig))))
+
+
+def identity_of(ti: Any, try_number: int | None = None) -> TryIdentity:
+    return TryIdentity(
+        ti.dag_id, ti.task_id, ti.run_id, ti.map_index, try_number or ti.try_number, ti_id=ti.id
+    )
 
 
 def requests(cluster: Any, verb: str, status: int | None = None) -> list[dict[str, Any]]:
@@ -73,7 +80,7 @@ def test_execute_creates_one_pod_named_and_labelled_for_the_try(make_cluster, co
     cluster = make_cluster()
     ti.try_number = 3
     trigger = defer(operator(), context)
-    identity = TryIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, 3)
+    identity = identity_of(ti, 3)
     pod = client_for(cluster).read("default", identity.pod_name())
     assert pod is not None
     labels = pod["metadata"]["labels"]
@@ -104,8 +111,8 @@ def test_a_second_execute_in_the_same_try_adopts_the_pod(make_cluster, context):
 def test_a_pod_of_another_try_under_the_name_is_never_adopted(make_cluster, context, ti):
     cluster = make_cluster()
     op = operator()
-    identity = TryIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
-    squatter = op.build_pod_request(identity, "default")
+    identity = identity_of(ti)
+    squatter = op.build_try_pod(context)
     squatter["metadata"]["labels"]["try_number"] = "7"
     client = client_for(cluster)
     client.core.create_namespaced_pod("default", squatter)
@@ -200,7 +207,7 @@ def test_relaunch_replaces_the_pod_inside_the_same_try(make_cluster, context, ti
             context, event=event_for(first, verdict(Outcome.RELAUNCH, Reason.NODE_DISRUPTION))
         )
     second = deferred.value.trigger
-    identity = TryIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+    identity = identity_of(ti)
     assert second.pod_name == identity.pod_name(relaunch=1)
     assert second.relaunches == 1
     assert second.pod_uid != first.pod_uid
@@ -213,7 +220,10 @@ def test_relaunch_replaces_the_pod_inside_the_same_try(make_cluster, context, ti
 
 def test_api_rejection_at_create_fails_at_once(make_cluster, context, ti):
     make_cluster()
-    op = operator(pod_template_dict={"spec": {"containers": [{"name": "Not_A_Valid_Name", "image": "x"}]}})
+    from kubernetes.client import models as k8s
+
+    # The provider renames the base container; an init container keeps its (invalid) name.
+    op = operator(init_containers=[k8s.V1Container(name="Not_A_Valid_Name", image="x")])
     with pytest.raises(PodFailurePermanent, match=r"api\.rejected"):
         op.execute(context)
     assert ti.xcom["verdict"]["reason"] == "api.rejected"
@@ -285,13 +295,24 @@ def test_a_relaunch_keeps_the_execution_deadline_of_the_try(make_cluster, contex
     assert second.value.kwargs == {"execution_deadline": deadline - 120}
 
 
-def test_a_server_error_at_create_costs_a_try_not_the_task(make_cluster, context, ti):
+def test_a_server_error_at_create_is_retried_in_process(make_cluster, context, no_backoff_sleep):
     cluster = make_cluster()
     cluster.add_fault(verb="create", resource="pods", status=500, times=1)
+    trigger = defer(operator(), context)
+    assert [r["status"] for r in requests(cluster, "create")] == [500, 201]
+    assert no_backoff_sleep == [1.0]
+    assert [p["metadata"]["name"] for p in cluster.pods()] == [trigger.pod_name]
+
+
+def test_a_server_error_that_persists_at_create_costs_a_try_not_the_task(make_cluster, context, ti):
+    cluster = make_cluster()
+    cluster.add_fault(verb="create", resource="pods", status=500, times=None)
     with pytest.raises(PodFailure) as failure:
         operator().execute(context)
     assert not isinstance(failure.value, AirflowFailException)
     assert ti.xcom["verdict"]["outcome"] == "retry"
+    assert ti.xcom["verdict"]["reason"] == "api.unavailable"
+    assert len(requests(cluster, "create", 500)) == 3
     assert cluster.all_pods() == []
 
 
@@ -302,12 +323,15 @@ def test_a_new_try_deletes_unfinished_pods_its_earlier_tries_left_running(make_c
     cluster = make_cluster({"images": {"busybox:1.36": {"run": {"duration_seconds": 10_000}}}})
     client = client_for(cluster)
     abandoned = defer(operator(), context)
-    identity = TryIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, 1)
-    kept = operator().build_pod_request(identity, "default", 1)
-    kept["metadata"]["annotations"] = {VERDICT_ANNOTATION: json.dumps({"outcome": "retry"})}
+    kept = operator().build_try_pod(context, 1)
+    kept["metadata"]["annotations"][VERDICT_ANNOTATION] = encode_stamp(
+        verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE), kept=True
+    )
     client.core.create_namespaced_pod("default", kept)
     neighbour = RetryingPodOperator(task_id="other", image="busybox:1.36", kubernetes_conn_id=None)
-    other = neighbour.build_pod_request(TryIdentity(ti.dag_id, "other", ti.run_id, -1, 1), "default")
+    ti.task_id = "other"
+    other = neighbour.build_try_pod(context)
+    ti.task_id = "load"
     client.core.create_namespaced_pod("default", other)
 
     ti.try_number = 2

@@ -1,0 +1,338 @@
+"""The life of one try's pod, shared by the operator and the sensor: create or adopt, sweep what
+earlier tries left, stamp the verdict, delete by UID (with bounded retries), judge a create error.
+
+Airflow-free: it works on API JSON and a :class:`~airflow_k8s_retry.kube.pods.PodClient`, so the
+rules that keep "one pod per try" and "nothing left behind" are in one place and unit-testable.
+
+The verdict stamp has one owner here: :func:`encode_stamp` writes it, :func:`read_stamp` reads it
+and tolerates anything malformed. A stamp records whether the pod is *kept* on purpose
+(``on_finish_action``); a stamped pod that is not kept is a pod whose delete did not get through,
+and the next try's sweep finishes the job.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
+from airflow_k8s_retry.kube.errors import Conflict, KubeError, NotFound, TransportError
+from airflow_k8s_retry.kube.naming import (
+    MANAGED_SELECTOR,
+    VERDICT_ANNOTATION,
+    TryIdentity,
+)
+from airflow_k8s_retry.kube.pods import CreatedPod, PodClient, PodOfAnotherTry
+
+Json = dict[str, Any]
+Log = Callable[..., None]
+
+#: Seconds between delete attempts; four attempts in all, about 3.5 s at most.
+DELETE_BACKOFF = (0.5, 1.0, 2.0)
+#: Seconds between create attempts after a transient error (the name makes creates idempotent).
+CREATE_BACKOFF = (1.0, 2.0)
+
+
+# -- the stamp ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a pod's verdict annotation says: the verdict, and whether the pod is kept on purpose."""
+
+    verdict: Verdict
+    kept: bool
+
+
+def encode_stamp(verdict: Verdict, *, kept: bool) -> str:
+    """The annotation value: small (no history, three evidence items), enough to act on it again."""
+    payload = verdict.to_payload()
+    payload["history"] = None
+    payload["evidence"] = payload["evidence"][:3]
+    payload["kept"] = kept
+    return json.dumps(payload)
+
+
+def read_stamp(pod: Mapping[str, Any] | None) -> Stamp | None:
+    """The stamp on ``pod``; ``None`` when there is none or it cannot be read (never raises).
+
+    A stamp written before stamps said ``kept`` counts as kept: that is what it meant then.
+    """
+    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(VERDICT_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        return Stamp(Verdict.from_payload(data), kept=bool(data.get("kept", True)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def stamp(client: PodClient, pod: CreatedPod, verdict: Verdict, *, kept: bool, log: Log) -> bool:
+    """Stamp the verdict; an API error is logged (the cleanup goes on regardless)."""
+    try:
+        return client.stamp_verdict(pod.namespace, pod.name, pod.uid, encode_stamp(verdict, kept=kept))
+    except KubeError as exc:
+        log("Could not stamp the verdict on pod %s: %s", pod.name, exc)
+        return False
+
+
+def withhold_termination_messages(verdict: Verdict, pod: Mapping[str, Any] | None) -> Verdict:
+    """``verdict`` without the containers' termination messages (in its message and evidence).
+
+    A termination message is whatever the container wrote (with ``FallbackToLogsOnError``, the end
+    of its log), so it stays out of XCom, the pod's annotation and the exception text.
+    """
+    status = (pod or {}).get("status") or {}
+    messages = sorted(
+        {
+            str(((cs.get("state") or {}).get("terminated") or {}).get("message") or "").strip()
+            for kind in ("initContainerStatuses", "containerStatuses")
+            for cs in status.get(kind) or []
+        }
+        - {""},
+        key=len,
+        reverse=True,
+    )
+    if not messages:
+        return verdict
+
+    def scrub(text: str) -> str:
+        for message in messages:
+            for piece in (message, message[:500]):
+                text = text.replace(piece, "<termination message withheld>")
+        return text
+
+    evidence = tuple(replace(e, message=scrub(e.message)) for e in verdict.evidence)
+    return replace(verdict, message=scrub(verdict.message), evidence=evidence)
+
+
+# -- deleting ----------------------------------------------------------------------------------
+
+
+def delete(
+    client: PodClient,
+    namespace: str,
+    name: str,
+    uid: str,
+    *,
+    grace_period_seconds: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    backoff: tuple[float, ...] = DELETE_BACKOFF,
+) -> bool:
+    """Delete the pod with this UID, retrying transient errors with backoff.
+
+    True when this call deleted it, False when it was already gone or replaced. A delete is
+    idempotent (the UID is a precondition), so retrying is safe. Raises the last
+    :class:`KubeError` when every attempt failed or the error is not transient (403).
+    """
+    for attempt in range(len(backoff) + 1):
+        try:
+            return client.delete(namespace, name, uid, grace_period_seconds=grace_period_seconds)
+        except KubeError as exc:
+            if not exc.transient or attempt == len(backoff):
+                raise
+            sleep(backoff[attempt])
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def sweep_earlier_tries(
+    client: PodClient,
+    identity: TryIdentity,
+    namespace: str,
+    *,
+    log: Log,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Delete the pods earlier tries of this task left behind; return their names.
+
+    An earlier try can end without its cleanup: it was marked failed or cleared while deferred
+    before a triggerer ran its trigger, its worker died, or its delete failed after the stamp.
+    A new try proves the earlier one is over. Pods stamped as *kept* stay (``on_finish_action``);
+    pods of another deployment, DAG run, map index or task are never touched.
+    """
+    if identity.try_number <= 1:
+        return []
+    labels = identity.labels()
+    selector = f"{MANAGED_SELECTOR},dag_id={labels['dag_id']},task_id={labels['task_id']}"
+    try:
+        pods = client.list_pods(namespace, selector)
+    except KubeError as exc:
+        log("Could not look for pods of earlier tries: %s", exc)
+        return []
+    deleted = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        pod_labels = meta.get("labels") or {}
+        try_label = str(pod_labels.get("try_number", ""))
+        if not try_label.isdigit() or int(try_label) >= identity.try_number:
+            continue
+        earlier = identity.earlier(int(try_label))
+        if not earlier.owns(pod_labels) or meta.get("deletionTimestamp"):
+            continue
+        found = read_stamp(pod)
+        if found is not None and found.kept:
+            continue
+        try:
+            if delete(client, namespace, meta["name"], meta["uid"], sleep=sleep):
+                deleted.append(str(meta["name"]))
+                log(
+                    "Deleted pod %s/%s left by try %s of this task (it ended without its cleanup)",
+                    namespace,
+                    meta["name"],
+                    try_label,
+                )
+        except KubeError as exc:
+            log("Pod %s of try %s left behind: delete failed: %s", meta["name"], try_label, exc)
+    return deleted
+
+
+def delete_try_pods(
+    client: PodClient,
+    identity: TryIdentity,
+    namespace: str,
+    *,
+    log: Log,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Delete every pod of this task-instance try (any relaunch), e.g. after its deferral ended."""
+    labels = identity.labels()
+    keys = [k for k in ("dag_id", "task_id", "run_id", "map_index", "try_number") if k in labels]
+    try:
+        for pod in client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys)):
+            meta = pod["metadata"]
+            if identity.owns_pod(pod) and delete(client, namespace, meta["name"], meta["uid"], sleep=sleep):
+                log("Deleted pod %s/%s after the deferral ended", namespace, meta["name"])
+    except KubeError as exc:
+        log("Could not clean up the pods of try %d: %s", identity.try_number, exc)
+
+
+# -- finishing ---------------------------------------------------------------------------------
+
+
+def keeps(client: PodClient, pod: CreatedPod, on_finish_action: str, verdict: Verdict) -> bool:
+    """Whether ``on_finish_action`` (KPO's values and meanings) keeps the pod after ``verdict``.
+
+    ``delete_succeeded_pod`` keeps anything but a success (a skip included); ``delete_active_pod``
+    keeps pods that have finished and deletes those still pending or running.
+    """
+    if on_finish_action == "keep_pod":
+        return True
+    if on_finish_action == "delete_succeeded_pod":
+        return verdict.outcome is not Outcome.SUCCEED
+    if on_finish_action == "delete_active_pod":
+        if verdict.outcome is Outcome.SUCCEED:
+            return True
+        try:
+            body = client.read(pod.namespace, pod.name)
+        except KubeError:
+            return False
+        return ((body or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return False
+
+
+def evidence(
+    client: PodClient, pod: CreatedPod, log_container: str | None, *, log: Log
+) -> tuple[Json | None, list[Json], str]:
+    """The pod (if it still has this UID), its Events and, when ``log_container`` is given, the last
+    20 lines of that container's log: what a failure report is made of. API errors are logged."""
+    body: Json | None = None
+    events: list[Json] = []
+    tail = ""
+    try:
+        body = client.read(pod.namespace, pod.name)
+        if body is not None and body["metadata"].get("uid") == pod.uid:
+            events = client.events(pod.namespace, pod.name, pod.uid)
+            if log_container:
+                tail = client.log(pod.namespace, pod.name, log_container, tail_lines=20)
+        else:
+            body = None
+    except KubeError as exc:
+        log("Could not read the evidence of pod %s: %s", pod.name, exc)
+    return body, events, tail
+
+
+# -- creating ----------------------------------------------------------------------------------
+
+
+def create(
+    client: PodClient,
+    pod: Mapping[str, Any],
+    identity: TryIdentity,
+    *,
+    relaunch: int,
+    sleep: Callable[[float], None] = time.sleep,
+    backoff: tuple[float, ...] = CREATE_BACKOFF,
+) -> CreatedPod:
+    """Create (or adopt) the try's pod, retrying transient errors in-process.
+
+    The name is deterministic per try, so a create whose response was lost is found again by the
+    next attempt (409, then adopted when it is this try's). When every attempt failed, a pod the
+    API may have written anyway is looked up and deleted, so nothing is left behind.
+    """
+    meta = pod["metadata"]
+    last: KubeError | None = None
+    for attempt in range(len(backoff) + 1):
+        try:
+            return client.create_or_adopt(pod, identity, relaunch=relaunch)
+        except PodOfAnotherTry:
+            raise
+        except KubeError as exc:
+            last = exc
+            if create_error_outcome(exc)[0] is not Outcome.RETRY or attempt == len(backoff):
+                break
+            sleep(backoff[attempt])
+    assert last is not None
+    if create_error_outcome(last)[0] is Outcome.RETRY:
+        remove_if_written(client, meta["namespace"], meta["name"], identity)
+    raise last
+
+
+def remove_if_written(client: PodClient, namespace: str, name: str, identity: TryIdentity) -> None:
+    """Delete the try's pod if a create that seemed to fail did write it (best effort)."""
+    try:
+        existing = client.read(namespace, name)
+        if existing is not None and identity.owns_pod(existing):
+            delete(client, namespace, name, existing["metadata"]["uid"])
+    except KubeError:
+        pass  # the next try's sweep finds it
+
+
+def create_error_outcome(exc: KubeError) -> tuple[Outcome, Reason]:
+    """Judge an API error at create by the Status's code, reason and message.
+
+    Transient (an Airflow retry, the next try meets other conditions): a ResourceQuota
+    ``exceeded quota`` 403, 401 (a credential that expired or is being rotated), 409 after the
+    adoption found no pod of this try, 429, 5xx and no answer at all. Permanent (another try would
+    meet it again): 422 invalid spec, 400, 404 (namespace), RBAC, PodSecurity and LimitRange 403s.
+    """
+    text = str(exc).lower()
+    if exc.status == 403:
+        if "exceeded quota" in text:
+            return Outcome.RETRY, Reason.API_QUOTA_EXCEEDED
+        return Outcome.FAIL, Reason.API_REJECTED
+    if exc.status == 401:
+        return Outcome.RETRY, Reason.API_UNAUTHORIZED
+    if isinstance(exc, Conflict) and not isinstance(exc, PodOfAnotherTry):
+        return Outcome.RETRY, Reason.API_CONFLICT
+    if exc.transient or isinstance(exc, TransportError) or (exc.status or 0) >= 500:
+        return Outcome.RETRY, Reason.API_UNAVAILABLE
+    if isinstance(exc, NotFound) or exc.status in (400, 404, 422):
+        return Outcome.FAIL, Reason.API_REJECTED
+    return Outcome.FAIL, Reason.API_REJECTED
+
+
+def create_error_verdict(exc: KubeError, namespace: str, name: str) -> Verdict:
+    outcome, reason = create_error_outcome(exc)
+    status = f"HTTP {exc.status}" if exc.status else "no answer"
+    verb = "refused to create" if outcome is Outcome.FAIL else "could not create"
+    return Verdict(
+        outcome=outcome,
+        reason=reason,
+        message=f"the API {verb} pod {namespace}/{name}: {status}: {exc}",
+        rule="api.create",
+    )
