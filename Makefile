@@ -13,7 +13,7 @@ PY_MINOR := 3.11
 AIRFLOW_MINORS := 3.1 3.2 3.3
 NEWEST_MINOR := 3.3
 OLDER_MINORS := $(filter-out $(NEWEST_MINOR),$(AIRFLOW_MINORS))
-SEED_3.1 := apache-airflow==3.1.8 apache-airflow-providers-cncf-kubernetes==10.8.0
+SEED_3.1 := apache-airflow==3.1.8 apache-airflow-providers-cncf-kubernetes==10.25.0
 SEED_3.2 := apache-airflow==3.2.2 apache-airflow-providers-cncf-kubernetes==10.25.0 \
   fastapi==0.136.3 cadwyn==7.0.0 svcs==25.1.0
 SEED_3.3 := apache-airflow==3.3.2 apache-airflow-providers-cncf-kubernetes==10.25.0
