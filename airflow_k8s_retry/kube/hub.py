@@ -1044,10 +1044,15 @@ class WatchHub:
                 self._connecting[key] = pending
                 pending.add_done_callback(functools.partial(self._connected, config))
             await asyncio.shield(pending)
+            # Awaiting a finished future does not yield to the loop, so its done callback may not
+            # have run yet: record the connection here, or this loop would spin without end.
+            self._connected(config, pending)
 
     def _connected(self, config: ClusterConfig, done: asyncio.Future[AsyncKube]) -> None:
-        if self._connecting.get(config.key) is done:
-            del self._connecting[config.key]
+        """Record a finished connect once (from its done callback or from the first waiter)."""
+        if self._connecting.get(config.key) is not done:
+            return
+        del self._connecting[config.key]
         if done.cancelled() or done.exception() is not None:
             return
         self._connections[config.key] = _Connection(config, done.result())
