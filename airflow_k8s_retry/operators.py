@@ -12,23 +12,21 @@ same try. The pod's lifecycle rules live in :mod:`airflow_k8s_retry.kube.lifecyc
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Container, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
+from airflow_k8s_retry import endings, try_pod
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, exception_for
-from airflow_k8s_retry.hints import with_hint
 from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
 from airflow_k8s_retry.kpo_arguments import local_config_errors, refusals
-from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
@@ -115,46 +113,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     # -- building: the provider's pod, this package's name, labels and annotations --------------
 
     def build_try_pod(self, context: Context, relaunch: int = 0) -> dict[str, Any]:
-        """The pod this try creates, as API JSON: ``build_pod_request_obj`` (the provider's), then
-        the per-try name, this package's labels and the task instance annotation."""
-        identity = self._identity(context)
-        if getattr(self, "pod_request_obj", None) is None:
-            with local_config_errors(self.task_id):
-                if self.pod_template_file and not Path(self.pod_template_file).is_file():
-                    raise ValueError(f"pod_template_file {self.pod_template_file!r} is not a file")
-                # The provider logs the name it builds; let it be the try's first pod name.
-                name: str | None = getattr(self, "name", None)
-                suffix: bool = getattr(self, "random_name_suffix", True)
-                self.name, self.random_name_suffix = identity.pod_name(0, prefix=name), False
-                try:
-                    # Airflow's context always has "dag"; the provider reads it (a stand-in may not).
-                    full = context if "dag" in context else {**context, "dag": None}
-                    self.pod_request_obj = self.build_pod_request_obj(full)
-                finally:
-                    self.name, self.random_name_suffix = name, suffix
-        pod: dict[str, Any] = self.hook.api_client.sanitize_for_serialization(
-            copy.deepcopy(self.pod_request_obj)
-        )
-        meta = pod.setdefault("metadata", {})
-        meta["name"] = identity.pod_name(relaunch, prefix=self.name)
-        meta.setdefault("labels", {}).update(identity.labels(relaunch))
-        if identity.ti_id:
-            meta.setdefault("annotations", {})[TI_ANNOTATION] = identity.ti_id
-        return pod
-
-    def _identity(self, context: Context) -> TryIdentity:
-        from airflow.providers.common.compat.sdk import conf
-
-        ti = context["ti"]
-        return TryIdentity(
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=ti.map_index if ti.map_index is not None else -1,
-            try_number=ti.try_number,
-            ti_id=str(getattr(ti, "id", None) or ""),
-            deployment=conf.get("kubernetes_retry", "deployment_id", fallback="") or "",
-        )
+        """The pod this try creates, as API JSON (see :func:`~airflow_k8s_retry.try_pod.build_try_pod`)."""
+        return try_pod.build_try_pod(self, context, relaunch)
 
     @cached_property
     def hook(self) -> Any:
@@ -181,11 +141,10 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
 
         client = self._client()
         pod = self.build_try_pod(context)
-        self._callbacks("on_pod_manifest_created", context, pod_request=self.pod_request_obj)
+        endings.run_callbacks(self, "on_pod_manifest_created", context, pod_request=self.pod_request_obj)
         namespace = pod["metadata"]["namespace"]
-        sweep_earlier_tries(
-            client, self._identity(context), namespace, log=self.log.warning, sleep=type(self).retry_sleep
-        )
+        identity, sleep = try_pod.identity_of(context), type(self).retry_sleep
+        sweep_earlier_tries(client, identity, namespace, log=self.log.warning, sleep=sleep)
         return self._launch(context, client, pod, relaunch=0)
 
     def _launch(
@@ -201,33 +160,25 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         from airflow_k8s_retry.kube.errors import KubeError
         from airflow_k8s_retry.kube.pods import PodOfAnotherTry
 
-        identity = self._identity(context)
+        identity = try_pod.identity_of(context)
         meta = pod["metadata"]
         try:
             created = lifecycle.create(client, pod, identity, relaunch=relaunch, sleep=type(self).retry_sleep)
         except PodOfAnotherTry as exc:
             raise PodFailure(str(exc)) from None
         except KubeError as exc:
-            verdict = lifecycle.create_error_verdict(exc, meta["namespace"], meta["name"])
-            self.log.error("%s: %s", verdict.reason.value, verdict.message)
-            self._push_verdict(context, verdict)
-            count_task_verdict(verdict, context, meta["namespace"])
-            raise exception_for(verdict, f"{verdict.reason.value}: {verdict.message}") from None
+            raise endings.create_failed(self, context, exc, meta["namespace"], meta["name"]) from None
         self._pod = created
         with self._delete_on_error(client, created):
-            ti = context["ti"]
-            ti.xcom_push(key="pod_name", value=created.name)
-            ti.xcom_push(key="pod_namespace", value=created.namespace)
-            self.log.info(
-                "%s pod %s/%s (uid %s) for try %d%s",
+            context["ti"].xcom_push(key="pod_name", value=created.name)
+            context["ti"].xcom_push(key="pod_namespace", value=created.namespace)
+            how, again = (
                 "Adopted" if created.adopted else "Created",
-                created.namespace,
-                created.name,
-                created.uid,
-                identity.try_number,
                 f", relaunch {relaunch}" if relaunch else "",
             )
-            self._callbacks("on_pod_creation", context, pod=self._v1pod(created))
+            where = f"{created.namespace}/{created.name} (uid {created.uid})"
+            self.log.info("%s pod %s for try %d%s", how, where, identity.try_number, again)
+            endings.run_callbacks(self, "on_pod_creation", context, pod=endings.as_v1pod(created))
             found = lifecycle.read_stamp(created.body) if created.adopted else None
             if found is None:
                 return self._defer(context, identity, created, relaunch, deadline=deadline)
@@ -245,7 +196,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         except TaskDeferred:
             raise
         except BaseException:
-            self._cleanup(client, created, keep=False)
+            self._end(client, created, None, keep=False)
             raise
 
     def _defer(
@@ -255,7 +206,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         created: CreatedPod,
         relaunch: int,
         *,
-        deadline: float | None = None,
+        deadline: float | None,
     ) -> Any:
         from airflow_k8s_retry.triggers import PodStateTrigger
 
@@ -264,24 +215,21 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         timeout = None
         if deadline is not None:
             timeout = timedelta(seconds=max(0.0, deadline - time.time())) + DEFER_TIMEOUT_PADDING
-        self.defer(
-            trigger=PodStateTrigger(
-                kubernetes_conn_id=self.kubernetes_conn_id,
-                namespace=created.namespace,
-                pod_name=created.name,
-                pod_uid=created.uid,
-                identity=identity.to_payload(),
-                policy=self.failure_policy.to_payload(),
-                history=None,
-                relaunches=relaunch,
-                execution_deadline=deadline,
-                poll_interval=self.poll_interval,
-                owned=self.on_kill_action.value != "keep_pod",
-            ),
-            method_name="execute_complete",
-            kwargs={"execution_deadline": deadline},
-            timeout=timeout,
+        trigger = PodStateTrigger(
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            namespace=created.namespace,
+            pod_name=created.name,
+            pod_uid=created.uid,
+            identity=identity.to_payload(),
+            policy=self.failure_policy.to_payload(),
+            history=None,
+            relaunches=relaunch,
+            execution_deadline=deadline,
+            poll_interval=self.poll_interval,
+            owned=self.on_kill_action.value != "keep_pod",
         )
+        kwargs = {"execution_deadline": deadline}
+        self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=timeout)
 
     def _deadline(self, context: Context) -> float | None:
         if self.execution_timeout is None:
@@ -307,14 +255,11 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={}
         )
         self._pod = created
-        self._callbacks("on_operator_resuming", context, pod=self._v1pod(created), event=dict(event))
+        v1pod = endings.as_v1pod(created)
+        endings.run_callbacks(self, "on_operator_resuming", context, pod=v1pod, event=dict(event))
+        client = self._client()
         return self._finish(
-            context,
-            self._client(),
-            created,
-            pod_event.verdict,
-            pod_event.relaunches,
-            deadline=execution_deadline,
+            context, client, created, pod_event.verdict, pod_event.relaunches, deadline=execution_deadline
         )
 
     def _finish(
@@ -329,155 +274,55 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     ) -> Any:
         from airflow_k8s_retry.classification.model import Outcome
         from airflow_k8s_retry.kube import lifecycle
-        from airflow_k8s_retry.kube.pods import failure_report
 
         count_task_verdict(verdict, context, pod.namespace)
-        outcome = verdict.outcome
-        if outcome is Outcome.RELAUNCH:
+        if verdict.outcome is Outcome.RELAUNCH:
+            what = f"{verdict.reason.value}: {verdict.message}"
             self.log.warning(
-                "%s: %s; pod %s is replaced by a fresh pod in the same try (relaunch %d)",
-                verdict.reason.value,
-                verdict.message,
+                "%s; pod %s is replaced by a fresh pod in the same try (relaunch %d)",
+                what,
                 pod.name,
                 relaunch + 1,
             )
-            lifecycle.stamp(client, pod, verdict, kept=False, log=self.log.warning)
-            self._cleanup(client, pod, keep=False)
-            return self._launch(
-                context, client, self.build_try_pod(context, relaunch + 1), relaunch + 1, deadline=deadline
-            )
+            self._end(client, pod, verdict, keep=False)
+            fresh = self.build_try_pod(context, relaunch + 1)
+            return self._launch(context, client, fresh, relaunch + 1, deadline=deadline)
         keep = lifecycle.keeps(client, pod, self.on_finish_action.value, verdict)
-        result = None
-        published = verdict  # what reaches XCom, the stamp and the exception
+        result, published = None, verdict  # what reaches XCom, the stamp and the exception
+        v1pod = endings.as_v1pod(pod)
         try:
-            if outcome is Outcome.SUCCEED:
-                if self.get_logs:
-                    self._write_logs_of(pod)
-                if self.do_xcom_push:
-                    result = client.read_xcom(pod.namespace, pod.name)
+            if verdict.outcome is Outcome.SUCCEED:
+                result = endings.succeeded(self, client, pod)
             else:
-                body, events, tail = lifecycle.evidence(
-                    client, pod, self.base_container_name if self.get_logs else None, log=self.log.warning
-                )
-                # A termination message can be a log tail (FallbackToLogsOnError): only the task
-                # log may show it, and only with get_logs=True.
-                published = lifecycle.withhold_termination_messages(verdict, body)
-                report = failure_report(
-                    (verdict if self.get_logs else published).to_payload(),
-                    pod=body,
-                    events=events,
-                    log_tail=tail,
-                )
-                report = with_hint(report, verdict)
-                self._push_verdict(context, published)
-                if outcome is Outcome.SKIP:
-                    self.log.info("%s\n(pod %s)", report, pod.name)
-                else:
-                    self.log.error("Pod %s: %s", pod.name, report)
-                if self.get_logs:
-                    self._write_logs_of(pod)
-                if self.do_xcom_push:  # as KPO: a result written before the failure is still pushed
-                    self._push_partial_result(context, client, pod)
-            self._callbacks("on_pod_completion", context, pod=self._v1pod(pod))
-            self._callbacks("on_pod_teardown", context, pod=self._v1pod(pod))
+                published = endings.failed(self, context, client, pod, verdict)
+            endings.run_callbacks(self, "on_pod_completion", context, pod=v1pod)
+            endings.run_callbacks(self, "on_pod_teardown", context, pod=v1pod)
         finally:
-            # Whatever failed above (logs, XCom), the pod is finished business: stamp, then delete.
-            lifecycle.stamp(client, pod, published, kept=keep, log=self.log.warning)
-            self._cleanup(client, pod, keep=keep)
-            self._callbacks("on_pod_cleanup", context, pod=self._v1pod(pod))
-        if outcome is Outcome.SUCCEED:
+            # Whatever failed above (logs, XCom), the pod is finished business: delete or keep it.
+            self._end(client, pod, published, keep=keep)
+            endings.run_callbacks(self, "on_pod_cleanup", context, pod=v1pod)
+        if verdict.outcome is Outcome.SUCCEED:
             self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)
             return result
-        raise exception_for(
-            published, f"pod {pod.namespace}/{pod.name}: {published.reason.value}: {published.message}"
+        text = f"pod {pod.namespace}/{pod.name}: {published.reason.value}: {published.message}"
+        raise exception_for(published, text)
+
+    def _end(
+        self, client: PodClient, pod: CreatedPod, verdict: Verdict | None, *, keep: bool, grace: Any = None
+    ) -> None:
+        """Delete the pod by UID, or keep it stamped (``lifecycle.finish``); never raises."""
+        from airflow_k8s_retry.kube.lifecycle import Ending, finish
+
+        sleep, where = type(self).retry_sleep, f"{pod.namespace}/{pod.name}"
+        ending = finish(
+            client, pod, verdict, kept=keep, log=self.log.error, sleep=sleep, grace_period_seconds=grace
         )
-
-    def _write_logs_of(self, pod: CreatedPod) -> None:
-        """The whole log of ``container_logs`` (the base container by default), through the
-        provider's log reader, with its prefix and ``log_formatter``."""
-        v1pod = self._v1pod(pod)
-        try:
-            if self.init_container_logs:
-                self.pod_manager.fetch_requested_init_container_logs(
-                    pod=v1pod,
-                    init_containers=self.init_container_logs,
-                    follow_logs=False,
-                    container_name_log_prefix_enabled=self.container_name_log_prefix_enabled,
-                    log_formatter=self.log_formatter,
-                )
-            self.pod_manager.fetch_requested_container_logs(
-                pod=v1pod,
-                containers=self.container_logs,
-                follow_logs=False,
-                container_name_log_prefix_enabled=self.container_name_log_prefix_enabled,
-                log_formatter=self.log_formatter,
-            )
-        except Exception as exc:  # the provider's reader raises client errors; a log is not a verdict
-            self.log.warning("Could not read the logs of pod %s: %s", pod.name, type(exc).__name__)
-
-    def _cleanup(self, client: PodClient, pod: CreatedPod, *, keep: bool, grace: int | None = None) -> None:
-        """Delete the pod by UID unless kept; transient errors are retried with backoff. If the
-        delete still fails, the stamp says "not kept" and the next try's sweep deletes it."""
-        from airflow_k8s_retry.kube import lifecycle
-        from airflow_k8s_retry.kube.errors import KubeError
-
-        if keep:
-            self.log.info(
-                "Keeping pod %s/%s (on_finish_action=%s)",
-                pod.namespace,
-                pod.name,
-                self.on_finish_action.value,
-            )
-            return
-        try:
-            if lifecycle.delete(
-                client,
-                pod.namespace,
-                pod.name,
-                pod.uid,
-                grace_period_seconds=grace,
-                sleep=type(self).retry_sleep,
-            ):
-                self.log.info("Deleted pod %s/%s (uid %s)", pod.namespace, pod.name, pod.uid)
-        except KubeError as exc:
-            self.log.error(
-                "Could not delete pod %s/%s (uid %s): %s; the next try deletes it",
-                pod.namespace,
-                pod.name,
-                pod.uid,
-                exc,
-            )
-            return
-        self._pod = None
-
-    def _push_partial_result(self, context: Context, client: PodClient, pod: CreatedPod) -> None:
-        try:
-            value = client.read_xcom(pod.namespace, pod.name)
-            if value is not None:
-                context["ti"].xcom_push(key="return_value", value=value)
-        except Exception as exc:  # the failure is the verdict's; a missing result is not news
-            self.log.info("No XCom result from failed pod %s (%s)", pod.name, type(exc).__name__)
-
-    def _push_verdict(self, context: Context, verdict: Verdict) -> None:
-        try:
-            context["ti"].xcom_push(key="verdict", value=verdict.summary())
-        except Exception as exc:  # publishing the verdict must never skip the cleanup
-            self.log.warning("Could not push the verdict to XCom: %s", type(exc).__name__)
-
-    def _v1pod(self, pod: CreatedPod) -> Any:
-        from kubernetes.client import models as k8s
-
-        return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=pod.name, namespace=pod.namespace, uid=pod.uid))
-
-    def _callbacks(self, hook: str, context: Context, **kwargs: Any) -> None:
-        if not self.callbacks:
-            return
-        from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode
-
-        for callback in self.callbacks:
-            getattr(callback, hook)(
-                client=self.client, mode=ExecutionMode.ASYNC, context=context, operator=self, **kwargs
-            )
+        if ending is Ending.KEPT:
+            self.log.info("Keeping pod %s (on_finish_action=%s)", where, self.on_finish_action.value)
+        elif ending is Ending.DELETED:
+            self.log.info("Deleted pod %s (uid %s)", where, pod.uid)
+        if ending is not Ending.LEFT:
+            self._pod = None
 
     # -- endings that are not verdicts ----------------------------------------------------------
 
@@ -496,13 +341,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         from airflow_k8s_retry.kube import lifecycle
 
         namespace = self.build_try_pod(context)["metadata"]["namespace"]
-        lifecycle.delete_try_pods(
-            self._client(),
-            self._identity(context),
-            namespace,
-            log=self.log.info,
-            sleep=type(self).retry_sleep,
-        )
+        identity, sleep = try_pod.identity_of(context), type(self).retry_sleep
+        lifecycle.delete_try_pods(self._client(), identity, namespace, log=self.log.info, sleep=sleep)
 
     def on_kill(self) -> None:
         """The task was killed in the worker: delete the pod (``on_kill_action`` may keep it),
@@ -513,4 +353,4 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         if self.on_kill_action.value == "keep_pod":
             self.log.info("Keeping pod %s on kill (on_kill_action=keep_pod)", pod.name)
             return
-        self._cleanup(self._client(), pod, keep=False, grace=self.termination_grace_period)
+        self._end(self._client(), pod, None, keep=False, grace=self.termination_grace_period)

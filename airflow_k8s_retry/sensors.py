@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from airflow_k8s_retry.classification.policy import FailurePolicy
     from airflow_k8s_retry.following import Target
-    from airflow_k8s_retry.kube.pods import PodClient
+    from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
     from airflow_k8s_retry.triggers import PodEvent
 
 __all__ = ["PodCompletionSensor", "PodSelectionError"]
@@ -272,39 +272,27 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
 
     def _report(self, client: PodClient, pod_event: PodEvent) -> str:
         """The failure with its evidence: the pod's state, its Events and its last log lines."""
-        from airflow_k8s_retry.kube.errors import KubeError
+        from airflow_k8s_retry.kube import lifecycle
         from airflow_k8s_retry.kube.pods import failure_report
 
-        name, namespace, uid = pod_event.pod_name, pod_event.namespace, pod_event.pod_uid
-        body: dict[str, Any] | None = None
-        events: list[dict[str, Any]] = []
-        tail = ""
-        try:
-            body = client.read(namespace, name)
-            if body is not None and body["metadata"].get("uid") == uid:
-                events = client.events(namespace, name, uid)
-                containers = (body.get("spec") or {}).get("containers") or []
-                if containers:
-                    tail = client.log(namespace, name, str(containers[0]["name"]), tail_lines=20)
-            else:
-                body = None
-        except KubeError as exc:
-            self.log.warning("Could not read the evidence of pod %s: %s", name, exc)
+        pod = _pod_of(pod_event)
+        body, events, tail = lifecycle.evidence(client, pod, lifecycle.FIRST_CONTAINER, log=self.log.warning)
         report = failure_report(pod_event.verdict.to_payload(), pod=body, events=events, log_tail=tail)
         return with_hint(report, pod_event.verdict)
 
     def _delete(self, client: PodClient, pod_event: PodEvent) -> None:
-        """``delete_pod_on_finish``: stamp and delete by UID; an API refusal is logged, not raised
-        (the verdict, not the cleanup, decides how the task ends)."""
-        from airflow_k8s_retry.kube.errors import KubeError
+        """``delete_pod_on_finish``: delete by UID through the operator's lifecycle (transient errors
+        retried, the verdict stamped only if the delete did not get through); an API error is
+        logged, never raised: the verdict, not the cleanup, decides how the task ends."""
+        from airflow_k8s_retry.kube import lifecycle
 
-        name, namespace, uid = pod_event.pod_name, pod_event.namespace, pod_event.pod_uid
-        try:
-            client.stamp_verdict(namespace, name, uid, pod_event.verdict.to_payload())
-        except KubeError as exc:
-            self.log.warning("Could not stamp the verdict on pod %s/%s: %s", namespace, name, exc)
-        try:
-            if client.delete(namespace, name, uid):
-                self.log.info("Deleted pod %s/%s (delete_pod_on_finish)", namespace, name)
-        except KubeError as exc:
-            self.log.warning("Could not delete pod %s/%s (delete_pod_on_finish): %s", namespace, name, exc)
+        pod = _pod_of(pod_event)
+        ending = lifecycle.finish(client, pod, pod_event.verdict, kept=False, log=self.log.warning)
+        if ending is lifecycle.Ending.DELETED:
+            self.log.info("Deleted pod %s/%s (delete_pod_on_finish)", pod.namespace, pod.name)
+
+
+def _pod_of(pod_event: PodEvent) -> CreatedPod:
+    from airflow_k8s_retry.kube.pods import CreatedPod
+
+    return CreatedPod(pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={})

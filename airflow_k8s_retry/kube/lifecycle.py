@@ -5,9 +5,10 @@ Airflow-free: it works on API JSON and a :class:`~airflow_k8s_retry.kube.pods.Po
 rules that keep "one pod per try" and "nothing left behind" are in one place and unit-testable.
 
 The verdict stamp has one owner here: :func:`encode_stamp` writes it, :func:`read_stamp` reads it
-and tolerates anything malformed. A stamp records whether the pod is *kept* on purpose
-(``on_finish_action``); a stamped pod that is not kept is a pod whose delete did not get through,
-and the next try's sweep finishes the job.
+and tolerates anything malformed. A pod is stamped when it outlives its verdict: when it is *kept*
+on purpose (``on_finish_action``), or when its delete did not get through (then the stamp says
+"not kept", and the next try's sweep finishes the job). A pod that is deleted needs no stamp, which
+saves a request per try (:func:`finish`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
@@ -214,6 +216,66 @@ def delete_try_pods(
 # -- finishing ---------------------------------------------------------------------------------
 
 
+class Ending(StrEnum):
+    """What :func:`finish` did with a pod."""
+
+    DELETED = "deleted"
+    GONE = "gone"  # it was already gone, or another pod has the name now
+    KEPT = "kept"  # kept on purpose, and stamped
+    LEFT = "left"  # the delete failed; stamped "not kept" where the API allowed it
+
+
+def finish(
+    client: PodClient,
+    pod: CreatedPod,
+    verdict: Verdict | None,
+    *,
+    kept: bool,
+    log: Log,
+    sleep: Callable[[float], None] = time.sleep,
+    grace_period_seconds: int | None = None,
+) -> Ending:
+    """End a pod's business in the fewest requests; API errors are logged, never raised.
+
+    A kept pod is stamped, so anything that finds it later treats it as finished business. Any
+    other pod is deleted by UID (transient errors retried), and stamped only when the delete did
+    not get through: the next try's sweep deletes it, and nothing re-detects it meanwhile.
+    """
+    if kept:
+        if verdict is not None:
+            stamp(client, pod, verdict, kept=True, log=log)
+        return Ending.KEPT
+    try:
+        deleted = delete(
+            client, pod.namespace, pod.name, pod.uid, grace_period_seconds=grace_period_seconds, sleep=sleep
+        )
+    except KubeError as exc:
+        log(
+            "Could not delete pod %s/%s (uid %s): %s; the next try deletes it",
+            pod.namespace,
+            pod.name,
+            pod.uid,
+            exc,
+        )
+        if verdict is not None:
+            stamp(client, pod, verdict, kept=False, log=log)
+        return Ending.LEFT
+    return Ending.DELETED if deleted else Ending.GONE
+
+
+def started_containers(pod: Mapping[str, Any] | None) -> frozenset[str]:
+    """Names of the containers of ``pod`` that ever ran (running or terminated, now or before):
+    only those have a log to read."""
+    status = (pod or {}).get("status") or {}
+    ran = set()
+    for kind in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(kind) or []:
+            states = [cs.get("state") or {}, cs.get("lastState") or {}]
+            if any(s.get("running") or s.get("terminated") for s in states):
+                ran.add(str(cs.get("name")))
+    return frozenset(ran)
+
+
 def keeps(client: PodClient, pod: CreatedPod, on_finish_action: str, verdict: Verdict) -> bool:
     """Whether ``on_finish_action`` (KPO's values and meanings) keeps the pod after ``verdict``.
 
@@ -235,22 +297,31 @@ def keeps(client: PodClient, pod: CreatedPod, on_finish_action: str, verdict: Ve
     return False
 
 
+#: ``evidence(log_container=FIRST_CONTAINER)``: the tail of the pod's first container (a pod this
+#: package did not build has no base container by name).
+FIRST_CONTAINER = ""
+
+
 def evidence(
     client: PodClient, pod: CreatedPod, log_container: str | None, *, log: Log
 ) -> tuple[Json | None, list[Json], str]:
     """The pod (if it still has this UID), its Events and, when ``log_container`` is given, the last
-    20 lines of that container's log: what a failure report is made of. API errors are logged."""
+    20 lines of that container's log (of the first container for :data:`FIRST_CONTAINER`; none when
+    no container ran): what a failure report is made of. API errors are logged."""
     body: Json | None = None
     events: list[Json] = []
     tail = ""
     try:
         body = client.read(pod.namespace, pod.name)
-        if body is not None and body["metadata"].get("uid") == pod.uid:
-            events = client.events(pod.namespace, pod.name, pod.uid)
-            if log_container:
-                tail = client.log(pod.namespace, pod.name, log_container, tail_lines=20)
-        else:
-            body = None
+        if body is None or body["metadata"].get("uid") != pod.uid:
+            return None, [], ""
+        events = client.events(pod.namespace, pod.name, pod.uid)
+        if log_container == FIRST_CONTAINER:
+            log_container = next(
+                iter(c.get("name") for c in (body.get("spec") or {}).get("containers") or []), None
+            )
+        if log_container and log_container in started_containers(body):
+            tail = client.log(pod.namespace, pod.name, log_container, tail_lines=20)
     except KubeError as exc:
         log("Could not read the evidence of pod %s: %s", pod.name, exc)
     return body, events, tail

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.kube.errors import (
     Conflict,
+    Invalid,
     KubeError,
     NotFound,
     _status_message,
@@ -178,21 +179,26 @@ class PodClient:
             )
         return [self._json(p) for p in result.items]
 
-    def stamp_verdict(self, namespace: str, name: str, uid: str, stamp: str | Mapping[str, Any]) -> bool:
-        """Write the verdict annotation (see ``lifecycle.encode_stamp``) on the pod with this UID.
-        False when that pod is gone."""
-        pod = self.read(namespace, name)
-        if pod is None or pod["metadata"].get("uid") != uid:
-            return False
-        value = stamp if isinstance(stamp, str) else json.dumps(dict(stamp))
-        body = {"metadata": {"uid": uid, "annotations": {VERDICT_ANNOTATION: value}}}
+    def stamp_verdict(self, namespace: str, name: str, uid: str, stamp: str) -> bool:
+        """Write the verdict annotation (see ``lifecycle.encode_stamp``) on the pod with this UID, in
+        one request: the UID in the patch is a precondition (a replaced pod answers 409). False when
+        that pod is gone or replaced."""
+        body = {"metadata": {"uid": uid, "annotations": {VERDICT_ANNOTATION: stamp}}}
         try:
             with _translated():
                 self.core.patch_namespaced_pod(
-                    name=name, namespace=namespace, body=body, _request_timeout=self.request_timeout
+                    name=name,
+                    namespace=namespace,
+                    body=body,
+                    _content_type="application/merge-patch+json",
+                    _request_timeout=self.request_timeout,
                 )
         except (NotFound, Conflict):
             return False
+        except Invalid as exc:
+            if "uid" in str(exc).lower():  # "metadata.uid: ... field is immutable": another pod now
+                return False
+            raise
         return True
 
     def delete(self, namespace: str, name: str, uid: str, *, grace_period_seconds: int | None = None) -> bool:

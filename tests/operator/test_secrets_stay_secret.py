@@ -17,6 +17,7 @@ import pytest
 
 from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.exceptions import PodFailure
+from airflow_k8s_retry.kube.lifecycle import encode_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
 from airflow_k8s_retry.triggers import PodStateTrigger
 
@@ -61,7 +62,7 @@ def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, contex
     assert env == {"DB_PASSWORD": DB_PASSWORD, "API_KEY": API_KEY}
 
     # What the package wrote: task log, stdout/stderr, trigger kwargs and event, XCom, the
-    # exception, the verdict and history stamped on the pod, and the cluster's Events.
+    # exception, the annotations on the pod (and the stamp a kept pod gets), and the cluster's Events.
     out = capsys.readouterr()
     stamped = created["metadata"].get("annotations") or {}
     written = {
@@ -72,12 +73,15 @@ def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, contex
         "xcom": json.dumps(ti.xcom, default=str),
         "exception": str(failure.value),
         "annotations": json.dumps(stamped),
+        "stamp of a kept pod": encode_stamp(failure.value.verdict, kept=True),
         "events": json.dumps(cluster.events(), default=str),
     }
     # The report is really there (so an empty capture cannot pass this test) ...
     assert "container.exit_code" in written["log"] + written["stdout"]
     assert "container.exit_code" in written["xcom"]
-    assert any("verdict" in key for key in stamped)
+    # A deleted pod is not stamped; a kept one would carry exactly this (what the exception carries).
+    assert not any("verdict" in key for key in stamped)
+    assert "container.exit_code" in written["stamp of a kept pod"]
     # ... and nothing in it carries a secret or the cluster's bearer token.
     for where, text in written.items():
         for secret in (DB_PASSWORD, API_KEY, cluster.token):

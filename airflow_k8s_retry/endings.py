@@ -1,0 +1,131 @@
+"""What ``RetryingPodOperator`` does with a finished try's pod before it is cleaned up: the success's
+logs and XCom result, the failure's report, and the provider's callbacks.
+
+It reads as few things as it needs: the failure report comes from one read of the pod and one of
+its Events, and container logs are read only for containers that ever ran (a pod whose image never
+pulled has no log, and reading it would cost three requests for nothing). The operator's
+``get_logs`` writes the whole log right after the report, so the report carries no separate tail.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_k8s_retry.hints import with_hint
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_k8s_retry.classification.model import Verdict
+    from airflow_k8s_retry.kube.errors import KubeError
+    from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
+    from airflow_k8s_retry.operators import RetryingPodOperator
+
+
+def create_failed(
+    op: RetryingPodOperator, context: Context, exc: KubeError, namespace: str, name: str
+) -> Exception:
+    """What the task raises when the API refused (or never answered) the try's create: the error is
+    judged (:func:`~airflow_k8s_retry.kube.lifecycle.create_error_verdict`), logged, published and counted."""
+    from airflow_k8s_retry.exceptions import exception_for
+    from airflow_k8s_retry.kube.lifecycle import create_error_verdict
+    from airflow_k8s_retry.metrics import count_task_verdict
+
+    verdict = create_error_verdict(exc, namespace, name)
+    op.log.error("%s: %s", verdict.reason.value, verdict.message)
+    push_verdict(op, context, verdict)
+    count_task_verdict(verdict, context, namespace)
+    return exception_for(verdict, f"{verdict.reason.value}: {verdict.message}")
+
+
+def succeeded(op: RetryingPodOperator, client: PodClient, pod: CreatedPod) -> Any:
+    """The success's logs (with ``get_logs``) and XCom result (with ``do_xcom_push``)."""
+    if op.get_logs:
+        write_logs(op, pod)
+    return client.read_xcom(pod.namespace, pod.name) if op.do_xcom_push else None
+
+
+def failed(
+    op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict
+) -> Verdict:
+    """Report a failure (or a skip) in the task log, the whole log after it, and the verdict in XCom.
+
+    Returns the verdict as it may be published (XCom, a stamp, the exception text): a termination
+    message can be a log tail (``FallbackToLogsOnError``), so only the task log may show it, and only
+    with ``get_logs=True``.
+    """
+    from airflow_k8s_retry.classification.model import Outcome
+    from airflow_k8s_retry.kube import lifecycle
+    from airflow_k8s_retry.kube.pods import failure_report
+
+    body, events, _ = lifecycle.evidence(client, pod, None, log=op.log.warning)
+    published = lifecycle.withhold_termination_messages(verdict, body)
+    shown = verdict if op.get_logs else published
+    report = with_hint(failure_report(shown.to_payload(), pod=body, events=events, log_tail=""), verdict)
+    push_verdict(op, context, published)
+    if verdict.outcome is Outcome.SKIP:
+        op.log.info("%s\n(pod %s)", report, pod.name)
+    else:
+        op.log.error("Pod %s: %s", pod.name, report)
+    ran = lifecycle.started_containers(body)
+    if op.get_logs and ran:
+        write_logs(op, pod)
+    if op.do_xcom_push and ran:  # as KPO: a result written before the failure is still pushed
+        push_partial_result(op, context, client, pod)
+    return published
+
+
+def write_logs(op: RetryingPodOperator, pod: CreatedPod) -> None:
+    """The whole log of ``container_logs`` (the base container by default), through the provider's
+    log reader, with its prefix and ``log_formatter``."""
+    v1pod = as_v1pod(pod)
+    options = {
+        "follow_logs": False,
+        "container_name_log_prefix_enabled": op.container_name_log_prefix_enabled,
+        "log_formatter": op.log_formatter,
+    }
+    try:
+        if op.init_container_logs:
+            op.pod_manager.fetch_requested_init_container_logs(
+                pod=v1pod, init_containers=op.init_container_logs, **options
+            )
+        op.pod_manager.fetch_requested_container_logs(pod=v1pod, containers=op.container_logs, **options)
+    except Exception as exc:  # the provider's reader raises client errors; a log is not a verdict
+        op.log.warning("Could not read the logs of pod %s: %s", pod.name, type(exc).__name__)
+
+
+def push_partial_result(
+    op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod
+) -> None:
+    try:
+        value = client.read_xcom(pod.namespace, pod.name)
+        if value is not None:
+            context["ti"].xcom_push(key="return_value", value=value)
+    except Exception as exc:  # the failure is the verdict's; a missing result is not news
+        op.log.info("No XCom result from failed pod %s (%s)", pod.name, type(exc).__name__)
+
+
+def push_verdict(op: RetryingPodOperator, context: Context, verdict: Verdict) -> None:
+    try:
+        context["ti"].xcom_push(key="verdict", value=verdict.summary())
+    except Exception as exc:  # publishing the verdict must never skip the cleanup
+        op.log.warning("Could not push the verdict to XCom: %s", type(exc).__name__)
+
+
+def as_v1pod(pod: CreatedPod) -> Any:
+    """The ``V1Pod`` the provider's callbacks and log reader take (name, namespace and UID)."""
+    from kubernetes.client import models as k8s
+
+    return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=pod.name, namespace=pod.namespace, uid=pod.uid))
+
+
+def run_callbacks(op: RetryingPodOperator, hook: str, context: Context, **kwargs: Any) -> None:
+    """Call ``hook`` on each of the operator's ``callbacks`` (KPO's ``KubernetesPodOperatorCallback``)."""
+    if not op.callbacks:
+        return
+    from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode
+
+    for callback in op.callbacks:
+        getattr(callback, hook)(
+            client=op.client, mode=ExecutionMode.ASYNC, context=context, operator=op, **kwargs
+        )

@@ -1,0 +1,65 @@
+"""The pod a try of ``RetryingPodOperator`` creates: the cncf provider's pod, with this package's
+per-try name, labels and task-instance annotation.
+
+The provider builds the pod (``build_pod_request_obj``: templating, pod templates, ``Secret``s, the
+XCom sidecar, KPO's labels, ``pod_mutation_hook``) once per try; each relaunch reuses it under its
+own name. The try's identity (:class:`~airflow_k8s_retry.kube.naming.TryIdentity`) comes from the
+task instance and names, labels and adopts the try's pods.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_k8s_retry.kpo_arguments import local_config_errors
+from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_k8s_retry.operators import RetryingPodOperator
+
+
+def identity_of(context: Context) -> TryIdentity:
+    """The try the task instance in ``context`` runs (and the deployment it runs in)."""
+    from airflow.providers.common.compat.sdk import conf
+
+    ti = context["ti"]
+    return TryIdentity(
+        dag_id=ti.dag_id,
+        task_id=ti.task_id,
+        run_id=ti.run_id,
+        map_index=ti.map_index if ti.map_index is not None else -1,
+        try_number=ti.try_number,
+        ti_id=str(getattr(ti, "id", None) or ""),
+        deployment=conf.get("kubernetes_retry", "deployment_id", fallback="") or "",
+    )
+
+
+def build_try_pod(op: RetryingPodOperator, context: Context, relaunch: int = 0) -> dict[str, Any]:
+    """The pod as API JSON: the provider's ``build_pod_request_obj``, then the per-try name, this
+    package's labels and the task instance annotation."""
+    identity = identity_of(context)
+    if getattr(op, "pod_request_obj", None) is None:
+        with local_config_errors(op.task_id):
+            if op.pod_template_file and not Path(op.pod_template_file).is_file():
+                raise ValueError(f"pod_template_file {op.pod_template_file!r} is not a file")
+            # The provider logs the name it builds; let it be the try's first pod name.
+            name: str | None = getattr(op, "name", None)
+            suffix: bool = getattr(op, "random_name_suffix", True)
+            op.name, op.random_name_suffix = identity.pod_name(0, prefix=name), False
+            try:
+                # Airflow's context always has "dag"; the provider reads it (a stand-in may not).
+                full = context if "dag" in context else {**context, "dag": None}
+                op.pod_request_obj = op.build_pod_request_obj(full)
+            finally:
+                op.name, op.random_name_suffix = name, suffix
+    pod: dict[str, Any] = op.hook.api_client.sanitize_for_serialization(copy.deepcopy(op.pod_request_obj))
+    meta = pod.setdefault("metadata", {})
+    meta["name"] = identity.pod_name(relaunch, prefix=op.name)
+    meta.setdefault("labels", {}).update(identity.labels(relaunch))
+    if identity.ti_id:
+        meta.setdefault("annotations", {})[TI_ANNOTATION] = identity.ti_id
+    return pod
