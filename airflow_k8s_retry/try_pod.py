@@ -1,5 +1,5 @@
 """The pod a try of ``RetryingPodOperator`` creates: the cncf provider's pod, with this package's
-per-try name, labels and task-instance annotation.
+per-try name, labels, and annotations (the task instance, the base container).
 
 The provider builds the pod (``build_pod_request_obj``: templating, pod templates, ``Secret``s, the
 XCom sidecar, KPO's labels, ``pod_mutation_hook``) once per try; each relaunch reuses it under its
@@ -13,6 +13,7 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_k8s_retry.classification.observation import BASE_CONTAINER_ANNOTATION
 from airflow_k8s_retry.kpo_arguments import local_config_errors
 from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
 
@@ -60,6 +61,11 @@ def build_try_pod(op: RetryingPodOperator, context: Context, relaunch: int = 0) 
     meta = pod.setdefault("metadata", {})
     meta["name"] = identity.pod_name(relaunch, prefix=op.name)
     meta.setdefault("labels", {}).update(identity.labels(relaunch))
+    annotations = meta.setdefault("annotations", {})
     if identity.ti_id:
-        meta.setdefault("annotations", {})[TI_ANNOTATION] = identity.ti_id
+        annotations[TI_ANNOTATION] = identity.ti_id
+    # The classifier judges success, skip and failure on the base container alone (a sidecar never
+    # decides): the provider puts it first, named base_container_name.
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    annotations[BASE_CONTAINER_ANNOTATION] = str(containers[0].get("name") or op.base_container_name)
     return pod

@@ -3,13 +3,15 @@
 A matcher only detects: it says *what* it saw (who, the cluster's own words, the container, the
 exit code, the history key its grace timer runs under) and leaves the sentence a person reads to
 ``wording.describe``. Each matcher's docstring is the wording it matches; the docs table and
-``explain --trace`` quote it. The groups below follow the order of the table in ``rules.py``.
+``explain --trace`` quote it. The groups below follow the order of the table in ``rules.py``; the
+matchers of pods whose containers have not run to an end (they cannot start, they run, they are
+not placed yet) continue in ``waiting.py``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -17,14 +19,10 @@ from airflow_k8s_retry.classification import keys
 from airflow_k8s_retry.classification.keys import SignalKey
 from airflow_k8s_retry.classification.model import Evidence, Reason
 from airflow_k8s_retry.classification.observation import (
-    BENIGN_WAITING_REASONS,
-    IMAGE_WAITING_REASONS,
-    PULL_WAITING_REASONS,
     ContainerView,
     Observation,
     Termination,
 )
-from airflow_k8s_retry.classification.registry_messages import pull_cause
 
 
 class Sighting(StrEnum):
@@ -40,6 +38,7 @@ class Sighting(StrEnum):
     FINISHED = "finished"  # a container terminated and will not run again
     LOST = "lost"  # the kubelet lost track of a container
     HELPERS_LEFT = "helpers_left"  # the main containers are done, helpers still run
+    BASE_DONE = "base_done"  # the base container is done; its sidecars do not decide
     WAITING = "waiting"  # a container waits with this reason
     PULL = "pull"  # a pull error whose cause is known
     LOOP = "loop"  # CrashLoopBackOff
@@ -110,7 +109,7 @@ def _finished(obs: Observation, container: ContainerView) -> Termination | None:
     return None
 
 
-def _first(obs: Observation, found: Callable[[ContainerView], bool]) -> ContainerView | None:
+def first_matching(obs: Observation, found: Callable[[ContainerView], bool]) -> ContainerView | None:
     return next((c for c in obs.containers if found(c)), None)
 
 
@@ -121,15 +120,15 @@ def _first_finished(
     kubelet kills them when the pod ends."""
     ordered = sorted(obs.containers, key=lambda c: c.sidecar)  # stable: init first within each group
     for container in ordered:
+        if not obs.decides(container):
+            continue  # a sidecar's ending never decides the task when the pod names its base container
         term = _finished(obs, container)
         if term is not None and found(container, term):
             return container, term
     return None
 
 
-def _evidence(
-    reason: Reason, container: ContainerView | None, detail: str, source: str = "status"
-) -> Evidence:
+def cite(reason: Reason, container: ContainerView | None, detail: str, source: str = "status") -> Evidence:
     return Evidence(reason, source, detail, container.name if container else None)
 
 
@@ -157,7 +156,7 @@ def _gone_after(reason: Reason, doc: str, *seen: SignalKey) -> Matcher:
         if obs.exists or not any(obs.history.since(k) is not None for k in seen):
             return None
         what = "marked it for disruption" if reason is Reason.NODE_DISRUPTION else "lost its node"
-        evidence = (_evidence(reason, None, "pod not found after " + what, "api"),)
+        evidence = (cite(reason, None, "pod not found after " + what, "api"),)
         return Fact(Sighting.GONE_AFTER, keys.gone_after(reason), "the pod", what, evidence)
 
     match.__name__ = f"gone_after_{reason.name.lower()}"
@@ -184,7 +183,7 @@ def pod_gone(obs: Observation) -> Fact | None:
     """the pod no longer exists (404, watch `DELETED`)"""
     if obs.exists:
         return None
-    evidence = (_evidence(Reason.DELETED_EXTERNALLY, None, "pod not found", "api"),)
+    evidence = (cite(Reason.DELETED_EXTERNALLY, None, "pod not found", "api"),)
     return Fact(Sighting.GONE, keys.POD_GONE, "the pod", evidence=evidence)
 
 
@@ -208,7 +207,7 @@ def storage_limit(obs: Observation) -> Fact | None:
     detail = next((t for t in texts if _OWN_STORAGE_LIMIT.search(t)), None)
     if detail is None:
         return None
-    evidence = (_evidence(Reason.CONTAINER_STORAGE_LIMIT, None, detail),)
+    evidence = (cite(Reason.CONTAINER_STORAGE_LIMIT, None, detail),)
     return Fact(Sighting.STATUS, keys.STORAGE_LIMIT, obs.title, detail, evidence)
 
 
@@ -219,7 +218,7 @@ def disruption_target(obs: Observation) -> Fact | None:
     if cond is None or cond.status != "True":
         return None
     detail = join(cond.reason, cond.message)
-    evidence = (_evidence(Reason.NODE_DISRUPTION, None, f"DisruptionTarget: {detail}"),)
+    evidence = (cite(Reason.NODE_DISRUPTION, None, f"DisruptionTarget: {detail}"),)
     return Fact(Sighting.CONDITION, keys.NODE_DISRUPTION, obs.title, detail or "DisruptionTarget", evidence)
 
 
@@ -228,9 +227,7 @@ def node_lost(obs: Observation) -> Fact | None:
     if obs.reason != "NodeLost":
         return None
     detail = join(obs.reason, obs.message)
-    return Fact(
-        Sighting.STATUS, keys.NODE_LOST, obs.title, detail, (_evidence(Reason.NODE_LOST, None, detail),)
-    )
+    return Fact(Sighting.STATUS, keys.NODE_LOST, obs.title, detail, (cite(Reason.NODE_LOST, None, detail),))
 
 
 def node_rejected(obs: Observation) -> Fact | None:
@@ -238,7 +235,7 @@ def node_rejected(obs: Observation) -> Fact | None:
     if obs.reason not in DISRUPTION_STATUS_REASONS:
         return None
     detail = join(obs.reason, obs.message)
-    evidence = (_evidence(Reason.NODE_DISRUPTION, None, detail),)
+    evidence = (cite(Reason.NODE_DISRUPTION, None, detail),)
     return Fact(Sighting.STATUS, keys.NODE_DISRUPTION, obs.title, detail, evidence)
 
 
@@ -253,7 +250,7 @@ def admission_rejected(obs: Observation) -> Fact | None:
     if not (by_reason or by_message):
         return None
     detail = join(obs.reason, obs.message)
-    evidence = (_evidence(Reason.NODE_DISRUPTION, None, detail),)
+    evidence = (cite(Reason.NODE_DISRUPTION, None, detail),)
     return Fact(Sighting.ADMISSION, keys.NODE_DISRUPTION, obs.title, detail, evidence)
 
 
@@ -268,7 +265,7 @@ def container_status_unknown(obs: Observation) -> Fact | None:
                     keys.NODE_LOST,
                     container.label,
                     detail,
-                    (_evidence(Reason.NODE_LOST, container, detail),),
+                    (cite(Reason.NODE_LOST, container, detail),),
                     container.name,
                     term.exit_code,
                 )
@@ -283,7 +280,7 @@ def deadline_exceeded(obs: Observation) -> Fact | None:
     if obs.reason != "DeadlineExceeded":
         return None
     detail = join(obs.reason, obs.message)
-    evidence = (_evidence(Reason.DEADLINE_EXCEEDED, None, detail),)
+    evidence = (cite(Reason.DEADLINE_EXCEEDED, None, detail),)
     return Fact(Sighting.STATUS, keys.POD_DEADLINE, obs.title, detail, evidence)
 
 
@@ -298,7 +295,7 @@ def deleted_while_running(obs: Observation) -> Fact | None:
         term = container.terminated
         if term is not None and (term.exit_code not in (None, 0, 137, 143) or term.reason == "OOMKilled"):
             return None
-    evidence = (_evidence(Reason.DELETED_EXTERNALLY, None, "metadata.deletionTimestamp set"),)
+    evidence = (cite(Reason.DELETED_EXTERNALLY, None, "metadata.deletionTimestamp set"),)
     return Fact(Sighting.DELETING, keys.POD_DELETING, obs.title, evidence=evidence)
 
 
@@ -319,7 +316,7 @@ def _finished_fact(
         key(container.name),
         container.label,
         text,
-        (_evidence(reason, container, text),),
+        (cite(reason, container, text),),
         container.name,
         term.exit_code,
         memory_limit=container.memory_limit,
@@ -363,17 +360,34 @@ def exit_code(obs: Observation) -> Fact | None:
 
 def main_containers_done(obs: Observation) -> Fact | None:
     """restartPolicy `Never`, phase `Running`, every main container exited 0 and only the XCom
-    sidecar (`airflow-xcom-sidecar`) or `istio-proxy` still runs"""
-    if obs.phase != "Running" or obs.restart_policy != "Never":
+    sidecar (`airflow-xcom-sidecar`) or `istio-proxy` still runs; or, when the pod names its base
+    container (annotation `airflow-k8s-retry.io/base-container`), phase `Running` or `Failed` and the
+    base container exited 0, whatever its sidecars do"""
+    if obs.restart_policy != "Never" or obs.phase not in ("Running", "Failed" if obs.base else "Running"):
         return None
-    main = [c for c in obs.containers if not c.init and c.name not in HELPER_CONTAINERS]
+    main = [c for c in obs.containers if not c.init and c.name not in HELPER_CONTAINERS and obs.decides(c)]
     if not main or any(c.sidecar for c in main):
         return None
     inits_done = all(c.sidecar or c.terminated is not None for c in obs.containers if c.init)
     if not inits_done or not all(c.terminated is not None and c.terminated.exit_code == 0 for c in main):
         return None
+    if obs.base:
+        return Fact(
+            Sighting.BASE_DONE, keys.POD_SUCCEEDED, obs.title, _sidecar_states(obs), container=obs.base
+        )
     helpers = ", ".join(sorted(c.name for c in obs.containers if c.name in HELPER_CONTAINERS)) or "sidecars"
     return Fact(Sighting.HELPERS_LEFT, keys.POD_SUCCEEDED, obs.title, helpers)
+
+
+def _sidecar_states(obs: Observation) -> str:
+    """The other main containers of a pod with a base container: "log-shipper exited 1, proxy running"."""
+    states = []
+    for c in obs.containers:
+        if c.init or c.name == obs.base:
+            continue
+        code = c.terminated.exit_code if c.terminated is not None else None
+        states.append(f"{c.name} {'running' if c.terminated is None else f'exited {code}'}")
+    return ", ".join(states) or "no sidecars"
 
 
 def pod_failed(obs: Observation) -> Fact | None:
@@ -381,302 +395,4 @@ def pod_failed(obs: Observation) -> Fact | None:
     if obs.phase != "Failed":
         return None
     detail = join(obs.reason, obs.message) or "no reason given"
-    return Fact(
-        Sighting.PHASE, keys.POD_FAILED, obs.title, detail, (_evidence(Reason.POD_FAILED, None, detail),)
-    )
-
-
-# --- a container cannot start --------------------------------------------------------------------
-
-
-def _waiting(obs: Observation, reason: Reason, waiting: Iterable[str]) -> Fact | None:
-    wanted = frozenset(waiting)
-    container = _first(obs, lambda c: c.waiting_reason in wanted)
-    if container is None:
-        return None
-    detail = join(container.waiting_reason, container.waiting_message)
-    return Fact(
-        Sighting.WAITING,
-        keys.of_container(reason, container.name),
-        container.label,
-        detail,
-        (_evidence(reason, container, detail),),
-        container.name,
-        image=container.image,
-    )
-
-
-def invalid_image_name(obs: Observation) -> Fact | None:
-    """waiting `InvalidImageName`"""
-    return _waiting(obs, Reason.IMAGE_INVALID_NAME, ["InvalidImageName"])
-
-
-def image_never_pull(obs: Observation) -> Fact | None:
-    """waiting `ErrImageNeverPull`"""
-    return _waiting(obs, Reason.IMAGE_NEVER_PULL, ["ErrImageNeverPull"])
-
-
-def _pull(cause: Reason, doc: str) -> Matcher:
-    def match(obs: Observation) -> Fact | None:
-        for container in obs.containers:
-            if container.waiting_reason not in IMAGE_WAITING_REASONS:
-                continue
-            evidence = obs.pull_causes.get(container.name)
-            if evidence is None or evidence.reason is not cause:
-                continue
-            decayed = pull_cause(container.waiting_message) is not cause
-            return Fact(
-                Sighting.PULL,
-                keys.of_container(cause, container.name),
-                container.label,
-                evidence.message[:400],
-                (evidence,),
-                container.name,
-                image=container.image,
-                current=(container.waiting_message or container.waiting_reason) if decayed else "",
-            )
-        return None
-
-    match.__name__ = f"pull_{cause.name.lower()}"
-    match.__doc__ = doc
-    return match
-
-
-_CAUSE = "pull or inspect error whose strongest cause (status or Events)"
-image_wrong_platform = _pull(
-    Reason.IMAGE_WRONG_PLATFORM,
-    f'{_CAUSE} is the platform: "no match for platform in manifest" (containerd), "no matching manifest '
-    'for linux/arm64/v8 in the manifest list entries" (dockershim, moby), "no image found in manifest list '
-    'for architecture" (CRI-O)',
-)
-image_short_name = _pull(
-    Reason.IMAGE_SHORT_NAME,
-    f"{_CAUSE} is CRI-O's short-name policy: \"short-name ... did not resolve to an alias and no "
-    'unqualified-search registries are defined", "short name mode is enforcing, but image name ... returns '
-    'ambiguous list", "no registries configured while trying to pull an unqualified image"',
-)
-image_not_found = _pull(
-    Reason.IMAGE_NOT_FOUND,
-    f'{_CAUSE} is "not found", "manifest unknown", "repository does not exist"',
-)
-image_unauthorized = _pull(
-    Reason.IMAGE_UNAUTHORIZED,
-    f'{_CAUSE} is "unauthorized", "denied", "authentication required", 401, 403, "no basic auth credentials"',
-)
-image_rate_limited = _pull(
-    Reason.IMAGE_RATE_LIMITED,
-    f'{_CAUSE} is 429, "toomanyrequests", "rate exceeded", "pull QPS exceeded", quota exceeded',
-)
-image_tls_error = _pull(
-    Reason.IMAGE_TLS_ERROR,
-    f'{_CAUSE} is TLS: "x509: certificate signed by unknown authority", "x509: certificate has expired or is '
-    'not yet valid", "x509: certificate is valid for ..., not ...", "tls: failed to verify certificate", '
-    '"http: server gave HTTP response to HTTPS client"',
-)
-image_registry_unavailable = _pull(
-    Reason.IMAGE_REGISTRY_UNAVAILABLE,
-    f'{_CAUSE} is the registry or the transport: 5xx, "i/o timeout", "TLS handshake timeout", '
-    '"net/http: request canceled", "context canceled", "connection refused", "no such host"',
-)
-
-
-def image_pull_backoff(obs: Observation) -> Fact | None:
-    """pull error with only the generic "Back-off pulling image" text and no earlier cause"""
-    return _waiting(obs, Reason.IMAGE_PULL_BACKOFF, PULL_WAITING_REASONS)
-
-
-def _config_kind(container: ContainerView) -> str | None:
-    message = container.waiting_message.lower()
-    if "secret" in message:
-        return "secret"
-    if "configmap" in message or "config map" in message:
-        return "configmap"
-    return None
-
-
-def _config(kind: str | None, reason: Reason, doc: str) -> Matcher:
-    def match(obs: Observation) -> Fact | None:
-        container = _first(
-            obs, lambda c: c.waiting_reason == "CreateContainerConfigError" and _config_kind(c) == kind
-        )
-        if container is None:
-            return None
-        detail = join(container.waiting_reason, container.waiting_message)
-        return Fact(
-            Sighting.WAITING,
-            keys.of_container(reason, container.name),
-            container.label,
-            detail,
-            (_evidence(reason, container, detail),),
-            container.name,
-        )
-
-    match.__name__ = f"config_{kind or 'other'}"
-    match.__doc__ = doc
-    return match
-
-
-missing_secret = _config(
-    "secret",
-    Reason.CONFIG_MISSING_SECRET,
-    '`CreateContainerConfigError` about a Secret (missing, missing key, "failed to sync secret cache")',
-)
-missing_configmap = _config(
-    "configmap", Reason.CONFIG_MISSING_CONFIGMAP, "`CreateContainerConfigError` about a ConfigMap"
-)
-config_error = _config(
-    None,
-    Reason.CONFIG_ERROR,
-    "any other `CreateContainerConfigError` (e.g. `runAsNonRoot` with a root image)",
-)
-
-
-def _crash_loop(oom: bool, doc: str) -> Matcher:
-    def match(obs: Observation) -> Fact | None:
-        def looping(c: ContainerView) -> bool:
-            if c.waiting_reason != "CrashLoopBackOff":
-                return False
-            last_oom = c.last_terminated is not None and c.last_terminated.reason == "OOMKilled"
-            return last_oom == oom
-
-        container = _first(obs, looping)
-        if container is None:
-            return None
-        last = container.last_terminated
-        reason = Reason.CONTAINER_OOM if oom else Reason.CONTAINER_EXIT_CODE
-        if last is not None:
-            detail = join(exit_detail(last), last.message[:300])
-        else:
-            detail = container.waiting_message or "no termination recorded"
-        return Fact(
-            Sighting.LOOP,
-            keys.crash_loop(reason, container.name),
-            container.label,
-            detail,
-            (_evidence(reason, container, detail),),
-            container.name,
-            last.exit_code if last is not None else None,
-            memory_limit=container.memory_limit,
-        )
-
-    match.__name__ = "crash_loop_oom" if oom else "crash_loop"
-    match.__doc__ = doc
-    return match
-
-
-crash_loop_oom = _crash_loop(
-    True, "`CrashLoopBackOff` after an `OOMKilled` run (restartPolicy `OnFailure`/`Always`)"
-)
-crash_loop = _crash_loop(False, "`CrashLoopBackOff` after any other failed run")
-
-
-def container_error(obs: Observation) -> Fact | None:
-    """`CreateContainerError`, `RunContainerError`, `PreStartHookError`, `PostStartHookError`,
-    `PreCreateHookError`, `ImageInspectError`, `KillContainerError`, `VerifyNonRootError`, any other
-    waiting reason"""
-    known = BENIGN_WAITING_REASONS | PULL_WAITING_REASONS | {"CrashLoopBackOff"}
-    container = _first(obs, lambda c: c.waiting_reason not in known)
-    if container is None:
-        return None
-    detail = join(container.waiting_reason, container.waiting_message)
-    return Fact(
-        Sighting.WAITING,
-        keys.of_container(Reason.CONTAINER_CREATE_ERROR, container.name),
-        container.label,
-        detail,
-        (_evidence(Reason.CONTAINER_CREATE_ERROR, container, detail),),
-        container.name,
-    )
-
-
-# --- the pod runs, or its node stopped reporting -------------------------------------------------
-
-
-def running(obs: Observation) -> Fact | None:
-    """phase `Running`"""
-    if obs.phase != "Running":
-        return None
-    return Fact(Sighting.PHASE, keys.POD_RUNNING, obs.title)
-
-
-def phase_unknown(obs: Observation) -> Fact | None:
-    """phase `Unknown` (the node stopped reporting)"""
-    if obs.phase != "Unknown":
-        return None
-    detail = obs.message or "the node stopped reporting"
-    evidence = (_evidence(Reason.NODE_LOST, None, f"phase Unknown: {detail}"),)
-    return Fact(Sighting.PHASE, keys.NODE_LOST_UNKNOWN_PHASE, obs.title, detail, evidence)
-
-
-# --- not placed or not started yet ---------------------------------------------------------------
-
-
-def unschedulable(obs: Observation) -> Fact | None:
-    """`PodScheduled=False` (`Unschedulable`, `SchedulingGated`)"""
-    cond = obs.condition("PodScheduled")
-    if cond is None or cond.status != "False":
-        return None
-    failed = obs.events_named("FailedScheduling")
-    detail = cond.message or (failed[-1].message if failed else "") or cond.reason or "no reason given"
-    evidence = [_evidence(Reason.UNSCHEDULABLE, None, join("PodScheduled=False", cond.reason, cond.message))]
-    scale_ups = obs.events_named("TriggeredScaleUp")
-    refusals = obs.events_named("NotTriggerScaleUp")
-    latest = max((*scale_ups, *refusals), key=lambda e: e.stamp, default=None)
-    related = None
-    if latest is not None:
-        related = (latest.reason, latest.message)
-        evidence.append(_evidence(Reason.UNSCHEDULABLE, None, f"{latest.reason}: {latest.message}", "event"))
-    return Fact(
-        Sighting.CONDITION,
-        keys.UNSCHEDULABLE,
-        obs.title,
-        detail,
-        tuple(evidence),
-        extension_keys=tuple(keys.scale_up(e.identity) for e in scale_ups),
-        related=related,
-    )
-
-
-def _pending_with_events(reasons: tuple[str, ...], reason: Reason, doc: str) -> Matcher:
-    def match(obs: Observation) -> Fact | None:
-        if obs.phase not in ("Pending", ""):
-            return None
-        found = obs.events_named(*reasons)
-        if not found:
-            return None
-        latest = found[-1]
-        evidence = (_evidence(reason, None, f"{latest.reason}: {latest.message}", "event"),)
-        return Fact(Sighting.EVENTS, keys.of_reason(reason), obs.title, latest.message[:500], evidence)
-
-    match.__name__ = reason.name.lower()
-    match.__doc__ = doc
-    return match
-
-
-volume_mount_failed = _pending_with_events(
-    ("FailedMount", "FailedAttachVolume"),
-    Reason.VOLUME_MOUNT_FAILED,
-    "pending with `FailedMount` / `FailedAttachVolume` Events",
-)
-sandbox_failed = _pending_with_events(
-    ("FailedCreatePodSandBox",),
-    Reason.CONTAINER_CREATE_ERROR,
-    "pending with `FailedCreatePodSandBox` Events (CNI, runtime)",
-)
-
-
-def pending(obs: Observation) -> Fact | None:
-    """pending, no known problem"""
-    if obs.phase != "Pending":
-        return None
-    return Fact(Sighting.PENDING, keys.POD_PENDING, obs.title)
-
-
-# --- anything else -------------------------------------------------------------------------------
-
-
-def anything(obs: Observation) -> Fact | None:
-    """anything else (catch-all)"""
-    phase = obs.phase or "not reported"
-    evidence = (_evidence(Reason.UNKNOWN, None, f"phase {phase}"),)
-    return Fact(Sighting.PHASE, keys.POD_UNRECOGNISED, obs.title, f"phase {phase}", evidence)
+    return Fact(Sighting.PHASE, keys.POD_FAILED, obs.title, detail, (cite(Reason.POD_FAILED, None, detail),))

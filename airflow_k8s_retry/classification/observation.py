@@ -25,6 +25,10 @@ PULL_WAITING_REASONS = frozenset(
 IMAGE_WAITING_REASONS = PULL_WAITING_REASONS | {"ImageInspectError"}
 #: Waiting reasons that are a normal part of starting.
 BENIGN_WAITING_REASONS = frozenset({"", "ContainerCreating", "PodInitializing"})
+#: The pod annotation naming its base container (``RetryingPodOperator`` sets it from KPO's
+#: ``base_container_name``): when it names a main container of the pod, that container alone decides
+#: success, skip and failure; another main container (a sidecar) never does.
+BASE_CONTAINER_ANNOTATION = "airflow-k8s-retry.io/base-container"
 #: Event reasons the kubelet uses for image pull trouble.
 PULL_EVENT_REASONS = frozenset({"Failed", "BackOff", "ErrImagePull", "ImagePullBackOff", "InspectFailed"})
 
@@ -121,6 +125,7 @@ class Observation:
     events: tuple[EventView, ...]
     pull_causes: Mapping[str, Evidence]  # container name -> cause to act on
     history: History
+    base: str = ""  # the base container, when the pod names one of its main containers so
 
     @property
     def title(self) -> str:
@@ -131,6 +136,11 @@ class Observation:
 
     def events_named(self, *reasons: str) -> tuple[EventView, ...]:
         return tuple(e for e in self.events if e.reason in reasons)
+
+    def decides(self, container: ContainerView) -> bool:
+        """Whether ``container``'s ending decides the task: any container when the pod names no base
+        container; else the base container and the init containers it waits for."""
+        return not self.base or container.init or container.name == self.base
 
 
 def _termination(value: object) -> Termination | None:
@@ -296,6 +306,9 @@ def observe(pod: Mapping[str, Any] | None, events: object, history: History, now
     containers = _containers(spec, status)
     event_views = _events(events, text(meta.get("uid")))
     causes, history = _pull_evidence(containers, event_views, history, now)
+    base = text(mapping(meta.get("annotations")).get(BASE_CONTAINER_ANNOTATION))
+    if not any(c.name == base and not c.init for c in containers):
+        base = ""
     return Observation(
         exists=pod is not None,
         name=text(meta.get("name")) or "<unnamed>",
@@ -310,10 +323,12 @@ def observe(pod: Mapping[str, Any] | None, events: object, history: History, now
         events=event_views,
         pull_causes=causes,
         history=history,
+        base=base,
     )
 
 
 __all__ = [
+    "BASE_CONTAINER_ANNOTATION",
     "BENIGN_WAITING_REASONS",
     "IMAGE_WAITING_REASONS",
     "PULL_WAITING_REASONS",

@@ -2,7 +2,7 @@
 
 Each row says, in keyword columns: the rule's ``name``; the ``reason`` code it reports; the
 ``outcome`` once its grace is over; its ``grace`` (``Seconds(90)``, ``PolicyField("startup_timeout")``
-or ``None`` to act at once); the matcher (``matchers.py``, whose docstring is the wording it
+or ``None`` to act at once); the matcher (``matchers.py`` and ``waiting.py``, whose docstring is the wording it
 matches); and ``why`` the rule exists. Messages are worded per reason code in ``wording.py`` and
 fix hints live in ``reasons.py``. The order is the precedence, read top to bottom:
 
@@ -26,6 +26,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from airflow_k8s_retry.classification import matchers as m
+from airflow_k8s_retry.classification import waiting as w
 from airflow_k8s_retry.classification.matchers import Matcher
 from airflow_k8s_retry.classification.model import Outcome, Reason
 
@@ -114,32 +115,32 @@ RULES: tuple[Rule, ...] = (
     Rule(name="main_containers_done",       reason=R.SUCCEEDED,                  outcome=SUCCEED,  grace=None,                            match=m.main_containers_done,       why="under restartPolicy Never the work is done once every main container exited 0, even while the XCom sidecar waits to be read"),
     Rule(name="pod_failed",                 reason=R.POD_FAILED,                 outcome=RETRY,    grace=None,                            match=m.pod_failed,                 why="phase Failed with no more specific explanation"),
     # --- a container cannot start ---
-    Rule(name="invalid_image_name",         reason=R.IMAGE_INVALID_NAME,         outcome=FAIL,     grace=None,                            match=m.invalid_image_name,         why="a malformed image reference never becomes valid"),
-    Rule(name="image_never_pull",           reason=R.IMAGE_NEVER_PULL,           outcome=FAIL,     grace=None,                            match=m.image_never_pull,           why="imagePullPolicy Never with a missing image is a spec error"),
-    Rule(name="image_wrong_platform",       reason=R.IMAGE_WRONG_PLATFORM,       outcome=FAIL,     grace=None,                            match=m.image_wrong_platform,       why="the registry's answer is final: the image has no variant for this OS/architecture, and a retry lands on a node the scheduler picks without knowing it (see 'Wrong platform')"),
-    Rule(name="image_short_name",           reason=R.IMAGE_SHORT_NAME,           outcome=FAIL,     grace=None,                            match=m.image_short_name,           why="the node's registries.conf decides, not the registry: the same name fails on every node alike, like an invalid name"),
-    Rule(name="image_not_found",            reason=R.IMAGE_NOT_FOUND,            outcome=RETRY,    grace=Seconds(90),                     match=m.image_not_found,            why="confirm across observations: a just-pushed tag or a registry hiccup can look missing"),
-    Rule(name="image_unauthorized",         reason=R.IMAGE_UNAUTHORIZED,         outcome=RETRY,    grace=Seconds(120),                    match=m.image_unauthorized,         why="pull secrets may still be propagating, and throttled registries also answer denied"),
-    Rule(name="image_rate_limited",         reason=R.IMAGE_RATE_LIMITED,         outcome=RETRY,    grace=Seconds(900),                    match=m.image_rate_limited,         why="the kubelet's back-off (up to 300 s between pulls) usually rides out a rate limit"),
-    Rule(name="image_tls_error",            reason=R.IMAGE_TLS_ERROR,            outcome=RETRY,    grace=Seconds(120),                    match=m.image_tls_error,            why="a certificate or TLS set-up error does not pass by itself: a few kubelet pulls confirm it (a CA or certificate being rolled out), then a retry, which may land on a correctly set-up node"),
-    Rule(name="image_registry_unavailable", reason=R.IMAGE_REGISTRY_UNAVAILABLE, outcome=RETRY,    grace=Seconds(900),                    match=m.image_registry_unavailable, why="registry outages and network errors are usually transient"),
-    Rule(name="image_pull_backoff",         reason=R.IMAGE_PULL_BACKOFF,         outcome=RETRY,    grace=Seconds(300),                    match=m.image_pull_backoff,         why="only the generic back-off text and no earlier cause: give the kubelet a few pulls"),
-    Rule(name="missing_secret",             reason=R.CONFIG_MISSING_SECRET,      outcome=RETRY,    grace=Seconds(60),                     match=m.missing_secret,             why="'failed to sync secret cache' is transient and a Secret may be created just after the pod"),
-    Rule(name="missing_configmap",          reason=R.CONFIG_MISSING_CONFIGMAP,   outcome=RETRY,    grace=Seconds(60),                     match=m.missing_configmap,          why="as for Secrets: the ConfigMap may be created just after the pod"),
-    Rule(name="config_error",               reason=R.CONFIG_ERROR,               outcome=RETRY,    grace=Seconds(60),                     match=m.config_error,               why="other CreateContainerConfigError (runAsNonRoot with a root image, a bad subPath): grace, then retry"),
-    Rule(name="crash_loop_oom",             reason=R.CONTAINER_OOM,              outcome=RETRY,    grace=Seconds(180),                    match=m.crash_loop_oom,             why="a restarting container that keeps being OOM-killed"),
-    Rule(name="crash_loop",                 reason=R.CONTAINER_EXIT_CODE,        outcome=RETRY,    grace=Seconds(180),                    match=m.crash_loop,                 why="a restarting container that keeps failing; give it a few restarts"),
-    Rule(name="container_error",            reason=R.CONTAINER_CREATE_ERROR,     outcome=RETRY,    grace=Seconds(180),                    match=m.container_error,            why="CreateContainerError, RunContainerError, *HookError and any other waiting error may be transient"),
+    Rule(name="invalid_image_name",         reason=R.IMAGE_INVALID_NAME,         outcome=FAIL,     grace=None,                            match=w.invalid_image_name,         why="a malformed image reference never becomes valid"),
+    Rule(name="image_never_pull",           reason=R.IMAGE_NEVER_PULL,           outcome=FAIL,     grace=None,                            match=w.image_never_pull,           why="imagePullPolicy Never with a missing image is a spec error"),
+    Rule(name="image_wrong_platform",       reason=R.IMAGE_WRONG_PLATFORM,       outcome=FAIL,     grace=None,                            match=w.image_wrong_platform,       why="the registry's answer is final: the image has no variant for this OS/architecture, and a retry lands on a node the scheduler picks without knowing it (see 'Wrong platform')"),
+    Rule(name="image_short_name",           reason=R.IMAGE_SHORT_NAME,           outcome=FAIL,     grace=None,                            match=w.image_short_name,           why="the node's registries.conf decides, not the registry: the same name fails on every node alike, like an invalid name"),
+    Rule(name="image_not_found",            reason=R.IMAGE_NOT_FOUND,            outcome=RETRY,    grace=Seconds(90),                     match=w.image_not_found,            why="confirm across observations: a just-pushed tag or a registry hiccup can look missing"),
+    Rule(name="image_unauthorized",         reason=R.IMAGE_UNAUTHORIZED,         outcome=RETRY,    grace=Seconds(120),                    match=w.image_unauthorized,         why="pull secrets may still be propagating, and throttled registries also answer denied"),
+    Rule(name="image_rate_limited",         reason=R.IMAGE_RATE_LIMITED,         outcome=RETRY,    grace=Seconds(900),                    match=w.image_rate_limited,         why="the kubelet's back-off (up to 300 s between pulls) usually rides out a rate limit"),
+    Rule(name="image_tls_error",            reason=R.IMAGE_TLS_ERROR,            outcome=RETRY,    grace=Seconds(120),                    match=w.image_tls_error,            why="a certificate or TLS set-up error does not pass by itself: a few kubelet pulls confirm it (a CA or certificate being rolled out), then a retry, which may land on a correctly set-up node"),
+    Rule(name="image_registry_unavailable", reason=R.IMAGE_REGISTRY_UNAVAILABLE, outcome=RETRY,    grace=Seconds(900),                    match=w.image_registry_unavailable, why="registry outages and network errors are usually transient"),
+    Rule(name="image_pull_backoff",         reason=R.IMAGE_PULL_BACKOFF,         outcome=RETRY,    grace=Seconds(300),                    match=w.image_pull_backoff,         why="only the generic back-off text and no earlier cause: give the kubelet a few pulls"),
+    Rule(name="missing_secret",             reason=R.CONFIG_MISSING_SECRET,      outcome=RETRY,    grace=Seconds(60),                     match=w.missing_secret,             why="'failed to sync secret cache' is transient and a Secret may be created just after the pod"),
+    Rule(name="missing_configmap",          reason=R.CONFIG_MISSING_CONFIGMAP,   outcome=RETRY,    grace=Seconds(60),                     match=w.missing_configmap,          why="as for Secrets: the ConfigMap may be created just after the pod"),
+    Rule(name="config_error",               reason=R.CONFIG_ERROR,               outcome=RETRY,    grace=Seconds(60),                     match=w.config_error,               why="other CreateContainerConfigError (runAsNonRoot with a root image, a bad subPath): grace, then retry"),
+    Rule(name="crash_loop_oom",             reason=R.CONTAINER_OOM,              outcome=RETRY,    grace=Seconds(180),                    match=w.crash_loop_oom,             why="a restarting container that keeps being OOM-killed"),
+    Rule(name="crash_loop",                 reason=R.CONTAINER_EXIT_CODE,        outcome=RETRY,    grace=Seconds(180),                    match=w.crash_loop,                 why="a restarting container that keeps failing; give it a few restarts"),
+    Rule(name="container_error",            reason=R.CONTAINER_CREATE_ERROR,     outcome=RETRY,    grace=Seconds(180),                    match=w.container_error,            why="CreateContainerError, RunContainerError, *HookError and any other waiting error may be transient"),
     # --- the pod runs, or its node stopped reporting ---
-    Rule(name="running",                    reason=R.RUNNING,                    outcome=WAIT,     grace=PolicyField("running_recheck"),  match=m.running,                    why="a running pod is healthy; the deadline is only a safety re-check"),
-    Rule(name="phase_unknown",              reason=R.NODE_LOST,                  outcome=RELAUNCH, grace=Seconds(300),                    match=m.phase_unknown,              why="phase Unknown means the node stopped reporting; give it 5 minutes to come back"),
+    Rule(name="running",                    reason=R.RUNNING,                    outcome=WAIT,     grace=PolicyField("running_recheck"),  match=w.running,                    why="a running pod is healthy; the deadline is only a safety re-check"),
+    Rule(name="phase_unknown",              reason=R.NODE_LOST,                  outcome=RELAUNCH, grace=Seconds(300),                    match=w.phase_unknown,              why="phase Unknown means the node stopped reporting; give it 5 minutes to come back"),
     # --- not placed or not started yet ---
-    Rule(name="unschedulable",              reason=R.SCHEDULE_TIMEOUT,           outcome=RETRY,    grace=PolicyField("schedule_timeout"), match=m.unschedulable,              why="capacity may appear (autoscaler, finishing pods); a fresh scale-up extends the wait", waiting_reason=R.UNSCHEDULABLE, extension=PolicyField("scale_up_timeout")),
-    Rule(name="volume_mount_failed",        reason=R.VOLUME_MOUNT_FAILED,        outcome=RETRY,    grace=Seconds(300),                    match=m.volume_mount_failed,        why="attach and mount errors often clear when a volume detaches from its previous node"),
-    Rule(name="sandbox_failed",             reason=R.CONTAINER_CREATE_ERROR,     outcome=RETRY,    grace=Seconds(180),                    match=m.sandbox_failed,             why="CNI and runtime hiccups usually clear; a new pod may land on a healthier node"),
-    Rule(name="starting",                   reason=R.STARTUP_TIMEOUT,            outcome=RETRY,    grace=PolicyField("startup_timeout"),  match=m.pending,                    why="pending with no known problem is normal, but not forever", waiting_reason=R.STARTING),
+    Rule(name="unschedulable",              reason=R.SCHEDULE_TIMEOUT,           outcome=RETRY,    grace=PolicyField("schedule_timeout"), match=w.unschedulable,              why="capacity may appear (autoscaler, finishing pods); a fresh scale-up extends the wait", waiting_reason=R.UNSCHEDULABLE, extension=PolicyField("scale_up_timeout")),
+    Rule(name="volume_mount_failed",        reason=R.VOLUME_MOUNT_FAILED,        outcome=RETRY,    grace=Seconds(300),                    match=w.volume_mount_failed,        why="attach and mount errors often clear when a volume detaches from its previous node"),
+    Rule(name="sandbox_failed",             reason=R.CONTAINER_CREATE_ERROR,     outcome=RETRY,    grace=Seconds(180),                    match=w.sandbox_failed,             why="CNI and runtime hiccups usually clear; a new pod may land on a healthier node"),
+    Rule(name="starting",                   reason=R.STARTUP_TIMEOUT,            outcome=RETRY,    grace=PolicyField("startup_timeout"),  match=w.pending,                    why="pending with no known problem is normal, but not forever", waiting_reason=R.STARTING),
     # --- anything else ---
-    Rule(name="unrecognised",               reason=R.UNKNOWN,                    outcome=RETRY,    grace=PolicyField("startup_timeout"),  match=m.anything,                   why="catch-all: an unexpected state gets the startup timeout, never an endless wait"),
+    Rule(name="unrecognised",               reason=R.UNKNOWN,                    outcome=RETRY,    grace=PolicyField("startup_timeout"),  match=w.anything,                   why="catch-all: an unexpected state gets the startup timeout, never an endless wait"),
 )
 # fmt: on
 

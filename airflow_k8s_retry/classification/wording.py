@@ -35,6 +35,9 @@ def _deleted(f: Fact) -> str:
 def _succeeded(f: Fact) -> str:
     if f.sighting is Sighting.HELPERS_LEFT:
         return f"every main container of {f.subject} exited 0 ({f.detail} still running)"
+    if f.sighting is Sighting.BASE_DONE:
+        base = f"the base container {f.container!r} of {f.subject}"
+        return f"{base} exited 0; its sidecars do not decide ({f.detail})"
     return f"{f.subject} succeeded"
 
 

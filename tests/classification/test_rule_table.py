@@ -290,10 +290,18 @@ def test_trace_lists_every_rule_up_to_the_match_in_table_order() -> None:
 def test_the_matchers_are_defined_in_table_order() -> None:
     from pathlib import Path
 
-    from airflow_k8s_retry.classification import matchers
+    from airflow_k8s_retry.classification import matchers, waiting
 
-    source = Path(matchers.__file__).read_text().splitlines()
-    names = {id(v): k for k, v in vars(matchers).items() if callable(v) and not k.startswith("_")}
+    # The table's matchers are in matchers.py, then waiting.py: read as one file, in that order.
+    source = [
+        line for module in (matchers, waiting) for line in Path(module.__file__).read_text().splitlines()
+    ]
+    names = {
+        id(v): k
+        for module in (waiting, matchers)
+        for k, v in vars(module).items()
+        if callable(v) and not k.startswith("_")
+    }
     lines = []
     for rule in RULES:
         name = names[id(rule.match)]

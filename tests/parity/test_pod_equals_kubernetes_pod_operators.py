@@ -7,7 +7,9 @@ be equal except for the documented, intended differences:
 
 - ``metadata.name``: KPO appends a random suffix, this package a per-try one (``name`` is the prefix);
 - labels under ``airflow-k8s-retry.io/`` (managed, relaunch, deployment);
-- the annotation ``airflow-k8s-retry.io/ti-id`` (the task instance try the pod belongs to).
+- the annotation ``airflow-k8s-retry.io/ti-id`` (the task instance try the pod belongs to);
+- the annotation ``airflow-k8s-retry.io/base-container`` (``base_container_name``: the container
+  whose ending decides the task, so a sidecar never does).
 
 Together the sets pass every one of KPO's 73 arguments at least once.
 """
@@ -344,6 +346,8 @@ def test_the_submitted_pod_is_kpos_pod(name, tmp_path, connection):
     assert ours["metadata"]["name"].endswith("-t2")
     assert ours["metadata"]["labels"][f"{OURS}managed"] == "true"
     assert ours["metadata"]["annotations"][f"{OURS}ti-id"] == TI.id
+    # KPO's base container is its first container, named base_container_name.
+    assert ours["metadata"]["annotations"][f"{OURS}base-container"] == kpo["spec"]["containers"][0]["name"]
     if kwargs.get("name"):
         assert ours["metadata"]["name"].startswith("extract-sales-")
 
