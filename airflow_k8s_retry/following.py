@@ -285,23 +285,8 @@ class Follower:
         self._progress(started, None, None)
         next_progress = self.clock.now() + PROGRESS_EVERY
         while True:
-            self.pods.drain()
-            if self.jobs is not None:
-                self.jobs.drain()
-            mine = [p for p in self.pods.objects.values() if self.target.wants(p)]
-            for p in mine:
-                self.arrivals.setdefault(_uid(p), len(self.arrivals))
-            newest = max(mine, key=self._created) if mine else None
-            owner = owning_job(newest) if newest is not None else None
-            job_name = self.target.job_name or (owner[0] if owner else None)
-            if job_name and self.jobs is None:
-                from airflow_k8s_retry.kube.hub import WatchHub
-
-                self.jobs = await WatchHub.current().follow(
-                    self.config, self.target.namespace, jobs=True, poll_interval=self.trigger.poll_interval
-                )
+            newest, job_name = await self._look()
             job = self._job(job_name)
-
             ended = self._job_ending(job, newest)
             if ended is not None:
                 return ended
@@ -312,29 +297,63 @@ class Follower:
                 if ended is not None:
                     return ended
                 continue
-            if job_name and job is None and self.job_seen:
-                deleted = f"job {self.target.namespace}/{job_name} was deleted"
-                return self._done(self._failure(Reason.DELETED_EXTERNALLY, deleted), newest, job_name)
-
             now = self.clock.now()
-            if self.target.deadline is not None and now >= self.target.deadline:
-                return self._timed_out(now - started, newest, job)
-            deadline = self.trigger.execution_deadline
-            if deadline is not None and now >= deadline:
-                message = f"execution_timeout reached while waiting for {self.target.describe()}"
-                return self._done(
-                    self._failure(Reason.EXECUTION_TIMEOUT, message, rule="execution_timeout"),
-                    newest,
-                    job_name,
-                )
+            ended = self._past_a_deadline(now, started, newest, job, job_name)
+            if ended is not None:
+                return ended
             if now >= next_progress:
                 self._progress(started, newest, job)
                 next_progress = now + PROGRESS_EVERY
-            timers = [next_progress]
-            timers += [t for t in (self.target.deadline, deadline) if t is not None]
-            if self.job_failed_at is not None:
-                timers.append(self.job_failed_at + LAST_POD_GRACE)
-            await self._wait(min(timers))
+            await self._wait(min(self._timers(next_progress)))
+
+    async def _look(self) -> tuple[Mapping[str, Any] | None, str | None]:
+        """Take the feeds' news: the target's newest pod, and the Job it belongs to (whose feed is
+        opened the first time a Job shows up)."""
+        assert self.pods is not None
+        self.pods.drain()
+        if self.jobs is not None:
+            self.jobs.drain()
+        mine = [p for p in self.pods.objects.values() if self.target.wants(p)]
+        for p in mine:
+            self.arrivals.setdefault(_uid(p), len(self.arrivals))
+        newest = max(mine, key=self._created) if mine else None
+        owner = owning_job(newest) if newest is not None else None
+        job_name = self.target.job_name or (owner[0] if owner else None)
+        if job_name and self.jobs is None:
+            from airflow_k8s_retry.kube.hub import WatchHub
+
+            self.jobs = await WatchHub.current().follow(
+                self.config, self.target.namespace, jobs=True, poll_interval=self.trigger.poll_interval
+            )
+        return newest, job_name
+
+    def _past_a_deadline(
+        self,
+        now: float,
+        started: float,
+        newest: Mapping[str, Any] | None,
+        job: JobStatus | None,
+        job_name: str | None,
+    ) -> TargetEvent | None:
+        """The ending when the Job went away, the sensor's timeout passed, or execution_timeout did."""
+        if job_name and job is None and self.job_seen:
+            deleted = f"job {self.target.namespace}/{job_name} was deleted"
+            return self._done(self._failure(Reason.DELETED_EXTERNALLY, deleted), newest, job_name)
+        if self.target.deadline is not None and now >= self.target.deadline:
+            return self._timed_out(now - started, newest, job)
+        deadline = self.trigger.execution_deadline
+        if deadline is not None and now >= deadline:
+            message = f"execution_timeout reached while waiting for {self.target.describe()}"
+            verdict = self._failure(Reason.EXECUTION_TIMEOUT, message, rule="execution_timeout")
+            return self._done(verdict, newest, job_name)
+        return None
+
+    def _timers(self, next_progress: float) -> list[float]:
+        timers = [next_progress]
+        timers += [t for t in (self.target.deadline, self.trigger.execution_deadline) if t is not None]
+        if self.job_failed_at is not None:
+            timers.append(self.job_failed_at + LAST_POD_GRACE)
+        return timers
 
     def _created(self, pod: Mapping[str, Any]) -> tuple[str, int]:
         """Creation order: creationTimestamp has one-second resolution, so ties go to the pod seen

@@ -19,23 +19,41 @@ if TYPE_CHECKING:
 ON_FINISH_ACTIONS = ("delete_pod", "delete_succeeded_pod", "keep_pod", "delete_active_pod")
 
 
+#: KPO arguments whose value (other than the default) this design cannot honour, and why.
+_FIXED: tuple[tuple[str, object, str], ...] = (
+    (
+        "deferrable",
+        False,
+        "deferrable=False: RetryingPodOperator always defers (it needs a running triggerer)",
+    ),
+    (
+        "reattach_on_restart",
+        False,
+        "reattach_on_restart=False: a retried execute always re-attaches to its try's pod; drop it",
+    ),
+    ("durable", False, "durable=False: a retried execute always re-attaches to its try's pod; drop it"),
+    (
+        "random_name_suffix",
+        False,
+        "random_name_suffix=False: pod names always end in a per-try suffix; drop it",
+    ),
+)
+#: Cluster selection arguments, and the connection extra that replaces each.
+_CLUSTER = (
+    ("in_cluster", "in_cluster"),
+    ("cluster_context", "cluster_context"),
+    ("config_file", "kube_config_path"),
+)
+
+
 def refusals(args: Mapping[str, Any]) -> list[str]:
     """KPO arguments whose value contradicts this operator's design: one line each, with the fix."""
-    out = []
-    if args["deferrable"] is False:
-        out.append("deferrable=False: RetryingPodOperator always defers (it needs a running triggerer)")
-    for key in ("reattach_on_restart", "durable"):
-        if args[key] is False:
-            out.append(f"{key}=False: a retried execute always re-attaches to its try's pod; drop it")
-    if args["random_name_suffix"] is False:
-        out.append("random_name_suffix=False: pod names always end in a per-try suffix; drop it")
-    for key, extra in (
-        ("in_cluster", "in_cluster"),
-        ("cluster_context", "cluster_context"),
-        ("config_file", "kube_config_path"),
-    ):
-        if args[key] is not None:
-            out.append(f"{key}: the triggerer reads the cluster from the connection; set its extra {extra!r}")
+    out = [message for key, refused, message in _FIXED if args[key] is refused]
+    out += [
+        f"{key}: the triggerer reads the cluster from the connection; set its extra {extra!r}"
+        for key, extra in _CLUSTER
+        if args[key] is not None
+    ]
     if args["trigger_kwargs"]:
         out.append("trigger_kwargs: the trigger is PodStateTrigger; use poll_interval or failure_policy")
     if args["logging_interval"] is not None:

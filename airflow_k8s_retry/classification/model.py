@@ -28,10 +28,6 @@ class Outcome(StrEnum):
         """True when the pod's business is over and it can be cleaned up."""
         return self is not Outcome.WAIT
 
-    @property
-    def is_failure(self) -> bool:
-        return self in FAILURE_OUTCOMES
-
 
 FAILURE_OUTCOMES = frozenset({Outcome.RETRY, Outcome.FAIL})
 
