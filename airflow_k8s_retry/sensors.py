@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseSensorOperator
 
@@ -85,6 +85,8 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         "namespace",
         "kubernetes_conn_id",
     )
+    #: How backoff between API retries (of ``delete_pod_on_finish``) sleeps; tests replace it.
+    retry_sleep: ClassVar[Callable[[float], None]] = staticmethod(time.sleep)
 
     def __init__(
         self,
@@ -287,7 +289,10 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         from airflow_k8s_retry.kube import lifecycle
 
         pod = _pod_of(pod_event)
-        ending = lifecycle.finish(client, pod, pod_event.verdict, kept=False, log=self.log.warning)
+        sleep = type(self).retry_sleep
+        ending = lifecycle.finish(
+            client, pod, pod_event.verdict, kept=False, log=self.log.warning, sleep=sleep
+        )
         if ending is lifecycle.Ending.DELETED:
             self.log.info("Deleted pod %s/%s (delete_pod_on_finish)", pod.namespace, pod.name)
 

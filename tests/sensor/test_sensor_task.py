@@ -191,3 +191,41 @@ def test_a_job_verdict_without_a_pod_still_fails_the_task(context):
     with pytest.raises(PodFailure, match=r"namespace default: pod\.failed"):
         sensor(job_name="etl").execute_complete(context, event)
     assert not issubclass(PodFailure, AirflowFailException)
+
+
+@pytest.fixture
+def no_backoff_sleep(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(PodCompletionSensor, "retry_sleep", staticmethod(slept.append))
+    return slept
+
+
+def test_a_delete_that_fails_once_is_retried_and_the_success_stands(make_cluster, context, no_backoff_sleep):
+    cluster = make_cluster()
+    pod = external_pod(cluster, "report-1", {"app": "report"})
+    cluster.add_fault("delete", "pods", 500, times=1)
+    sensor(delete_pod_on_finish=True).execute_complete(
+        context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED)
+    )
+    statuses = [
+        r["status"]
+        for r in cluster.audit_records()
+        if r.get("verb") == "delete" and r.get("kind") == "request"
+    ]
+    assert statuses == [500, 200]
+    assert no_backoff_sleep == [0.5]
+    assert cluster.wait_for(lambda c: not c.pods(), timeout=10), "the pod was deleted on the second attempt"
+
+
+def test_api_errors_in_the_cleanup_never_fail_a_succeeded_task(make_cluster, context, no_backoff_sleep):
+    cluster = make_cluster()
+    pod = external_pod(cluster, "report-1", {"app": "report"})
+    for verb in ("delete", "patch"):
+        cluster.add_fault(verb, "pods", 500, times=None)
+    sensor(delete_pod_on_finish=True).execute_complete(
+        context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED)
+    )
+    failed = [r["verb"] for r in cluster.audit_records() if r.get("status") == 500]
+    # Four delete attempts, then the "not kept" stamp; none of it reaches the task's outcome.
+    assert failed == ["delete"] * 4 + ["patch"]
+    assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]
