@@ -211,7 +211,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         from airflow_k8s_retry.triggers import PodStateTrigger
 
         # A relaunch keeps the try's deadline: execution_timeout counts from the try's start.
-        deadline = deadline if deadline is not None else self._deadline(context)
+        deadline = deadline if deadline is not None else try_pod.deadline_of(context, self.execution_timeout)
         timeout = None
         if deadline is not None:
             timeout = timedelta(seconds=max(0.0, deadline - time.time())) + DEFER_TIMEOUT_PADDING
@@ -230,13 +230,6 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         )
         kwargs = {"execution_deadline": deadline}
         self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=timeout)
-
-    def _deadline(self, context: Context) -> float | None:
-        if self.execution_timeout is None:
-            return None
-        start = getattr(context["ti"], "start_date", None)
-        began = float(start.timestamp()) if start is not None else time.time()
-        return began + float(self.execution_timeout.total_seconds())
 
     def execute_complete(
         self,

@@ -10,6 +10,8 @@ task instance and names, labels and adopts the try's pods.
 from __future__ import annotations
 
 import copy
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,15 @@ def identity_of(context: Context) -> TryIdentity:
         ti_id=str(getattr(ti, "id", None) or ""),
         deployment=conf.get("kubernetes_retry", "deployment_id", fallback="") or "",
     )
+
+
+def deadline_of(context: Context, execution_timeout: timedelta | None) -> float | None:
+    """When the try's ``execution_timeout`` runs out (epoch seconds), counted from the try's start."""
+    if execution_timeout is None:
+        return None
+    start = getattr(context["ti"], "start_date", None)
+    began = float(start.timestamp()) if start is not None else time.time()
+    return began + float(execution_timeout.total_seconds())
 
 
 def build_try_pod(op: RetryingPodOperator, context: Context, relaunch: int = 0) -> dict[str, Any]:
