@@ -4,6 +4,7 @@ Usage::
 
     .venv/bin/python -m bench.run            # the full run (about 15-20 minutes on 2 cores)
     .venv/bin/python -m bench.run --quick    # smaller N, scaled time, shortened grace (~5 minutes)
+    .venv/bin/python -m bench.run --cluster real   # the same phases on a real kube-apiserver
 
 Phases run in an order that keeps CPU measurements clean: the footprint runs first, one process
 at a time, then detection latency; the classic Airflow failure runs in the background while the
@@ -20,13 +21,15 @@ import sys
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.phases import LifecycleClass, run_footprint, run_latency, run_lifecycle
+from bench.phases import Backend, LifecycleClass, run_footprint, run_latency, run_lifecycle
+from bench.simulator import SimulatorProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PHASES = ("footprint", "latency", "lifecycle", "classic")
 
 
 @dataclass(frozen=True)
@@ -135,20 +138,36 @@ def environment() -> dict[str, Any]:
     }
 
 
-def run_plan(plan: Plan, workdir: Path, *, parallel_phases: bool = False) -> dict[str, Any]:
-    """Run every phase of ``plan``; returns the raw results (what ``results.json`` holds)."""
+def run_plan(
+    plan: Plan,
+    workdir: Path,
+    *,
+    parallel_phases: bool = False,
+    backend: Backend = SimulatorProcess,
+    phases: tuple[str, ...] = PHASES,
+) -> dict[str, Any]:
+    """Run the ``phases`` of ``plan`` on ``backend``; returns the raw results (``results.json``)."""
+    real = bool(getattr(backend, "real", False))
     results: dict[str, Any] = {
         "plan": asdict(plan),
+        "backend": "real" if real else "simulator",
         "environment": environment(),
         "started": time.time(),
         "footprint": [],
         "errors": [],
+        "load_average": {},
     }
+
+    def loadavg(phase: str, when: str) -> None:
+        import os
+
+        results["load_average"].setdefault(phase, {})[when] = [round(x, 2) for x in os.getloadavg()]
 
     def footprint() -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         for n in plan.footprint_sizes:
             log(f"footprint: {n} pods per side")
+            loadavg(f"footprint N={n}", "start")
             try:
                 rows.extend(
                     run_footprint(
@@ -157,19 +176,28 @@ def run_plan(plan: Plan, workdir: Path, *, parallel_phases: bool = False) -> dic
                         warmup=plan.warmup(n),
                         window=plan.footprint_window,
                         concurrent=plan.footprint_concurrent,
+                        backend=backend,
                     )
                 )
             except Exception as exc:  # a size the machine cannot carry is reported, not faked
                 log(f"footprint {n} failed: {exc}")
                 results["errors"].append(f"footprint N={n}: {type(exc).__name__}: {str(exc)[:500]}")
+            loadavg(f"footprint N={n}", "end")
         return rows
 
     def latency() -> dict[str, Any]:
         log(f"latency: {plan.latency_kinds}")
-        return run_latency(workdir / "latency", plan.latency_kinds, after=plan.latency_after)
+        loadavg("latency", "start")
+        try:
+            return run_latency(
+                workdir / "latency", plan.latency_kinds, after=plan.latency_after, backend=backend
+            )
+        finally:
+            loadavg("latency", "end")
 
     def lifecycle() -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
+        loadavg("lifecycle", "start")
         if plan.lifecycle_real:
             log("lifecycle at real time: " + ", ".join(c.label for c in plan.lifecycle_real))
             rows += run_lifecycle(
@@ -177,6 +205,7 @@ def run_plan(plan: Plan, workdir: Path, *, parallel_phases: bool = False) -> dic
                 list(plan.lifecycle_real),
                 time_scale=1.0,
                 timeout=max_duration(plan),
+                backend=backend,
             )
         if plan.lifecycle_scaled:
             log(
@@ -188,30 +217,65 @@ def run_plan(plan: Plan, workdir: Path, *, parallel_phases: bool = False) -> dic
                 list(plan.lifecycle_scaled),
                 time_scale=plan.lifecycle_scale,
                 timeout=max(c.duration for c in plan.lifecycle_scaled) * plan.lifecycle_scale + 90,
+                backend=backend,
             )
+        loadavg("lifecycle", "end")
         return rows
 
     def classic() -> dict[str, Any]:
         from bench.classic import run_classic
 
         log("classic failure under airflow dags test (both operators)")
-        return run_classic(workdir / "classic", not_found_grace=plan.classic_grace)
+        loadavg("classic", "start")
+        try:
+            return run_classic(workdir / "classic", not_found_grace=plan.classic_grace, backend=backend)
+        finally:
+            loadavg("classic", "end")
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         if parallel_phases:
             futures = {"footprint": pool.submit(footprint), "latency": pool.submit(latency)}
             futures["lifecycle"] = pool.submit(lifecycle)
         else:
-            results["footprint"] = footprint()
-            results["latency"] = latency()
+            if "footprint" in phases:
+                results["footprint"] = footprint()
+            if "latency" in phases:
+                results["latency"] = latency()
             futures = {}
-            if plan.classic:
+            if plan.classic and "classic" in phases:
                 futures["classic"] = pool.submit(classic)
-            results["lifecycle"] = lifecycle()
+            if "lifecycle" in phases:
+                results["lifecycle"] = lifecycle()
         for key, future in futures.items():
             results[key] = _outcome(key, future, results["errors"])
     results["finished"] = time.time()
     return results
+
+
+def merge(old: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -> dict[str, Any]:
+    """``new``'s phases over ``old``'s; footprint rows are kept per (side, N) unless re-run."""
+    out = {**old, "finished": new["finished"], "environment": new["environment"], "plan": new["plan"]}
+    out["errors"] = [*old.get("errors", []), *new["errors"]]
+    out["load_average"] = {**old.get("load_average", {}), **new.get("load_average", {})}
+    out["runs"] = [*old.get("runs", [_span(old)]), _span(new)]
+    for phase in phases:
+        if phase == "footprint":
+            redone = {r["n"] for r in new["footprint"]}
+            out["footprint"] = [r for r in old.get("footprint", []) if r["n"] not in redone] + new[
+                "footprint"
+            ]
+        elif phase in new:
+            out[phase] = new[phase]
+    out["started"] = old["started"]
+    return out
+
+
+def _span(results: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "started": results["started"],
+        "finished": results["finished"],
+        "load_average_at_start": results["environment"]["load_average_at_start"],
+    }
 
 
 def max_duration(plan: Plan) -> float:
@@ -234,20 +298,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-work", action="store_true", help="keep the work directory (audit logs, driver logs)"
     )
+    parser.add_argument(
+        "--cluster",
+        choices=("sim", "real"),
+        default="sim",
+        help="sim: the simulator (default); real: kube-apiserver, etcd and KWOK nodes "
+        "('make controlplane' first); results in bench/results/real/ unless --out",
+    )
+    parser.add_argument("--sizes", help="footprint sizes, comma-separated (default: the plan's)")
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"phases to run, comma-separated (default {','.join(PHASES)})",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the figures of the phases not run (and footprint sizes not re-run) from OUT/results.json",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    if args.sizes:
+        plan = replace(plan, footprint_sizes=tuple(int(x) for x in args.sizes.split(",")))
+    phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown:
+        parser.error(f"--phases: unknown {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    backend: Backend = SimulatorProcess
+    out_dir: Path = args.out
+    if args.cluster == "real":
+        from bench.realcluster import RealCluster, binaries
+
+        binaries()  # fails at once, saying what to do, if the control plane is not built
+        backend = RealCluster
+        if out_dir == RESULTS:
+            out_dir = RESULTS / "real"
     work = Path(tempfile.mkdtemp(prefix="bench-work-"))
-    log(f"plan {plan.name}; work directory {work}")
+    log(f"plan {plan.name} on {args.cluster}; phases {', '.join(phases)}; work directory {work}")
     try:
-        results = run_plan(plan, work)
+        results = run_plan(plan, work, backend=backend, phases=phases)
     finally:
         if not args.keep_work:
             shutil.rmtree(work, ignore_errors=True)
     from bench.report import write_report
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    written = write_report(results, args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.merge and (out_dir / "results.json").exists():
+        results = merge(json.loads((out_dir / "results.json").read_text()), results, phases)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    written = write_report(results, out_dir)
     log("wrote " + ", ".join(str(p) for p in written))
     log(f"total {results['finished'] - results['started']:.0f} s; errors: {results['errors'] or 'none'}")
     return 0
