@@ -361,7 +361,9 @@ def summarize_footprint(
 ) -> dict[str, Any]:
     window = res["window"]
     seconds = window["end"] - window["start"]
-    in_window = [r for r in requests_of(records, side) if window["start"] <= r["t"] <= window["end"]]
+    mine = requests_of(records, side)
+    in_window = [r for r in mine if window["start"] <= r["t"] <= window["end"]]
+    since_start = [r for r in mine if res["t_triggers_started"] <= r["t"] <= window["end"]]
     lags = res.get("lags") or []
     rss = res.get("rss") or []
     errors = [r for r in in_window if int(r.get("status") or 0) >= 400 or r.get("status") == 0]
@@ -378,6 +380,9 @@ def summarize_footprint(
         "loop_lag_max_ms": max(lags) * 1000 if lags else None,
         "loop_lag_samples": len(lags),
         "requests_per_second": len(in_window) / seconds,
+        # Warm-up included: the LIST and WATCH a shared watch opens with count here.
+        "requests_since_start": len(since_start),
+        "seconds_since_start": window["end"] - res["t_triggers_started"],
         # What a poller asks for if it keeps up: one GET per pod per poll interval.
         "requests_per_second_nominal": n / KPO_POLL_INTERVAL if side == "kpo" else None,
         "pods_read_in_window": len({r.get("name") for r in in_window if r.get("verb") == "get"}),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
@@ -131,6 +132,7 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpus": psutil.cpu_count(),
         "load_average_at_start": list(psutil.getloadavg()),
+        "niceness": os.nice(0),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "apache-airflow": version("apache-airflow"),
         "apache-airflow-providers-cncf-kubernetes": version("apache-airflow-providers-cncf-kubernetes"),
@@ -159,8 +161,6 @@ def run_plan(
     }
 
     def loadavg(phase: str, when: str) -> None:
-        import os
-
         results["load_average"].setdefault(phase, {})[when] = [round(x, 2) for x in os.getloadavg()]
 
     def footprint() -> list[dict[str, Any]]:
