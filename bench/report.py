@@ -167,8 +167,8 @@ def per_pod_minute(row: dict[str, Any] | None) -> float | None:
     so a watch's LIST and WATCH count), or None for a row measured before this figure existed."""
     if not row or row.get("requests_since_start") is None:
         return None
-    minutes = row["seconds_since_start"] / 60
-    return float(row["requests_since_start"]) / row["n"] / minutes
+    minutes = float(row["seconds_since_start"]) / 60
+    return float(row["requests_since_start"]) / float(row["n"]) / minutes
 
 
 def classic_table(classic: dict[str, Any]) -> list[str]:
