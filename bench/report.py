@@ -44,7 +44,7 @@ def _ratio(kpo: float | None, ours: float | None) -> str:
     """How many times the cncf trigger's figure is ours (higher is better for us)."""
     if kpo is None or ours is None:
         return "n/a"
-    if ours == 0:
+    if ours <= 0:  # none, or (a CPU figure above its baseline) within the baseline's noise
         return "∞" if kpo > 0 else "1"
     ratio = kpo / ours
     return f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
@@ -416,7 +416,8 @@ def render(results: dict[str, Any], plot_paths: list[Path]) -> str:
     out = [
         "# Benchmark results: PodStateTrigger vs the cncf KubernetesPodTrigger",
         "",
-        f"Plan `{plan['name']}`, {seconds / 60:.1f} minutes. Python {env['python']}, {env['cpus']} CPUs "
+        f"Plan `{plan['name']}`, {seconds / 60:.1f} minutes{_runs(results)}. "
+        f"Python {env['python']}, {env['cpus']} CPUs "
         f"(load average at start {', '.join(f'{x:.1f}' for x in env['load_average_at_start'])}"
         f"{', niceness ' + str(env['niceness']) if env.get('niceness') else ''}), "
         f"apache-airflow {env['apache-airflow']}, cncf-kubernetes provider "
@@ -509,6 +510,17 @@ def render(results: dict[str, Any], plot_paths: list[Path]) -> str:
     if plot_paths:
         out += ["## Plots", "", *[f"![{p.stem}]({p.name})" for p in plot_paths], ""]
     return "\n".join(out)
+
+
+def _runs(results: dict[str, Any]) -> str:
+    """``--merge``d results: how many runs, and how long each took."""
+    runs = results.get("runs") or []
+    if len(runs) < 2:
+        return ""
+    spans = ", ".join(f"{(r['finished'] - r['started']) / 60:.1f}" for r in runs)
+    return (
+        f" from first start to last end, in {len(runs)} runs ({spans} minutes; see the load averages below)"
+    )
 
 
 def write_report(results: dict[str, Any], out: Path) -> list[Path]:
