@@ -261,6 +261,8 @@ async def measure_baseline(
     spec: dict[str, Any], kubeconfig: Path, pids: dict[str, int], result: dict[str, Any]
 ) -> None:
     """The components' CPU with every pod Running and no trigger yet: what the cluster costs anyway."""
+    if not pids or spec["mode"] != "footprint":
+        return
     namespaces = {p["namespace"] for p in spec["pods"]}
     result["settle_seconds"] = await wait_running(
         kubeconfig, namespaces, len(spec["pods"]), limit=float(spec.get("settle_timeout", 900))
@@ -308,8 +310,7 @@ async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> 
     created, lifted = await create_pods(kubeconfig, pods)
     result["created"] = created
     pids: dict[str, int] = spec.get("component_pids") or {}
-    if pids and mode == "footprint":
-        await measure_baseline(spec, kubeconfig, pids, result)
+    await measure_baseline(spec, kubeconfig, pids, result)
     rng = random.Random(spec.get("seed", 1))
     events: dict[str, Any] = {}
     started: dict[str, float] = {}

@@ -314,6 +314,24 @@ def ratio_targets(results: dict[str, Any]) -> list[str]:
 # -- plots -------------------------------------------------------------------------------------
 
 
+def _footprint_panels(foot: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(figure key, title) of each footprint plot; the cluster's CPU only when it was measured."""
+    panels = [
+        ("cpu_seconds_per_minute", "CPU seconds per minute"),
+        ("rss_peak_mb", "peak RSS (MB)"),
+        ("requests_per_second", "API requests per second (0 drawn at 0.001)"),
+    ]
+    if any(cluster_caused(r) is not None for r in foot):
+        panels.append(("cluster_caused", "kube-apiserver + etcd CPU s/min caused\n(≤ 0 drawn at 0.001)"))
+    return panels
+
+
+def _panel_value(row: dict[str, Any], key: str) -> float:
+    if key == "cluster_caused":
+        return cluster_caused(row) or 0.0
+    return float(row[key])
+
+
 def plots(results: dict[str, Any], out: Path) -> list[Path]:
     import matplotlib
 
@@ -372,19 +390,13 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
         written.append(path)
     foot = results.get("footprint") or []
     if foot:
-        panels = [
-            ("cpu_seconds_per_minute", "CPU seconds per minute"),
-            ("rss_peak_mb", "peak RSS (MB)"),
-            ("requests_per_second", "API requests per second (0 drawn at 0.001)"),
-        ]
-        if any(cluster_caused(r) is not None for r in foot):
-            panels.append(("cluster_caused", "kube-apiserver + etcd CPU s/min caused\n(≤ 0 drawn at 0.001)"))
+        panels = _footprint_panels(foot)
         fig, axes = plt.subplots(1, len(panels), figsize=(3.7 * len(panels), 3.6))
         for ax, (key, title) in zip(axes, panels, strict=True):
             for side in ("ours", "kpo"):
                 rows = sorted((r for r in foot if r["side"] == side), key=lambda r: r["n"])
                 if rows:
-                    values = [cluster_caused(r) or 0.0 if key == "cluster_caused" else r[key] for r in rows]
+                    values = [_panel_value(r, key) for r in rows]
                     ax.plot(
                         [r["n"] for r in rows],
                         [max(v, 1e-3) for v in values],
@@ -427,19 +439,7 @@ def render(results: dict[str, Any], plot_paths: list[Path]) -> str:
         f"Backend: {BACKENDS[results.get('backend', 'simulator')]}.",
         "",
     ]
-    loads = results.get("load_average") or {}
-    if loads:
-        out += [
-            "Load average (1, 5, 15 min) at the start and end of each phase; the machine's 2 cores are "
-            "shared with other work, so CPU figures carry its noise:",
-            "",
-            *[
-                f"- {phase}: "
-                + "; ".join(f"{when} {', '.join(f'{x:.1f}' for x in v)}" for when, v in w.items())
-                for phase, w in loads.items()
-            ],
-            "",
-        ]
+    out += load_lines(results.get("load_average") or {})
     source = "API server" if results.get("backend") == "real" else "simulator"
     for note in plan.get("notes") or []:
         out += [f"> {note}", ""]
@@ -521,6 +521,26 @@ def _runs(results: dict[str, Any]) -> str:
     return (
         f" from first start to last end, in {len(runs)} runs ({spans} minutes; see the load averages below)"
     )
+
+
+def load_lines(loads: dict[str, dict[str, list[float]]]) -> list[str]:
+    """The load average at the start and end of each phase, as a list (nothing for older results)."""
+    if not loads:
+        return []
+
+    def three(values: list[float]) -> str:
+        return ", ".join(f"{x:.1f}" for x in values)
+
+    return [
+        "Load average (1, 5, 15 min) at the start and end of each phase; the machine's 2 cores are "
+        "shared with other work, so CPU figures carry its noise:",
+        "",
+        *[
+            f"- {phase}: " + "; ".join(f"{when} {three(v)}" for when, v in w.items())
+            for phase, w in loads.items()
+        ],
+        "",
+    ]
 
 
 def write_report(results: dict[str, Any], out: Path) -> list[Path]:

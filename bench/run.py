@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -160,44 +161,15 @@ def run_plan(
         "load_average": {},
     }
 
-    def loadavg(phase: str, when: str) -> None:
-        results["load_average"].setdefault(phase, {})[when] = [round(x, 2) for x in os.getloadavg()]
-
     def footprint() -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for n in plan.footprint_sizes:
-            log(f"footprint: {n} pods per side")
-            loadavg(f"footprint N={n}", "start")
-            try:
-                rows.extend(
-                    run_footprint(
-                        workdir / "footprint",
-                        n,
-                        warmup=plan.warmup(n),
-                        window=plan.footprint_window,
-                        concurrent=plan.footprint_concurrent,
-                        backend=backend,
-                    )
-                )
-            except Exception as exc:  # a size the machine cannot carry is reported, not faked
-                log(f"footprint {n} failed: {exc}")
-                results["errors"].append(f"footprint N={n}: {type(exc).__name__}: {str(exc)[:500]}")
-            loadavg(f"footprint N={n}", "end")
-        return rows
+        return run_footprints(plan, workdir, backend, results)
 
     def latency() -> dict[str, Any]:
         log(f"latency: {plan.latency_kinds}")
-        loadavg("latency", "start")
-        try:
-            return run_latency(
-                workdir / "latency", plan.latency_kinds, after=plan.latency_after, backend=backend
-            )
-        finally:
-            loadavg("latency", "end")
+        return run_latency(workdir / "latency", plan.latency_kinds, after=plan.latency_after, backend=backend)
 
     def lifecycle() -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
-        loadavg("lifecycle", "start")
         if plan.lifecycle_real:
             log("lifecycle at real time: " + ", ".join(c.label for c in plan.lifecycle_real))
             rows += run_lifecycle(
@@ -219,37 +191,73 @@ def run_plan(
                 timeout=max(c.duration for c in plan.lifecycle_scaled) * plan.lifecycle_scale + 90,
                 backend=backend,
             )
-        loadavg("lifecycle", "end")
         return rows
 
     def classic() -> dict[str, Any]:
         from bench.classic import run_classic
 
         log("classic failure under airflow dags test (both operators)")
-        loadavg("classic", "start")
-        try:
-            return run_classic(workdir / "classic", not_found_grace=plan.classic_grace, backend=backend)
-        finally:
-            loadavg("classic", "end")
+        return run_classic(workdir / "classic", not_found_grace=plan.classic_grace, backend=backend)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         if parallel_phases:
             futures = {"footprint": pool.submit(footprint), "latency": pool.submit(latency)}
             futures["lifecycle"] = pool.submit(lifecycle)
         else:
-            if "footprint" in phases:
-                results["footprint"] = footprint()
-            if "latency" in phases:
-                results["latency"] = latency()
+            # In this order, classic in the background of lifecycle (which counts requests only).
+            steps: dict[str, Callable[[], Any]] = {"footprint": footprint, "latency": latency}
+            steps["classic"], steps["lifecycle"] = classic, lifecycle
             futures = {}
-            if plan.classic and "classic" in phases:
-                futures["classic"] = pool.submit(classic)
-            if "lifecycle" in phases:
-                results["lifecycle"] = lifecycle()
+            for phase in (p for p in steps if p in phases and (p != "classic" or plan.classic)):
+                if phase == "classic":
+                    futures[phase] = pool.submit(_with_load_average, results, phase, classic)
+                else:
+                    results[phase] = _with_load_average(results, phase, steps[phase])
         for key, future in futures.items():
             results[key] = _outcome(key, future, results["errors"])
     results["finished"] = time.time()
     return results
+
+
+def run_footprints(
+    plan: Plan, workdir: Path, backend: Backend, results: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The footprint phase at every size of ``plan``; a size that fails is an error, not a row."""
+    rows: list[dict[str, Any]] = []
+    for n in plan.footprint_sizes:
+        log(f"footprint: {n} pods per side")
+        _load_average(results, f"footprint N={n}", "start")
+        try:
+            rows.extend(
+                run_footprint(
+                    workdir / "footprint",
+                    n,
+                    warmup=plan.warmup(n),
+                    window=plan.footprint_window,
+                    concurrent=plan.footprint_concurrent,
+                    backend=backend,
+                )
+            )
+        except Exception as exc:  # a size the machine cannot carry is reported, not faked
+            log(f"footprint {n} failed: {exc}")
+            results["errors"].append(f"footprint N={n}: {type(exc).__name__}: {str(exc)[:500]}")
+        _load_average(results, f"footprint N={n}", "end")
+    return rows
+
+
+def _load_average(results: dict[str, Any], phase: str, when: str) -> None:
+    results["load_average"].setdefault(phase, {})[when] = [round(x, 2) for x in os.getloadavg()]
+
+
+def _with_load_average(results: dict[str, Any], phase: str, step: Callable[[], Any]) -> Any:
+    """``step()``, with the load average noted at its start and end (footprint notes its own per N)."""
+    if phase != "footprint":
+        _load_average(results, phase, "start")
+    try:
+        return step()
+    finally:
+        if phase != "footprint":
+            _load_average(results, phase, "end")
 
 
 def merge(old: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -> dict[str, Any]:
