@@ -53,6 +53,7 @@ from airflow_k8s_retry.tracker import (
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification import FailurePolicy
+    from airflow_k8s_retry.kube.aio import AsyncKube
 
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
@@ -460,32 +461,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if not self.owned or self._identity is None:
             self.log.info("Pod %s is not owned by this task; it is left alone", self.pod_name)
             return
-        lookup = type(self).task_state_lookup
-        try:
-            state: str | None = await asyncio.wait_for(lookup(self._identity), _STATE_LOOKUP_TIMEOUT)
-        except TaskInstanceGone as exc:
-            state, why = None, f"Task instance is gone ({exc})"
-        except Exception as exc:
-            self.log.warning(
-                "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
-                self.pod_name, type(exc).__name__, exc,
-            )
-            return
-        else:
-            why = f"Task instance is {state or 'cleared'}"
-        if state == "deferred":
-            self.log.info(
-                "Pod %s kept: the task instance is still deferred (the trigger is moving to another "
-                "triggerer, not being killed)",
-                self.pod_name,
-            )
-            return
-        if state not in _KILLED_STATES:
-            self.log.info(
-                "Pod %s kept: the task instance is %s (another triggerer fired and the worker owns "
-                "the pod now), not killed",
-                self.pod_name, state,
-            )
+        why = await self._killed_why(self._identity)
+        if why is None:
             return
         config = self._config
         if config is None:
@@ -494,26 +471,59 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             config = await aresolve_cluster_config(self.kubernetes_conn_id)
         try:
             async with WatchHub.current().client(config) as kube:
-                try:
-                    pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
-                except NotFound:
-                    pod = None
-                if pod is None or (pod.get("metadata") or {}).get("uid") != self.pod_uid:
-                    self.log.info("%s: pod %s was already gone", why, self.pod_name)
-                    return
-                if stamped_verdict(pod) is not None:
-                    # Finished business: the worker acted on a verdict and kept (or is deleting) it.
-                    self.log.info("%s: pod %s carries a verdict; left to the worker", why, self.pod_name)
-                    return
-                deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
+                await self._delete_after_kill(kube, why)
         except Forbidden as exc:
             self.log.error(
                 "Pod %s kept: %s", self.pod_name, rbac_message(exc, "delete", "pods", self.namespace)
             )
-            return
         except KubeError as exc:
             self.log.warning("Pod %s: delete after kill failed: %s", self.pod_name, exc)
+
+    async def _killed_why(self, identity: TryIdentity) -> str | None:
+        """Why the pod may be deleted (the task instance's state), or None: it is kept."""
+        lookup = type(self).task_state_lookup
+        try:
+            state: str | None = await asyncio.wait_for(lookup(identity), _STATE_LOOKUP_TIMEOUT)
+        except TaskInstanceGone as exc:
+            return f"Task instance is gone ({exc})"
+        except Exception as exc:
+            self.log.warning(
+                "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
+                self.pod_name,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        if state == "deferred":
+            self.log.info(
+                "Pod %s kept: the task instance is still deferred (the trigger is moving to another "
+                "triggerer, not being killed)",
+                self.pod_name,
+            )
+            return None
+        if state not in _KILLED_STATES:
+            self.log.info(
+                "Pod %s kept: the task instance is %s (another triggerer fired and the worker owns "
+                "the pod now), not killed",
+                self.pod_name,
+                state,
+            )
+            return None
+        return f"Task instance is {state or 'cleared'}"
+
+    async def _delete_after_kill(self, kube: AsyncKube, why: str) -> None:
+        try:
+            pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
+        except NotFound:
+            pod = None
+        if pod is None or (pod.get("metadata") or {}).get("uid") != self.pod_uid:
+            self.log.info("%s: pod %s was already gone", why, self.pod_name)
             return
+        if stamped_verdict(pod) is not None:
+            # Finished business: the worker acted on a verdict and kept (or is deleting) it.
+            self.log.info("%s: pod %s carries a verdict; left to the worker", why, self.pod_name)
+            return
+        deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
         self.log.info("%s: pod %s %s", why, self.pod_name, "deleted" if deleted else "was already gone")
 
 
