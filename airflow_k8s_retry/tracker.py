@@ -167,7 +167,6 @@ class PodTracker:
         self.due = float("inf")  # the soonest decision timer asked for in the last SleepUntil
         self.relaunch_seen: float | None = None
         self.looking: Verdict | None = None
-        self.grace_rule: str | None = None
         self.note_at: float | None = None
         self.logs_at: float | None = None
 
@@ -332,13 +331,12 @@ class PodTracker:
     def _grace_note(self, verdict: Verdict, now: float) -> str | None:
         """Once a minute while a grace runs: what is awaited, since when, and until when."""
         if verdict.outcome is not Outcome.WAIT or verdict.rule not in _GRACE_RULES or self.gone:
-            self.grace_rule = self.note_at = None
+            self.note_at = None
             return None
-        if verdict.rule != self.grace_rule:
-            # A pod starting normally is pending for a while: say so only after a minute of it.
-            first = GRACE_NOTE_EVERY if verdict.reason is Reason.STARTING else 0.0
-            self.grace_rule, self.note_at = verdict.rule, now + first
-        assert self.note_at is not None
+        if self.note_at is None:
+            # The first line after a minute of waiting (a pod starting normally is pending for a
+            # while), then one a minute, also when the cause changes (a pull error becoming clearer).
+            self.note_at = now + GRACE_NOTE_EVERY
         if now < self.note_at:
             return None
         self.note_at = now + GRACE_NOTE_EVERY

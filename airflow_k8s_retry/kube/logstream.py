@@ -150,3 +150,35 @@ def read_new_sync(
     finally:
         response.release_conn()
     return new_lines(raw, position)
+
+
+def write_after(operator: Any, v1pod: Any, containers: Any, position: LogPosition) -> list[str]:
+    """The worker's side: write the base container's lines after ``position`` (what the trigger
+    streamed is not written again) and return the other containers of ``containers`` (KPO's
+    ``container_logs``) still to write, for the provider's log reader.
+
+    Lines go through KPO's formatting: ``log_formatter`` if set, else the ``[container]`` prefix
+    when ``container_name_log_prefix_enabled``.
+    """
+    import time
+
+    base = operator.base_container_name
+    if containers is True:
+        names = list(operator.pod_manager.get_container_names(v1pod))
+    elif isinstance(containers, str):
+        names = [containers]
+    else:
+        names = list(containers)
+    if base not in names:
+        return names
+    meta = v1pod.metadata
+    lines, _ = read_new_sync(operator.client, meta.namespace, meta.name, base, position, now=time.time())
+    operator.log.info("Container %s: the log after the %s copied while it ran", base, position.time)
+    for line in lines:
+        if operator.log_formatter:
+            operator.log.info("%s", operator.log_formatter(base, line))
+        elif operator.container_name_log_prefix_enabled:
+            operator.log.info("[%s] %s", base, line)
+        else:
+            operator.log.info("%s", line)
+    return [name for name in names if name != base]
