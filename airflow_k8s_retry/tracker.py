@@ -167,6 +167,7 @@ class PodTracker:
         self.due = float("inf")  # the soonest decision timer asked for in the last SleepUntil
         self.relaunch_seen: float | None = None
         self.looking: Verdict | None = None
+        self.waiting: Verdict | None = None  # the verdict the current sleep waits on
         self.note_at: float | None = None
         self.logs_at: float | None = None
 
@@ -185,7 +186,6 @@ class PodTracker:
             # may be stuck (a watch a proxy broke, a label edited off the selector, RBAC), so read
             # the pod itself instead of re-judging what the feed last said.
             self.quiet_since = now
-            self.due = float("inf")
             return ReadDirectly()
         stamp = self._take(changes, now)
         if stamp is not None:
@@ -199,6 +199,11 @@ class PodTracker:
             if self._overdue(now):
                 return Emit(verdict=self._timed_out(None, now))
             return self._sleep([self.execution_deadline, self.quiet_since + self.quiet_limit], now)
+        if not news and now < self.due and self.waiting is not None:
+            # An extra wake-up (a progress line, a log read), not a timer of the verdict: judging
+            # again would move a running pod's re-check deadline with every log read.
+            note = self._grace_note(self.waiting, now)
+            return self._sleep([self.due], now, notes=[note] if note else [])
         return self._judge(now)
 
     def looked(self, fresh: Json | None, events: Sequence[Json], now: float) -> Step:
@@ -273,6 +278,7 @@ class PodTracker:
         note = self._grace_note(verdict, now)
         if note:
             notes.append(note)
+        self.waiting = verdict
         wake_at = hold if hold is not None else verdict.deadline
         return self._sleep([wake_at, self.execution_deadline], now, remember=remember, notes=notes)
 

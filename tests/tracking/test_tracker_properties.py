@@ -76,6 +76,10 @@ class World:
             meta.setdefault("annotations", {})[HISTORY_ANNOTATION] = self.stamp
         return pod
 
+    def changed_since_sent(self, current: dict[str, Any] | None) -> bool:
+        sent = self.timeline[self.delivered - 1][1] if self.delivered else None
+        return self._dressed(sent) != current
+
     def next_at(self) -> float | None:
         if self.delivered < len(self.timeline):
             return T0 + self.timeline[self.delivered][0]
@@ -125,8 +129,10 @@ def drive(
         if isinstance(step, Revive):
             step = track.apply([Change(step.pod)], world.events, now)
         elif isinstance(step, ReadDirectly):
+            # As the hub's subscription: a read that shows nothing new is no change at all.
             current = world.state_at(now)
-            step = track.apply([Change(current, deleted=current is None)], world.events, now)
+            news = [Change(current, deleted=current is None)] if world.changed_since_sent(current) else []
+            step = track.apply(news, world.events, now)
         elif isinstance(step, FetchLogs):
             step = track.apply([], world.events, now)
         else:
