@@ -38,8 +38,9 @@ def refusals(args: Mapping[str, Any]) -> list[str]:
             out.append(f"{key}: the triggerer reads the cluster from the connection; set its extra {extra!r}")
     if args["trigger_kwargs"]:
         out.append("trigger_kwargs: the trigger is PodStateTrigger; use poll_interval or failure_policy")
-    if args["logging_interval"] is not None:
-        out.append("logging_interval: not supported; container logs reach the task log when the pod ends")
+    every = args["logging_interval"]
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int | float) or every <= 0):
+        out.append(f"logging_interval must be a positive number of seconds or None, got {every!r}")
     if args["on_finish_action"] not in ON_FINISH_ACTIONS:
         got = args["on_finish_action"]
         out.append(f"on_finish_action must be one of {', '.join(ON_FINISH_ACTIONS)}, got {got!r}")

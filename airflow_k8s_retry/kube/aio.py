@@ -324,13 +324,25 @@ class AsyncKube:
         return True
 
     async def read_log(
-        self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        timestamps: bool = False,
+        since_seconds: int | None = None,
     ) -> str:
+        """A container's log so far (``timestamps``: each line starts with the kubelet's time)."""
         kwargs: dict[str, Any] = {}
         if container:
             kwargs["container"] = container
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
+        if timestamps:
+            kwargs["timestamps"] = True
+        if since_seconds is not None:
+            kwargs["since_seconds"] = since_seconds
         what = f"reading the log of pod {namespace}/{name}"
         for attempt in (1, 2):
             try:
