@@ -10,6 +10,8 @@ Example::
 
     >>> rv_newer("12", "9"), rv_newer("9", "9"), rv_newer("abc", "9"), rv_newer(None, "9")
     (True, False, True, True)
+    >>> rv_older("9", "12"), rv_older("9", "9"), rv_older("abc", "9")
+    (True, False, False)
     >>> event_sort_key({"lastTimestamp": "2024-01-01T00:00:00Z", "metadata": {"resourceVersion": "7"}})
     ('2024-01-01T00:00:00Z', '7')
 """
@@ -43,9 +45,19 @@ def rv_newer(new: str | None, old: str | None) -> bool:
     return True
 
 
+def rv_older(new: str | None, old: str | None) -> bool:
+    """True only when ``new`` is provably older than ``old`` (both integers, ``new`` the smaller)."""
+    return bool(new and old and new.isdigit() and old.isdigit() and int(new) < int(old))
+
+
 def is_newer(candidate: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> bool:
     """:func:`rv_newer` on two objects' resourceVersions."""
     return rv_newer(resource_version(candidate), resource_version(current))
+
+
+def is_older(candidate: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> bool:
+    """:func:`rv_older` on two objects' resourceVersions."""
+    return rv_older(resource_version(candidate), resource_version(current))
 
 
 def event_time(event: Mapping[str, Any]) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow_k8s_retry.kube.ordering import event_sort_key, metadata, resource_version, rv_newer
+from airflow_k8s_retry.kube.ordering import event_sort_key, is_newer, metadata, resource_version, rv_newer
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.kube.aio import AsyncKube, Json
@@ -148,9 +148,7 @@ class PodSubscription:
         meta = metadata(event)
         key = str(meta.get("name") or meta.get("uid") or id(event))
         old = self._events.get(key)
-        if old is not None and not rv_newer(
-            str(meta.get("resourceVersion") or ""), str(metadata(old).get("resourceVersion") or "")
-        ):
+        if old is not None and not is_newer(event, old):
             return
         self._events[key] = event
         if len(self._events) > EVENTS_PER_POD:
