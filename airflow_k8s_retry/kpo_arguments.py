@@ -77,7 +77,7 @@ def failure_policy(
     relaunch_budget: int | None,
 ) -> FailurePolicy:
     """The operator's policy: ``failure_policy`` with the KPO-style arguments laid over it."""
-    from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError, exit_codes
+    from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
 
     if policy is not None and not isinstance(policy, FailurePolicy):
         raise PolicyError(
@@ -86,7 +86,8 @@ def failure_policy(
         )
     changes: dict[str, Any] = {}
     if skip_on_exit_code is not None:
-        changes["skip_on_exit_codes"] = exit_codes(skip_on_exit_code, label=f"{task_id}: skip_on_exit_code")
+        # One code or several: FailurePolicy normalises both (and names the field when invalid).
+        changes["skip_on_exit_codes"] = skip_on_exit_code
     if startup is not None:
         changes["startup_timeout"] = startup
     if schedule is not None:

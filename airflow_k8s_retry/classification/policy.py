@@ -225,7 +225,7 @@ def exit_codes(value: object, *, label: str = "exit codes") -> tuple[int, ...]:
     elif isinstance(value, Collection) and not isinstance(value, str | bytes | Mapping):
         codes = value
     else:
-        raise PolicyError(f"{label} must be an exit code or a list of exit codes, got {value!r}")
+        raise PolicyError(f"{label} must be a list of exit codes, got {value!r}")
     result: set[int] = set()
     for code in codes:
         if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
