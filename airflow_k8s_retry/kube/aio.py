@@ -324,6 +324,36 @@ class AsyncKube:
             return False
         return True
 
+    async def read_log(
+        self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None
+    ) -> str:
+        kwargs: dict[str, Any] = {}
+        if container:
+            kwargs["container"] = container
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        what = f"reading the log of pod {namespace}/{name}"
+        for attempt in (1, 2):
+            try:
+                resp = await self.core.read_namespaced_pod_log(
+                    name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
+                )
+                await _check(resp, what)
+                try:
+                    raw: bytes = await resp.read()
+                finally:
+                    resp.release()
+            except Unauthorized:
+                if attempt == 2 or not await self.reauthenticate():
+                    raise
+                continue
+            except KubeError:
+                raise
+            except Exception as exc:
+                raise _translated(exc, what) from exc
+            return raw.decode("utf-8", "replace")
+        raise AssertionError("unreachable")  # pragma: no cover
+
     # -- events -----------------------------------------------------------------------------
 
     async def list_events(self, namespace: str | None, *, field_selector: str | None = None) -> Listing:
