@@ -7,7 +7,7 @@ errors of local configuration fail a task at once.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -87,10 +87,8 @@ def failure_policy(
         )
     changes: dict[str, Any] = {}
     if skip_on_exit_code is not None:
-        codes = [skip_on_exit_code] if isinstance(skip_on_exit_code, int) else skip_on_exit_code
-        if not isinstance(codes, Sequence | set | frozenset):
-            raise ValueError(f"{task_id}: skip_on_exit_code must be an int or a list of ints")
-        changes["skip_on_exit_codes"] = [int(c) for c in codes]
+        # One code or several: FailurePolicy normalises both (and names the field when invalid).
+        changes["skip_on_exit_codes"] = skip_on_exit_code
     if startup is not None:
         changes["startup_timeout"] = startup
     if schedule is not None:

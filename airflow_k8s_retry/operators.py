@@ -477,9 +477,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self.log.warning("Could not push the verdict to XCom: %s", type(exc).__name__)
 
     def _v1pod(self, pod: CreatedPod) -> Any:
-        from kubernetes.client import models as k8s
-
-        return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=pod.name, namespace=pod.namespace, uid=pod.uid))
+        return pod.as_v1pod()
 
     def _callbacks(self, hook: str, context: Context, **kwargs: Any) -> None:
         if not self.callbacks:
