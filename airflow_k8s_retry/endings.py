@@ -77,7 +77,8 @@ def failed(
 
 def write_logs(op: RetryingPodOperator, pod: CreatedPod) -> None:
     """The whole log of ``container_logs`` (the base container by default), through the provider's
-    log reader, with its prefix and ``log_formatter``."""
+    log reader, with its prefix and ``log_formatter``; with ``logging_interval``, what the trigger
+    already streamed of the base container is not written again."""
     v1pod = as_v1pod(pod)
     options = {
         "follow_logs": False,
@@ -89,7 +90,13 @@ def write_logs(op: RetryingPodOperator, pod: CreatedPod) -> None:
             op.pod_manager.fetch_requested_init_container_logs(
                 pod=v1pod, init_containers=op.init_container_logs, **options
             )
-        op.pod_manager.fetch_requested_container_logs(pod=v1pod, containers=op.container_logs, **options)
+        containers = op.container_logs
+        if op._log_position is not None:  # the trigger streamed the base container's head
+            from airflow_k8s_retry.kube.logstream import write_after
+
+            containers = write_after(op, v1pod, containers, op._log_position)
+        if containers:
+            op.pod_manager.fetch_requested_container_logs(pod=v1pod, containers=containers, **options)
     except Exception as exc:  # the provider's reader raises client errors; a log is not a verdict
         op.log.warning("Could not read the logs of pod %s: %s", pod.name, type(exc).__name__)
 
@@ -114,9 +121,7 @@ def push_verdict(op: RetryingPodOperator, context: Context, verdict: Verdict) ->
 
 def as_v1pod(pod: CreatedPod) -> Any:
     """The ``V1Pod`` the provider's callbacks and log reader take (name, namespace and UID)."""
-    from kubernetes.client import models as k8s
-
-    return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=pod.name, namespace=pod.namespace, uid=pod.uid))
+    return pod.as_v1pod()
 
 
 def run_callbacks(op: RetryingPodOperator, hook: str, context: Context, **kwargs: Any) -> None:

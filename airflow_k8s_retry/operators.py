@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.classification.policy import FailurePolicy
+    from airflow_k8s_retry.kube.logstream import LogPosition
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
 
 DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
@@ -98,6 +99,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             schedule_timeout_seconds=int(schedule_timeout_seconds) if schedule_timeout_seconds else None,
             skip_on_exit_code=skip_on_exit_code,
             on_finish_action=on_finish_action,
+            logging_interval=logging_interval,
             **kwargs,
         )
         self.failure_policy = failure_policy_from(
@@ -109,6 +111,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             relaunch_budget=relaunch_budget,
         )
         self._pod: CreatedPod | None = None
+        self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
 
     # -- building: the provider's pod, this package's name, labels and annotations --------------
 
@@ -227,6 +230,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             execution_deadline=deadline,
             poll_interval=self.poll_interval,
             owned=self.on_kill_action.value != "keep_pod",
+            logging_interval=self.logging_interval if self.get_logs else None,
+            base_container_name=self.base_container_name,
         )
         kwargs = {"execution_deadline": deadline}
         self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=timeout)
@@ -244,6 +249,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         if not event:
             raise PodFailure("the pod watch ended without a verdict; the try is failed so Airflow retries it")
         pod_event = PodEvent.from_payload(event)
+        self._log_position = pod_event.log_position
         created = CreatedPod(
             pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={}
         )
