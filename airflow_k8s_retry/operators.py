@@ -29,6 +29,7 @@ from airflow_k8s_retry.hints import with_hint
 from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
 from airflow_k8s_retry.kpo_arguments import local_config_errors, refusals
 from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
+from airflow_k8s_retry.lost_try import delete_pods_left_by_failed_try
 from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
@@ -111,6 +112,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             relaunch_budget=relaunch_budget,
         )
         self._pod: CreatedPod | None = None
+        # Runs where the worker cannot: in the DAG processor after a heartbeat timeout (a dead worker).
+        callbacks: list[Any] = list(getattr(self, "on_failure_callback", None) or [])
+        self.on_failure_callback = [*callbacks, delete_pods_left_by_failed_try]
 
     # -- building: the provider's pod, this package's name, labels and annotations --------------
 

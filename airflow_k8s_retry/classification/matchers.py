@@ -170,7 +170,9 @@ def _gone_after(reason: Reason, doc: str, *seen: SignalKey, events: frozenset[st
         event = told[-1]
         detail = f"pod not found after event {join(event.reason, event.message)}"
         evidence = (_evidence(reason, None, detail, "event"),)
-        return Fact(Sighting.GONE_AFTER, keys.gone_after(reason), "the pod", f"{what} ({event.reason})", evidence)
+        return Fact(
+            Sighting.GONE_AFTER, keys.gone_after(reason), "the pod", f"{what} ({event.reason})", evidence
+        )
 
     match.__name__ = f"gone_after_{reason.name.lower()}"
     match.__doc__ = doc
