@@ -81,11 +81,14 @@ def diagnose(violation: Any, result: Any) -> str:
         if "ran up to" in notes and "a loaded machine" in notes:
             return "starved_run"
         return "stale_recheck_hang"
-    if kind == "wrong_end" and "exceeded quota" in notes:
+    if kind == "deleted_under_the_worker":
+        return "handover_deletes_live_pod"
+    if kind in ("wrong_end", "retries_skipped") and "exceeded quota" in notes + detail:
         return "quota_403_permanent"
     if (
         kind in ("wrong_verdict", "wrong_end")
         and "fate=disruption" in plan
+        and "fate=disruption_delete" not in plan
         and ("pod.deleted_externally" in detail or "pod.deleted_externally" in " ".join(result.verdicts))
     ):
         return "disruption_judged_as_deletion"
