@@ -13,7 +13,9 @@ DAG author's own ``on_failure_callback`` list. It deletes, by UID, every pod of 
 (any relaunch) that is not finished business kept on purpose: an unstamped pod (its worker never
 reached a verdict) and a pod stamped "not kept" (its delete did not get through). It keeps pods
 stamped as kept (``on_finish_action``), and everything when ``on_kill_action`` is ``keep_pod``.
-After a normal failure in the worker this costs one LIST and finds nothing to do.
+It also sweeps what earlier tries of the task left (a delete that never got through): the last
+try's failure is the last chance. After a normal failure in the worker this costs two LISTs and
+finds nothing to do.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
             "Could not look for pods left by try %s: %s", getattr(context["ti"], "try_number", "?"), exc
         )
         return
+    # The last try's failure is also the last chance for pods earlier tries left (failed deletes).
+    lifecycle.sweep_earlier_tries(client, identity, namespace, log=log.warning, sleep=type(task).retry_sleep)
     for pod in pods:
         meta = pod.get("metadata") or {}
         if not identity.owns_pod(pod) or meta.get("deletionTimestamp"):

@@ -331,7 +331,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         *,
         deadline: float | None = None,
     ) -> Any:
-        from airflow_k8s_retry.classification.model import Outcome
+        from airflow_k8s_retry.classification.model import Outcome, Reason
         from airflow_k8s_retry.kube import lifecycle
         from airflow_k8s_retry.kube.pods import failure_report
 
@@ -345,12 +345,17 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                 pod.name,
                 relaunch + 1,
             )
-            lifecycle.stamp(client, pod, verdict, kept=False, log=self.log.warning)
+            lifecycle.stamp(
+                client, pod, verdict, kept=False, log=self.log.warning, sleep=type(self).retry_sleep
+            )
             self._cleanup(client, pod, keep=False)
             return self._launch(
                 context, client, self.build_try_pod(context, relaunch + 1), relaunch + 1, deadline=deadline
             )
         keep = lifecycle.keeps(client, pod, self.on_finish_action.value, verdict)
+        if verdict.reason is Reason.EXECUTION_TIMEOUT and self.on_kill_action.value != "keep_pod":
+            keep = False  # as KPO: a timed-out task is killed, and on_kill_action decides; a kept
+            # pod would go on running beside the next try
         result = None
         published = verdict  # what reaches XCom, the stamp and the exception
         try:
@@ -386,8 +391,11 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self._callbacks("on_pod_teardown", context, pod=self._v1pod(pod))
         finally:
             # Whatever failed above (logs, XCom), the pod is finished business: stamp, then delete.
-            lifecycle.stamp(client, pod, published, kept=keep, log=self.log.warning)
-            self._cleanup(client, pod, keep=keep)
+            stamped = lifecycle.stamp(
+                client, pod, published, kept=keep, log=self.log.warning, sleep=type(self).retry_sleep
+            )
+            # Only a stamped pod is kept: unmarked, nothing could tell it from a leaked one.
+            self._cleanup(client, pod, keep=keep and stamped)
             self._callbacks("on_pod_cleanup", context, pod=self._v1pod(pod))
         if outcome is Outcome.SUCCEED:
             self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)

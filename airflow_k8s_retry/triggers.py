@@ -59,6 +59,8 @@ _KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "
 _RELAUNCH_HOLD_PADDING = 30.0
 
 #: ``on_kill`` work that outlived the cancelled ``on_kill`` call; referenced here until it is done.
+#: Pauses between on_kill's attempts to read and delete the pod of a killed task (seconds).
+_KILL_BACKOFF = (0.5, 1.0, 2.0, 4.0)
 _KILL_WORK: set[asyncio.Future[None]] = set()
 
 TaskStateLookup = Callable[[TryIdentity], Awaitable[str | None]]
@@ -306,7 +308,11 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         metrics.time_trigger_verdict(verdict, self.clock.now(), self._policy, self.identity, self.namespace)
         self.log.info(
             "Pod %s/%s: %s (%s) %s",
-            self.namespace, self.pod_name, verdict.outcome.value, verdict.reason.value, verdict.message,
+            self.namespace,
+            self.pod_name,
+            verdict.outcome.value,
+            verdict.reason.value,
+            verdict.message,
         )
         event = PodEvent(
             namespace=self.namespace,
@@ -366,7 +372,11 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 if index < len(changes) - 1 and not gone:
                     # Earlier states still count as evidence (a decaying pull message, a first-seen time).
                     history = classify(
-                        pod, sub.events, history, now=clock.now(), policy=self._policy,
+                        pod,
+                        sub.events,
+                        history,
+                        now=clock.now(),
+                        policy=self._policy,
                         relaunches=self.relaunches,
                     ).history
             if changes or sub.events_changed:
@@ -374,15 +384,23 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
 
             if observed:
                 now = clock.now()
-                verdict = classify(
-                    pod, sub.events, history, now=now, policy=self._policy, relaunches=self.relaunches
-                ) if pod is not None else None
+                verdict = (
+                    classify(
+                        pod, sub.events, history, now=now, policy=self._policy, relaunches=self.relaunches
+                    )
+                    if pod is not None
+                    else None
+                )
                 if gone and (verdict is None or not verdict.outcome.is_final):
                     # Gone: its last state decides if it was final (a preemption, a finished run);
                     # otherwise the pod was taken away under a running task.
                     verdict = classify(
-                        None, sub.events, verdict.history if verdict else history, now=now,
-                        policy=self._policy, relaunches=self.relaunches,
+                        None,
+                        sub.events,
+                        verdict.history if verdict else history,
+                        now=now,
+                        policy=self._policy,
+                        relaunches=self.relaunches,
                     )
                 assert verdict is not None
                 history = verdict.history
@@ -463,13 +481,20 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if stamp is not None:
             return stamp, None
         again = classify(
-            fresh, sub.events, verdict.history, now=self.clock.now(), policy=self._policy,
+            fresh,
+            sub.events,
+            verdict.history,
+            now=self.clock.now(),
+            policy=self._policy,
             relaunches=self.relaunches,
         )
         if again.outcome is Outcome.WAIT or self._relaunch_hold(again, fresh, self.clock.now()) is not None:
             self.log.info(
                 "Pod %s: %s withdrawn, the pod is %s now (%s)",
-                self.pod_name, verdict.reason.value, again.reason.value, again.message,
+                self.pod_name,
+                verdict.reason.value,
+                again.reason.value,
+                again.message,
             )
             # Follow the pod again even if the feed called it gone (it may not list it any more).
             sub.revive(fresh)
@@ -492,7 +517,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             self._relaunch_seen = now
             self.log.info(
                 "Pod %s: %s; waiting for its containers to stop before the relaunch (at most %.0f s)",
-                self.pod_name, verdict.reason.value, _termination_grace(pod) + _RELAUNCH_HOLD_PADDING,
+                self.pod_name,
+                verdict.reason.value,
+                _termination_grace(pod) + _RELAUNCH_HOLD_PADDING,
             )
         until = self._relaunch_seen + _termination_grace(pod) + _RELAUNCH_HOLD_PADDING
         return until if now < until else None
@@ -579,7 +606,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         except Exception as exc:
             self.log.warning(
                 "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
-                self.pod_name, type(exc).__name__, exc,
+                self.pod_name,
+                type(exc).__name__,
+                exc,
             )
             return
         else:
@@ -595,7 +624,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             self.log.info(
                 "Pod %s kept: the task instance is %s (another triggerer fired and the worker owns "
                 "the pod now), not killed",
-                self.pod_name, state,
+                self.pod_name,
+                state,
             )
             return
         config = self._config
@@ -603,28 +633,39 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             from airflow_k8s_retry.connection import aresolve_cluster_config
 
             config = await aresolve_cluster_config(self.kubernetes_conn_id)
-        try:
-            async with WatchHub.current().client(config) as kube:
-                try:
-                    pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
-                except NotFound:
-                    pod = None
-                if pod is None or _uid_of(pod) != self.pod_uid:
-                    self.log.info("%s: pod %s was already gone", why, self.pod_name)
-                    return
-                if stamped_verdict(pod) is not None:
-                    # Finished business: the worker acted on a verdict and kept (or is deleting) it.
-                    self.log.info("%s: pod %s carries a verdict; left to the worker", why, self.pod_name)
-                    return
-                deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
-        except Forbidden as exc:
-            self.log.error(
-                "Pod %s kept: %s", self.pod_name, rbac_message(exc, "delete", "pods", self.namespace)
-            )
-            return
-        except KubeError as exc:
-            self.log.warning("Pod %s: delete after kill failed: %s", self.pod_name, exc)
-            return
+        # Nothing else deletes a killed task's pod: API errors (a flapping authorizer's 403 too)
+        # are retried with backoff, well inside Airflow's 30 s for on_kill.
+        for attempt, pause in enumerate((*_KILL_BACKOFF, None)):
+            try:
+                await self._delete_unless_finished(config, why)
+                return
+            except KubeError as exc:
+                if pause is not None:
+                    self.log.info("Pod %s: delete after kill failed (%s); retrying", self.pod_name, exc)
+                    await self.clock.sleep_until(self.clock.now() + pause)
+                elif isinstance(exc, Forbidden):
+                    self.log.error(
+                        "Pod %s kept: %s", self.pod_name, rbac_message(exc, "delete", "pods", self.namespace)
+                    )
+                else:
+                    self.log.warning(
+                        "Pod %s: delete after kill failed %d times: %s", self.pod_name, attempt + 1, exc
+                    )
+
+    async def _delete_unless_finished(self, config: Any, why: str) -> None:
+        async with WatchHub.current().client(config) as kube:
+            try:
+                pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
+            except NotFound:
+                pod = None
+            if pod is None or _uid_of(pod) != self.pod_uid:
+                self.log.info("%s: pod %s was already gone", why, self.pod_name)
+                return
+            if stamped_verdict(pod) is not None:
+                # Finished business: the worker acted on a verdict and kept (or is deleting) it.
+                self.log.info("%s: pod %s carries a verdict; left to the worker", why, self.pod_name)
+                return
+            deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
         self.log.info("%s: pod %s %s", why, self.pod_name, "deleted" if deleted else "was already gone")
 
 

@@ -190,9 +190,11 @@ gone_after_disruption = _gone_after(
 gone_after_node_lost = _gone_after(
     Reason.NODE_LOST,
     "the pod no longer exists, and an earlier observation saw its node lost "
-    "(`node_lost`, `container_status_unknown`, `phase_unknown`)",
+    "(`node_lost`, `container_status_unknown`, `phase_unknown`) or its Events say its node was "
+    "not ready (`NodeNotReady`, the node controller)",
     keys.NODE_LOST,
     keys.NODE_LOST_UNKNOWN_PHASE,
+    events=frozenset({"NodeNotReady"}),
 )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
-from airflow_k8s_retry.kube.errors import Conflict, KubeError, NotFound, TransportError
+from airflow_k8s_retry.kube.errors import BadRequest, Conflict, Invalid, KubeError, NotFound, TransportError
 from airflow_k8s_retry.kube.naming import (
     MANAGED_SELECTOR,
     VERDICT_ANNOTATION,
@@ -72,13 +72,27 @@ def read_stamp(pod: Mapping[str, Any] | None) -> Stamp | None:
         return None
 
 
-def stamp(client: PodClient, pod: CreatedPod, verdict: Verdict, *, kept: bool, log: Log) -> bool:
-    """Stamp the verdict; an API error is logged (the cleanup goes on regardless)."""
-    try:
-        return client.stamp_verdict(pod.namespace, pod.name, pod.uid, encode_stamp(verdict, kept=kept))
-    except KubeError as exc:
-        log("Could not stamp the verdict on pod %s: %s", pod.name, exc)
-        return False
+def stamp(
+    client: PodClient,
+    pod: CreatedPod,
+    verdict: Verdict,
+    *,
+    kept: bool,
+    log: Log,
+    sleep: Callable[[float], None] = time.sleep,
+    backoff: tuple[float, ...] = DELETE_BACKOFF,
+) -> bool:
+    """Stamp the verdict, retrying transient errors with backoff; a last error is logged and
+    False returned (the cleanup goes on regardless; a pod meant to be kept is then deleted)."""
+    for attempt in range(len(backoff) + 1):
+        try:
+            return client.stamp_verdict(pod.namespace, pod.name, pod.uid, encode_stamp(verdict, kept=kept))
+        except KubeError as exc:
+            if not (exc.transient or isinstance(exc, TransportError)) or attempt == len(backoff):
+                log("Could not stamp the verdict on pod %s: %s", pod.name, exc)
+                return False
+            sleep(backoff[attempt])
+    return False  # pragma: no cover
 
 
 def withhold_termination_messages(verdict: Verdict, pod: Mapping[str, Any] | None) -> Verdict:
@@ -124,17 +138,20 @@ def delete(
     sleep: Callable[[float], None] = time.sleep,
     backoff: tuple[float, ...] = DELETE_BACKOFF,
 ) -> bool:
-    """Delete the pod with this UID, retrying transient errors with backoff.
+    """Delete the pod with this UID, retrying API errors with backoff.
 
     True when this call deleted it, False when it was already gone or replaced. A delete is
     idempotent (the UID is a precondition), so retrying is safe. Raises the last
-    :class:`KubeError` when every attempt failed or the error is not transient (403).
+    :class:`KubeError` when every attempt failed or the API found the request malformed (400, 422).
     """
     for attempt in range(len(backoff) + 1):
         try:
             return client.delete(namespace, name, uid, grace_period_seconds=grace_period_seconds)
         except KubeError as exc:
-            if not exc.transient or attempt == len(backoff):
+            # Only a request the API found malformed fails the same way again. A 403 may be an
+            # authorizer that failed for a moment (a webhook's timeout denies): a pod left running
+            # costs far more than the few seconds a real denial costs here.
+            if isinstance(exc, (BadRequest, Invalid)) or attempt == len(backoff):
                 raise
             sleep(backoff[attempt])
     raise AssertionError("unreachable")  # pragma: no cover

@@ -290,14 +290,20 @@ def _warm_up() -> None:
 def _pace(clock: Any, scale: float) -> Any:
     """Run the trigger on the simulated clock, and the watch hub's real-time knobs at the same pace.
 
-    These are the package's documented injection points (``PodStateTrigger.clock`` and the
-    ``WatchHub`` class settings); knobs a newer version no longer has are left alone.
+    These are the package's documented injection points (``PodStateTrigger.clock``,
+    ``RetryingPodOperator.retry_sleep`` and the ``WatchHub`` class settings); knobs a newer version
+    no longer has are left alone.
     """
     from airflow_k8s_retry.kube.hub import WatchHub
     from airflow_k8s_retry.triggers import PodStateTrigger
 
+    from airflow_k8s_retry.operators import RetryingPodOperator
+
     saved_clock = PodStateTrigger.__dict__.get("clock")
     PodStateTrigger.clock = clock
+    # The worker's backoff between API retries: a second is a simulated second, as the cluster's.
+    saved_sleep = RetryingPodOperator.__dict__["retry_sleep"]
+    RetryingPodOperator.retry_sleep = staticmethod(lambda seconds: time.sleep(seconds * scale))
     knobs = {"backoff_base": 0.5, "backoff_cap": 30.0, "confirm_delay": 2.0}
     saved = {k: WatchHub.__dict__[k] for k in knobs if k in WatchHub.__dict__}
     for knob in saved:
@@ -306,6 +312,7 @@ def _pace(clock: Any, scale: float) -> Any:
         yield
     finally:
         PodStateTrigger.clock = saved_clock
+        RetryingPodOperator.retry_sleep = saved_sleep
         for knob, value in saved.items():
             setattr(WatchHub, knob, value)
 

@@ -138,6 +138,16 @@ def test_a_pod_first_seen_gone_is_relaunched_when_its_events_say_the_cluster_too
     assert classify(None, [event], now=T0, relaunches=3).outcome is Outcome.RETRY
 
 
+def test_a_pod_first_seen_gone_after_its_node_was_not_ready_is_relaunched() -> None:
+    event = _event("NodeNotReady", "Node is not ready", "node-controller")
+    gone = classify(None, [event], now=T0)
+    assert (gone.outcome, gone.reason, gone.rule) == (
+        Outcome.RELAUNCH,
+        Reason.NODE_LOST,
+        "gone_after_node_lost",
+    )
+
+
 def test_a_pod_first_seen_gone_with_ordinary_events_is_an_external_deletion() -> None:
     killing = _event("Killing", "Stopping container base", "kubelet")
     assert classify(None, [killing], now=T0).rule == "pod_gone"

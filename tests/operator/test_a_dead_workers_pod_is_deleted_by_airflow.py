@@ -61,9 +61,7 @@ def test_a_pod_kept_on_purpose_survives_the_failure_callback(make_cluster, conte
     op = operator(retries=0, on_finish_action="keep_pod")
     trigger = defer(op, context)
     with pytest.raises(PodFailure):
-        op.execute_complete(
-            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
-        )
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
     stamp = read_stamp(cluster.pod(trigger.pod_name))
     assert stamp is not None and stamp.kept
 
