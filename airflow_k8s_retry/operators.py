@@ -331,7 +331,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         *,
         deadline: float | None = None,
     ) -> Any:
-        from airflow_k8s_retry.classification.model import Outcome, Reason
+        from airflow_k8s_retry.classification.model import Outcome
         from airflow_k8s_retry.kube import lifecycle
         from airflow_k8s_retry.kube.pods import failure_report
 
@@ -352,10 +352,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             return self._launch(
                 context, client, self.build_try_pod(context, relaunch + 1), relaunch + 1, deadline=deadline
             )
-        keep = lifecycle.keeps(client, pod, self.on_finish_action.value, verdict)
-        if verdict.reason is Reason.EXECUTION_TIMEOUT and self.on_kill_action.value != "keep_pod":
-            keep = False  # as KPO: a timed-out task is killed, and on_kill_action decides; a kept
-            # pod would go on running beside the next try
+        keep = self._keeps(client, pod, verdict)
         result = None
         published = verdict  # what reaches XCom, the stamp and the exception
         try:
@@ -391,11 +388,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self._callbacks("on_pod_teardown", context, pod=self._v1pod(pod))
         finally:
             # Whatever failed above (logs, XCom), the pod is finished business: stamp, then delete.
-            stamped = lifecycle.stamp(
-                client, pod, published, kept=keep, log=self.log.warning, sleep=type(self).retry_sleep
-            )
-            # Only a stamped pod is kept: unmarked, nothing could tell it from a leaked one.
-            self._cleanup(client, pod, keep=keep and stamped)
+            self._settle(context, client, pod, published, keep=keep, relaunch=relaunch)
             self._callbacks("on_pod_cleanup", context, pod=self._v1pod(pod))
         if outcome is Outcome.SUCCEED:
             self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)
@@ -403,6 +396,38 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         raise exception_for(
             published, f"pod {pod.namespace}/{pod.name}: {published.reason.value}: {published.message}"
         )
+
+    def _keeps(self, client: PodClient, pod: CreatedPod, verdict: Verdict) -> bool:
+        from airflow_k8s_retry.classification.model import Reason
+        from airflow_k8s_retry.kube import lifecycle
+
+        if verdict.reason is Reason.EXECUTION_TIMEOUT and self.on_kill_action.value != "keep_pod":
+            return False  # as KPO: a timed-out task is killed and on_kill_action decides; a kept
+            # pod would go on running beside the next try
+        return lifecycle.keeps(client, pod, self.on_finish_action.value, verdict)
+
+    def _settle(
+        self,
+        context: Context,
+        client: PodClient,
+        pod: CreatedPod,
+        verdict: Verdict,
+        *,
+        keep: bool,
+        relaunch: int,
+    ) -> None:
+        """Finished business: stamp, then delete unless kept; also what earlier relaunches left."""
+        from airflow_k8s_retry.kube import lifecycle
+
+        sleep = type(self).retry_sleep
+        stamped = lifecycle.stamp(client, pod, verdict, kept=keep, log=self.log.warning, sleep=sleep)
+        # Only a stamped pod is kept: unmarked, nothing could tell it from a leaked one.
+        self._cleanup(client, pod, keep=keep and stamped)
+        if relaunch:
+            identity = self._identity(context)
+            lifecycle.delete_earlier_relaunches(
+                client, identity, pod.namespace, relaunch, log=self.log.warning, sleep=sleep
+            )
 
     def _write_logs_of(self, pod: CreatedPod) -> None:
         """The whole log of ``container_logs`` (the base container by default), through the

@@ -633,8 +633,11 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             from airflow_k8s_retry.connection import aresolve_cluster_config
 
             config = await aresolve_cluster_config(self.kubernetes_conn_id)
-        # Nothing else deletes a killed task's pod: API errors (a flapping authorizer's 403 too)
-        # are retried with backoff, well inside Airflow's 30 s for on_kill.
+        await self._delete_with_retries(config, why)
+
+    async def _delete_with_retries(self, config: Any, why: str) -> None:
+        """Nothing else deletes a killed task's pod: API errors (a flapping authorizer's 403 too)
+        are retried with backoff, well inside Airflow's 30 s for ``on_kill``."""
         for attempt, pause in enumerate((*_KILL_BACKOFF, None)):
             try:
                 await self._delete_unless_finished(config, why)

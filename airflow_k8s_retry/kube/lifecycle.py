@@ -22,6 +22,7 @@ from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
 from airflow_k8s_retry.kube.errors import BadRequest, Conflict, Invalid, KubeError, NotFound, TransportError
 from airflow_k8s_retry.kube.naming import (
     MANAGED_SELECTOR,
+    RELAUNCH_LABEL,
     VERDICT_ANNOTATION,
     TryIdentity,
 )
@@ -195,7 +196,9 @@ def sweep_earlier_tries(
         if found is not None and found.kept:
             continue
         try:
-            if delete(client, namespace, meta["name"], meta["uid"], sleep=sleep):
+            # No grace: the try it belongs to is over, and a container slow to stop after SIGTERM
+            # would still run when this try's pod starts.
+            if delete(client, namespace, meta["name"], meta["uid"], grace_period_seconds=0, sleep=sleep):
                 deleted.append(str(meta["name"]))
                 log(
                     "Deleted pod %s/%s left by try %s of this task (it ended without its cleanup)",
@@ -226,6 +229,44 @@ def delete_try_pods(
                 log("Deleted pod %s/%s after the deferral ended", namespace, meta["name"])
     except KubeError as exc:
         log("Could not clean up the pods of try %d: %s", identity.try_number, exc)
+
+
+def delete_earlier_relaunches(
+    client: PodClient,
+    identity: TryIdentity,
+    namespace: str,
+    relaunch: int,
+    *,
+    log: Log,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Delete pods of this try's earlier relaunches that are still there (their delete failed
+    when the relaunch started): nothing else would once the try succeeds."""
+    labels = identity.labels()
+    keys = ("dag_id", "task_id", "run_id", "try_number")
+    try:
+        pods = client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys if k in labels))
+    except KubeError as exc:
+        log("Could not look for pods of earlier relaunches: %s", exc)
+        return
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        number = str((meta.get("labels") or {}).get(RELAUNCH_LABEL, "0"))
+        found = read_stamp(pod)
+        if not number.isdigit() or int(number) >= relaunch or meta.get("deletionTimestamp"):
+            continue
+        if not identity.owns_pod(pod) or (found is not None and found.kept):
+            continue
+        try:
+            if delete(client, namespace, meta["name"], meta["uid"], grace_period_seconds=0, sleep=sleep):
+                log(
+                    "Deleted pod %s/%s of relaunch %s, left when the relaunch began",
+                    namespace,
+                    meta["name"],
+                    number,
+                )
+        except KubeError as exc:
+            log("Pod %s of relaunch %s left behind: delete failed: %s", meta["name"], number, exc)
 
 
 # -- finishing ---------------------------------------------------------------------------------
@@ -340,7 +381,8 @@ def create_error_outcome(exc: KubeError) -> tuple[Outcome, Reason]:
         return Outcome.RETRY, Reason.API_UNAVAILABLE
     if isinstance(exc, NotFound) or exc.status in (400, 404, 422):
         return Outcome.FAIL, Reason.API_REJECTED
-    return Outcome.FAIL, Reason.API_REJECTED
+    # Any other answer (a 410 from a proxy, a 408) says nothing permanent: Airflow's retry decides.
+    return Outcome.RETRY, Reason.API_UNAVAILABLE
 
 
 def create_error_verdict(exc: KubeError, namespace: str, name: str) -> Verdict:
