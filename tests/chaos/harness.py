@@ -295,9 +295,8 @@ def _pace(clock: Any, scale: float) -> Any:
     no longer has are left alone.
     """
     from airflow_k8s_retry.kube.hub import WatchHub
-    from airflow_k8s_retry.triggers import PodStateTrigger
-
     from airflow_k8s_retry.operators import RetryingPodOperator
+    from airflow_k8s_retry.triggers import PodStateTrigger
 
     saved_clock = PodStateTrigger.__dict__.get("clock")
     PodStateTrigger.clock = clock
