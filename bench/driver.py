@@ -14,6 +14,8 @@ here, so a run can be re-analysed from its files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import datetime
 import json
 import logging
@@ -279,17 +281,23 @@ async def measure_baseline(
 
 
 async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> None:
+    with contextlib.ExitStack() as stack:
+        if spec["side"] == "ours" and spec.get("watch_timeout"):
+            from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
+
+            low, high = spec["watch_timeout"]
+            settings = dataclasses.replace(HubSettings.from_env(), watch_timeout=(int(low), int(high)))
+            stack.enter_context(use_settings(settings))
+        await _drive(spec, out)
+
+
+async def _drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> None:
     side = spec["side"]
     mode = spec["mode"]
     result: dict[str, Any] = {"side": side, "mode": mode, "pid": os.getpid(), "errors": []}
     started_import = time.perf_counter()
     if side == "ours":
         import airflow_k8s_retry.triggers  # noqa: F401
-        from airflow_k8s_retry.kube.hub import WatchHub
-
-        if spec.get("watch_timeout"):
-            low, high = spec["watch_timeout"]
-            WatchHub.watch_timeout = (int(low), int(high))
     else:
         import airflow.providers.cncf.kubernetes.triggers.pod  # noqa: F401
     # A triggerer is a long-lived process: its imports are warm and its connection lookup code has

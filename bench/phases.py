@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_k8s_retry.kube.hub import WatchHub
+from airflow_k8s_retry.kube.watch_settings import HubSettings
 from bench.driver import SETUP_AGENT
 from bench.harness import start_driver
 from bench.simulator import SimulatorProcess
@@ -58,7 +58,7 @@ SIGNALS = {
 KPO_POLL_INTERVAL = 2.0
 KPO_STARTUP_CHECK_INTERVAL = 5.0
 #: PodStateTrigger's server-side watch timeout range, as the package ships it.
-HUB_WATCH_TIMEOUT = WatchHub.watch_timeout
+HUB_WATCH_TIMEOUT = HubSettings().watch_timeout
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:
