@@ -27,6 +27,7 @@ from airflow_k8s_retry.exceptions import PodFailure, exception_for
 from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
 from airflow_k8s_retry.kpo_arguments import local_config_errors, refusals
 from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.lost_try import delete_pods_left_by_failed_try
 from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
@@ -112,6 +113,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         )
         self._pod: CreatedPod | None = None
         self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
+        # Runs where the worker cannot: in the DAG processor after a heartbeat timeout (a dead worker).
+        callbacks: list[Any] = list(getattr(self, "on_failure_callback", None) or [])
+        self.on_failure_callback = [*callbacks, delete_pods_left_by_failed_try]
 
     # -- building: the provider's pod, this package's name, labels and annotations --------------
 
@@ -271,7 +275,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         *,
         deadline: float | None = None,
     ) -> Any:
-        from airflow_k8s_retry.classification.model import Outcome
+        from airflow_k8s_retry.classification.model import Outcome, Reason
         from airflow_k8s_retry.kube import lifecycle
 
         count_task_verdict(verdict, context, pod.namespace)
@@ -287,6 +291,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             fresh = self.build_try_pod(context, relaunch + 1)
             return self._launch(context, client, fresh, relaunch + 1, deadline=deadline)
         keep = lifecycle.keeps(client, pod, self.on_finish_action.value, verdict)
+        if verdict.reason is Reason.EXECUTION_TIMEOUT and self.on_kill_action.value != "keep_pod":
+            keep = False  # as KPO: a timed-out task is killed and on_kill_action decides; a kept
+            # pod would go on running beside the next try
         result, published = None, verdict  # what reaches XCom, the stamp and the exception
         v1pod = endings.as_v1pod(pod)
         try:
@@ -297,8 +304,18 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             endings.run_callbacks(self, "on_pod_completion", context, pod=v1pod)
             endings.run_callbacks(self, "on_pod_teardown", context, pod=v1pod)
         finally:
-            # Whatever failed above (logs, XCom), the pod is finished business: delete or keep it.
+            # Whatever failed above (logs, XCom), the pod is finished business: delete or keep it,
+            # and whatever earlier relaunches of the try left.
             self._end(client, pod, published, keep=keep)
+            if relaunch:
+                lifecycle.delete_earlier_relaunches(
+                    client,
+                    try_pod.identity_of(context),
+                    pod.namespace,
+                    relaunch,
+                    log=self.log.warning,
+                    sleep=type(self).retry_sleep,
+                )
             endings.run_callbacks(self, "on_pod_cleanup", context, pod=v1pod)
         if verdict.outcome is Outcome.SUCCEED:
             self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)

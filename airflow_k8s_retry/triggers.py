@@ -65,6 +65,8 @@ _STATE_LOOKUP_TIMEOUT = 10.0
 #: someone else now, and the next try's sweep removes anything left over.
 _KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
 
+#: Pauses between on_kill's attempts to read and delete the pod of a killed task (seconds).
+_KILL_BACKOFF = (0.5, 1.0, 2.0, 4.0)
 #: ``on_kill`` work that outlived the cancelled ``on_kill`` call; referenced here until it is done.
 _KILL_WORK: set[asyncio.Future[None]] = set()
 
@@ -469,15 +471,25 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             from airflow_k8s_retry.connection import aresolve_cluster_config
 
             config = await aresolve_cluster_config(self.kubernetes_conn_id)
-        try:
-            async with WatchHub.current().client(config) as kube:
-                await self._delete_after_kill(kube, why)
-        except Forbidden as exc:
-            self.log.error(
-                "Pod %s kept: %s", self.pod_name, rbac_message(exc, "delete", "pods", self.namespace)
-            )
-        except KubeError as exc:
-            self.log.warning("Pod %s: delete after kill failed: %s", self.pod_name, exc)
+        # Nothing else deletes a killed task's pod: API errors (a flapping authorizer's 403 too)
+        # are retried with backoff, well inside Airflow's 30 s for on_kill.
+        for attempt, pause in enumerate((*_KILL_BACKOFF, None)):
+            try:
+                async with WatchHub.current().client(config) as kube:
+                    await self._delete_after_kill(kube, why)
+                return
+            except KubeError as exc:
+                if pause is not None:
+                    self.log.info("Pod %s: delete after kill failed (%s); retrying", self.pod_name, exc)
+                    await self.clock.sleep_until(self.clock.now() + pause)
+                elif isinstance(exc, Forbidden):
+                    self.log.error(
+                        "Pod %s kept: %s", self.pod_name, rbac_message(exc, "delete", "pods", self.namespace)
+                    )
+                else:
+                    self.log.warning(
+                        "Pod %s: delete after kill failed %d times: %s", self.pod_name, attempt + 1, exc
+                    )
 
     async def _killed_why(self, identity: TryIdentity) -> str | None:
         """Why the pod may be deleted (the task instance's state), or None: it is kept."""

@@ -149,15 +149,29 @@ def exit_detail(term: Termination) -> str:
 # --- gone or finished ----------------------------------------------------------------------------
 
 
-def _gone_after(reason: Reason, doc: str, *seen: SignalKey) -> Matcher:
-    """Match a vanished pod whose history shows the cluster was already taking it away."""
+def _gone_after(reason: Reason, doc: str, *seen: SignalKey, events: frozenset[str] = frozenset()) -> Matcher:
+    """Match a vanished pod whose history, or whose Events, show the cluster was taking it away.
+
+    The Events count because a pod can vanish before anyone observed it disrupted (a triggerer
+    hand-over, a watch that caught up late): the event outlives the pod.
+    """
 
     def match(obs: Observation) -> Fact | None:
-        if obs.exists or not any(obs.history.since(k) is not None for k in seen):
+        if obs.exists:
             return None
         what = "marked it for disruption" if reason is Reason.NODE_DISRUPTION else "lost its node"
-        evidence = (cite(reason, None, "pod not found after " + what, "api"),)
-        return Fact(Sighting.GONE_AFTER, keys.gone_after(reason), "the pod", what, evidence)
+        if any(obs.history.since(k) is not None for k in seen):
+            evidence = (cite(reason, None, "pod not found after " + what, "api"),)
+            return Fact(Sighting.GONE_AFTER, keys.gone_after(reason), "the pod", what, evidence)
+        told = obs.events_named(*events)
+        if not told:
+            return None
+        event = told[-1]
+        detail = f"pod not found after event {join(event.reason, event.message)}"
+        evidence = (cite(reason, None, detail, "event"),)
+        return Fact(
+            Sighting.GONE_AFTER, keys.gone_after(reason), "the pod", f"{what} ({event.reason})", evidence
+        )
 
     match.__name__ = f"gone_after_{reason.name.lower()}"
     match.__doc__ = doc
@@ -167,15 +181,19 @@ def _gone_after(reason: Reason, doc: str, *seen: SignalKey) -> Matcher:
 gone_after_disruption = _gone_after(
     Reason.NODE_DISRUPTION,
     "the pod no longer exists, and an earlier observation saw a disruption "
-    "(`disruption_target`, `node_rejected`, `admission_rejected`)",
+    "(`disruption_target`, `node_rejected`, `admission_rejected`) or its Events say it was "
+    "`Preempted` (the scheduler) or `Evicted` (the kubelet)",
     keys.NODE_DISRUPTION,
+    events=frozenset({"Preempted", "Evicted"}),
 )
 gone_after_node_lost = _gone_after(
     Reason.NODE_LOST,
     "the pod no longer exists, and an earlier observation saw its node lost "
-    "(`node_lost`, `container_status_unknown`, `phase_unknown`)",
+    "(`node_lost`, `container_status_unknown`, `phase_unknown`) or its Events say its node was "
+    "not ready (`NodeNotReady`, the node controller)",
     keys.NODE_LOST,
     keys.NODE_LOST_UNKNOWN_PHASE,
+    events=frozenset({"NodeNotReady"}),
 )
 
 

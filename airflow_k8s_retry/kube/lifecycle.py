@@ -21,9 +21,10 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
-from airflow_k8s_retry.kube.errors import Conflict, KubeError, NotFound, TransportError
+from airflow_k8s_retry.kube.errors import BadRequest, Conflict, Invalid, KubeError, NotFound, TransportError
 from airflow_k8s_retry.kube.naming import (
     MANAGED_SELECTOR,
+    RELAUNCH_LABEL,
     VERDICT_ANNOTATION,
     TryIdentity,
 )
@@ -74,13 +75,27 @@ def read_stamp(pod: Mapping[str, Any] | None) -> Stamp | None:
         return None
 
 
-def stamp(client: PodClient, pod: CreatedPod, verdict: Verdict, *, kept: bool, log: Log) -> bool:
-    """Stamp the verdict; an API error is logged (the cleanup goes on regardless)."""
-    try:
-        return client.stamp_verdict(pod.namespace, pod.name, pod.uid, encode_stamp(verdict, kept=kept))
-    except KubeError as exc:
-        log("Could not stamp the verdict on pod %s: %s", pod.name, exc)
-        return False
+def stamp(
+    client: PodClient,
+    pod: CreatedPod,
+    verdict: Verdict,
+    *,
+    kept: bool,
+    log: Log,
+    sleep: Callable[[float], None] = time.sleep,
+    backoff: tuple[float, ...] = DELETE_BACKOFF,
+) -> bool:
+    """Stamp the verdict, retrying transient errors with backoff; a last error is logged and
+    False returned (the cleanup goes on regardless; a pod meant to be kept is then deleted)."""
+    for attempt in range(len(backoff) + 1):
+        try:
+            return client.stamp_verdict(pod.namespace, pod.name, pod.uid, encode_stamp(verdict, kept=kept))
+        except KubeError as exc:
+            if not (exc.transient or isinstance(exc, TransportError)) or attempt == len(backoff):
+                log("Could not stamp the verdict on pod %s: %s", pod.name, exc)
+                return False
+            sleep(backoff[attempt])
+    return False  # pragma: no cover
 
 
 def withhold_termination_messages(verdict: Verdict, pod: Mapping[str, Any] | None) -> Verdict:
@@ -126,17 +141,20 @@ def delete(
     sleep: Callable[[float], None] = time.sleep,
     backoff: tuple[float, ...] = DELETE_BACKOFF,
 ) -> bool:
-    """Delete the pod with this UID, retrying transient errors with backoff.
+    """Delete the pod with this UID, retrying API errors with backoff.
 
     True when this call deleted it, False when it was already gone or replaced. A delete is
     idempotent (the UID is a precondition), so retrying is safe. Raises the last
-    :class:`KubeError` when every attempt failed or the error is not transient (403).
+    :class:`KubeError` when every attempt failed or the API found the request malformed (400, 422).
     """
     for attempt in range(len(backoff) + 1):
         try:
             return client.delete(namespace, name, uid, grace_period_seconds=grace_period_seconds)
         except KubeError as exc:
-            if not exc.transient or attempt == len(backoff):
+            # Only a request the API found malformed fails the same way again. A 403 may be an
+            # authorizer that failed for a moment (a webhook's timeout denies): a pod left running
+            # costs far more than the few seconds a real denial costs here.
+            if isinstance(exc, (BadRequest, Invalid)) or attempt == len(backoff):
                 raise
             sleep(backoff[attempt])
     raise AssertionError("unreachable")  # pragma: no cover
@@ -180,7 +198,9 @@ def sweep_earlier_tries(
         if found is not None and found.kept:
             continue
         try:
-            if delete(client, namespace, meta["name"], meta["uid"], sleep=sleep):
+            # No grace: the try it belongs to is over, and a container slow to stop after SIGTERM
+            # would still run when this try's pod starts.
+            if delete(client, namespace, meta["name"], meta["uid"], grace_period_seconds=0, sleep=sleep):
                 deleted.append(str(meta["name"]))
                 log(
                     "Deleted pod %s/%s left by try %s of this task (it ended without its cleanup)",
@@ -213,6 +233,44 @@ def delete_try_pods(
         log("Could not clean up the pods of try %d: %s", identity.try_number, exc)
 
 
+def delete_earlier_relaunches(
+    client: PodClient,
+    identity: TryIdentity,
+    namespace: str,
+    relaunch: int,
+    *,
+    log: Log,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Delete pods of this try's earlier relaunches that are still there (their delete failed
+    when the relaunch started): nothing else would once the try succeeds."""
+    labels = identity.labels()
+    keys = ("dag_id", "task_id", "run_id", "try_number")
+    try:
+        pods = client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys if k in labels))
+    except KubeError as exc:
+        log("Could not look for pods of earlier relaunches: %s", exc)
+        return
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        number = str((meta.get("labels") or {}).get(RELAUNCH_LABEL, "0"))
+        found = read_stamp(pod)
+        if not number.isdigit() or int(number) >= relaunch or meta.get("deletionTimestamp"):
+            continue
+        if not identity.owns_pod(pod) or (found is not None and found.kept):
+            continue
+        try:
+            if delete(client, namespace, meta["name"], meta["uid"], grace_period_seconds=0, sleep=sleep):
+                log(
+                    "Deleted pod %s/%s of relaunch %s, left when the relaunch began",
+                    namespace,
+                    meta["name"],
+                    number,
+                )
+        except KubeError as exc:
+            log("Pod %s of relaunch %s left behind: delete failed: %s", meta["name"], number, exc)
+
+
 # -- finishing ---------------------------------------------------------------------------------
 
 
@@ -237,14 +295,14 @@ def finish(
 ) -> Ending:
     """End a pod's business in the fewest requests; API errors are logged, never raised.
 
-    A kept pod is stamped, so anything that finds it later treats it as finished business. Any
-    other pod is deleted by UID (transient errors retried), and stamped only when the delete did
-    not get through: the next try's sweep deletes it, and nothing re-detects it meanwhile.
+    A kept pod is stamped, so anything that finds it later treats it as finished business; a pod
+    whose stamp does not get through is deleted instead. Any other pod is deleted by UID (transient
+    errors retried), and stamped only when the delete did not get through: the next try's sweep
+    deletes it, and nothing re-detects it meanwhile.
     """
-    if kept:
-        if verdict is not None:
-            stamp(client, pod, verdict, kept=True, log=log)
+    if kept and verdict is not None and stamp(client, pod, verdict, kept=True, log=log, sleep=sleep):
         return Ending.KEPT
+    # Only a stamped pod is kept: unmarked, nothing could tell it from a leaked one.
     try:
         deleted = delete(
             client, pod.namespace, pod.name, pod.uid, grace_period_seconds=grace_period_seconds, sleep=sleep
@@ -258,7 +316,7 @@ def finish(
             exc,
         )
         if verdict is not None:
-            stamp(client, pod, verdict, kept=False, log=log)
+            stamp(client, pod, verdict, kept=False, log=log, sleep=sleep)
         return Ending.LEFT
     return Ending.DELETED if deleted else Ending.GONE
 
@@ -394,7 +452,8 @@ def create_error_outcome(exc: KubeError) -> tuple[Outcome, Reason]:
         return Outcome.RETRY, Reason.API_UNAVAILABLE
     if isinstance(exc, NotFound) or exc.status in (400, 404, 422):
         return Outcome.FAIL, Reason.API_REJECTED
-    return Outcome.FAIL, Reason.API_REJECTED
+    # Any other answer (a 410 from a proxy, a 408) says nothing permanent: Airflow's retry decides.
+    return Outcome.RETRY, Reason.API_UNAVAILABLE
 
 
 def create_error_verdict(exc: KubeError, namespace: str, name: str) -> Verdict:

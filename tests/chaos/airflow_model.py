@@ -407,13 +407,19 @@ class Triggerer:
 
         self._submit(lambda: self._cancel_now(trigger_id, user_action))
 
-    def stall(self, seconds: float, trigger_id: int, thaw_delay: float = 0.0) -> None:
-        """Freeze this process for ``seconds`` (a lapsed heartbeat); once it thaws it finds the
-        trigger assigned elsewhere and cancels its copy (the user-action path: ``on_kill``)."""
+    def stall(
+        self, seconds: float, trigger_id: int, thaw_delay: float = 0.0, thaw: threading.Event | None = None
+    ) -> None:
+        """Freeze this process for ``seconds`` (a lapsed heartbeat), or until ``thaw`` is set; once
+        it thaws it finds the trigger assigned elsewhere and cancels its copy (the user-action
+        path: ``on_kill``)."""
         import time
 
         def freeze() -> None:
-            time.sleep(seconds)
+            if thaw is None:
+                time.sleep(seconds)
+            else:
+                thaw.wait(seconds)
             self._loop.call_later(thaw_delay, self._cancel_now, trigger_id, True)
 
         self._submit(freeze)

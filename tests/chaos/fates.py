@@ -157,13 +157,14 @@ def deadline(rng: random.Random, seed: int) -> Fate:
 
 def _disrupted(kind: str, reasons: set[str]) -> Any:
     def make(rng: random.Random, seed: int) -> Fate:
-        # The first pod of each try is disrupted while it runs; its relaunch (or the next try) succeeds.
+        # The first pod of each try is disrupted while it runs; its relaunch succeeds. A deletion
+        # is no disruption: it costs the try, and every try's first pod is deleted, so the task fails.
         return Fate(
             f"disruption_{kind}",
             {"run": {"duration_seconds": round(rng.uniform(60, 120))}},
             frozenset(reasons),
             disruption=(kind, round(rng.uniform(5, 40), 1)),
-            terminal="success",
+            terminal="failed" if kind == "delete" else "success",
             bound=900,
         )
 

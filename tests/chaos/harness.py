@@ -16,6 +16,7 @@ import json
 import os
 import queue
 import random
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -81,6 +82,9 @@ class Plan:
 
     def describe(self) -> str:
         parts = [f"fate={self.fate.kind}", f"retries={self.retries}", f"on_finish={self.on_finish_action}"]
+        stop = (self.fate.image.get("run") or {}).get("stop_seconds")
+        if stop is not None:
+            parts.append(f"stops_in={stop:g}s")
         if self.do_xcom_push:
             parts.append("xcom")
         parts += [f"fault[{f.describe()}]" for f in self.faults]
@@ -140,6 +144,12 @@ def draw_plan(seed: int) -> Plan:
     xcom_fault = None  # drawn last, so the draws above stay what they were before it existed
     if rng.random() < 0.08:
         xcom_fault = (rng.randint(1, retries + 1), rng.randint(1, 3))
+    if fate.disruption is not None:
+        # A container that takes its time to stop after SIGTERM (capped by the pod's 30 s grace):
+        # a replacement started before it stopped would run beside it (review #8). Its own
+        # generator, so every draw above stays what it was.
+        stop = round(random.Random(f"{seed}/stop").choice([0.5, 5.0, 10.0, 20.0, 29.0]), 1)
+        fate.image.setdefault("run", {})["stop_seconds"] = stop
     return Plan(
         xcom_fault=xcom_fault,
         seed=seed,
@@ -280,16 +290,21 @@ def _warm_up() -> None:
 def _pace(clock: Any, scale: float) -> Any:
     """Run the trigger on the simulated clock, and the watch hub's real-time knobs at the same pace.
 
-    These are the package's documented injection points (``PodStateTrigger.clock``, and the
-    ``HubSettings`` every watch hub made meanwhile takes: each triggerer's loop makes its own).
+    These are the package's documented injection points (``PodStateTrigger.clock``,
+    ``RetryingPodOperator.retry_sleep``, and the ``HubSettings`` every watch hub made meanwhile
+    takes: each triggerer's loop makes its own).
     """
     import dataclasses
 
     from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
+    from airflow_k8s_retry.operators import RetryingPodOperator
     from airflow_k8s_retry.triggers import PodStateTrigger
 
     saved_clock = PodStateTrigger.__dict__.get("clock")
     PodStateTrigger.clock = clock
+    # The worker's backoff between API retries: a second is a simulated second, as the cluster's.
+    saved_sleep = RetryingPodOperator.__dict__["retry_sleep"]
+    RetryingPodOperator.retry_sleep = staticmethod(lambda seconds: time.sleep(seconds * scale))
     shipped = HubSettings.from_env()
     paced = dataclasses.replace(
         shipped,
@@ -302,6 +317,7 @@ def _pace(clock: Any, scale: float) -> Any:
             yield
     finally:
         PodStateTrigger.clock = saved_clock
+        RetryingPodOperator.retry_sleep = saved_sleep
 
 
 # -- one run ---------------------------------------------------------------------------------------
@@ -327,12 +343,16 @@ class ChaosRun:
         self.deferred_uids: dict[str, int] = {}  # pod uid -> try that deferred on it
         self.interrupted_tries: set[int] = set()
         self.killed_by_user = False
+        self.tries_run = 0
+        self.try_ended: dict[int, float] = {}
+        self.last_error: str = ""  # how the last try that raised ended (type: message)
         self.hang = False
         self._trigger_ids = 0
         self._pending_faults = sorted(plan.faults, key=lambda f: f.after)
         self._disrupted: set[str] = set()
         self._disrupt_at: dict[str, float] = {}
         self._handed_over = False
+        self._thaw_on_verdict: list[threading.Event] = []
 
     # -- the task's pieces, as Airflow builds them ------------------------------------------------
 
@@ -419,12 +439,16 @@ class ChaosRun:
             while True:
                 try_number += 1
                 state = self.run_try(try_number, active)
+                self.tries_run = try_number
+                self.try_ended[try_number] = time.time()  # the audit log's clock
                 if state != "up_for_retry":
                     break
             if state not in TERMINAL:
                 self.notes.append(f"ended in {state}")
             self.settle()
         finally:
+            for thaw in self._thaw_on_verdict:
+                thaw.set()
             audit = [r for r in self.cluster.audit_records() if r.get("namespace") == self.namespace]
             pods = [p for p in self.cluster.all_pods() if p["metadata"].get("namespace") == self.namespace]
             self.cluster.clear_faults()
@@ -499,6 +523,11 @@ class ChaosRun:
                 # The scheduler finds the try without a heartbeat and fails it (retry if eligible).
                 state = state_after(RuntimeError("task instance heartbeat timeout"), ti, plan.retries)
                 self.env.states.set(ti, state)
+                if state == "failed":
+                    # ... and sends a TaskCallbackRequest: the DAG processor parses the DAG again and
+                    # runs the task's on_failure_callback, outside the dead worker.
+                    parsed = self.make_operator()
+                    self.failure_callbacks(parsed, context_for(ti, self.dag_run, parsed), "dag processor")
                 return state
             if outcome == "deferred":
                 deferral: Deferral = value
@@ -518,9 +547,24 @@ class ChaosRun:
             error = value if outcome == "raised" else None
             if error is not None:
                 self.notes.append(f"try {try_number}: {type(error).__name__}: {str(error)[:160]}")
+                self.last_error = f"{type(error).__name__}: {error}"
             state = state_after(error, ti, plan.retries)
             self.env.states.set(ti, state)
+            if state == "failed":  # the task runner's finalize, in the same worker
+                with w.running():
+                    self.failure_callbacks(op, context, "worker")
             return state
+
+    def failure_callbacks(self, op: Any, context: dict[str, Any], where: str) -> None:
+        """Run ``on_failure_callback`` as Airflow does: each one, an exception logged, not raised."""
+        for callback in op.on_failure_callback:
+            try:
+                callback(context)
+            except WorkerDied as died:
+                self.notes.append(f"worker died in on_failure_callback ({died})")
+                return
+            except Exception as exc:
+                self.notes.append(f"on_failure_callback in the {where} raised {type(exc).__name__}: {exc}")
 
     def call_worker(
         self, worker: Worker, op: Any, context: dict[str, Any], call: tuple[str, Any]
@@ -580,7 +624,14 @@ class ChaosRun:
                     holder.kill9()
                 else:  # stale: the holder stalls, the other adopts; the holder thaws later
                     stall = self.env.time_scale * random.Random(plan.seed + 1).uniform(30, 300)
-                    holder.stall(stall, tid)
+                    # Half of them thaw the moment the other's verdict is accepted: the stale copy is
+                    # cancelled (on_kill) while the worker acts on that verdict (review #5's window).
+                    if random.Random(f"{plan.seed}/thaw").random() < 0.5:
+                        thaw = threading.Event()
+                        self._thaw_on_verdict.append(thaw)
+                        holder.stall(max(stall, 2.0), tid, thaw=thaw)
+                    else:
+                        holder.stall(stall, tid)
                 other.run(tid, deferral.classpath, deferral.trigger_kwargs)
                 self.notes.append(f"trigger {tid}: {kind} of triggerer {holder.name}, now on {other.name}")
                 running_on = [other] if kind != "stale" else [holder, other]
@@ -626,6 +677,8 @@ class ChaosRun:
             for t in running_on:
                 if t.name != source and t.alive:
                     t.cancel(tid, user_action=True)
+            while self._thaw_on_verdict:
+                self._thaw_on_verdict.pop().set()
             if isinstance(payload, TriggerFailed):
                 return payload.resumed()
             verdict = payload.get("verdict") or {}
@@ -778,7 +831,12 @@ def check(
                 )
             )
 
-    # 4. Every task ends within its bound.
+    # 3b. Once a verdict fired, the pod is the worker's (review #5): no triggerer deletes it, not even
+    # a stale one cancelling its copy of the trigger after another triggerer fired.
+    found += _deleted_under_the_worker(run, audit, pods)
+
+    # 4. Every task ends within its bound, and spends its retries before it fails.
+    found += _retries_skipped(run, state, run.tries_run)
     if run.hang:
         found.append(Violation("hang", f"no verdict within {run.bound - run.started:.0f} sim s"))
     elif state not in TERMINAL:
@@ -811,6 +869,51 @@ def check(
         if plan.fate.terminal == "failed_now" and run_tries(run) > 1:
             found.append(Violation("wrong_end", "a permanent failure was retried"))
     return found
+
+
+def _deleted_under_the_worker(
+    run: ChaosRun, audit: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> list[Violation]:
+    requests = [r for r in audit if r.get("kind") == "request"]
+    # Only workers create pods: any other client is a triggerer's.
+    agents = {r.get("user_agent") for r in requests}
+    agents -= {r.get("user_agent") for r in requests if r.get("verb") == "create"}
+    name_of = {p["metadata"]["uid"]: p["metadata"]["name"] for p in pods}
+    fired = {name_of[uid]: (t, reason) for t, uid, _, reason in run.verdicts if uid in name_of}
+    found = []
+    for r in requests:
+        if (
+            r.get("verb") == "delete"
+            and r.get("resource") == "pods"
+            and r.get("status") == 200
+            and r.get("user_agent") in agents
+            and r.get("name") in fired
+            and r["t"] < run.try_ended.get(fired[r["name"]][0], float("inf"))
+        ):
+            try_number, reason = fired[r["name"]]
+            found.append(
+                Violation(
+                    "deleted_under_the_worker",
+                    f"a triggerer deleted pod {r['name']} after its verdict {reason} fired, while "
+                    f"try {try_number} was still acting on it in the worker",
+                )
+            )
+    return found
+
+
+def _retries_skipped(run: ChaosRun, state: str | None, tries: int) -> list[Violation]:
+    """Airflow owns retries (review #7): a failure that is not permanent costs one try, never the task."""
+    plan = run.plan
+    if state != "failed" or tries > plan.retries or run.killed_by_user or run.hang:
+        return []
+    if plan.fate.terminal == "failed_now" and any(r in run.last_error for r in plan.fate.reasons):
+        return []  # the fate's permanent cause
+    return [
+        Violation(
+            "retries_skipped",
+            f"failed after try {tries} of {plan.retries + 1}, retries left: {run.last_error[:200]}",
+        )
+    ]
 
 
 def run_tries(run: ChaosRun) -> int:

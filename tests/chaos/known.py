@@ -24,12 +24,13 @@ CAUSES: dict[str, tuple[str, str]] = {
     ),
     "create_to_defer_leak": (
         "#6",
-        "the pod outlives a failure between create and defer (lost create answer, crash, error)",
+        "the pod outlives a failure between create and defer (lost create answer, crash, error), or a "
+        "leak the rules above do not place",
     ),
     "deleted_run_keeps_pod": ("#4", "a deleted DAG run leaves its pod (on_kill keeps it)"),
     "on_kill_delete_failed": (
-        "#1's missing DELETE retry, in on_kill (review answers §1: on_kill DELETE, logged, leak)",
-        "on_kill could not delete the pod of a killed task (its DELETE hit a fault, no retry)",
+        "#1 in on_kill (review answers §1: on_kill DELETE, logged, leak)",
+        "on_kill could not delete the pod of a killed task (its read or delete failed past its retries)",
     ),
     "handover_deletes_live_pod": (
         "#5",
@@ -81,11 +82,14 @@ def diagnose(violation: Any, result: Any) -> str:
         if "ran up to" in notes and "a loaded machine" in notes:
             return "starved_run"
         return "stale_recheck_hang"
-    if kind == "wrong_end" and "exceeded quota" in notes:
+    if kind == "deleted_under_the_worker":
+        return "handover_deletes_live_pod"
+    if kind in ("wrong_end", "retries_skipped") and "exceeded quota" in notes + detail:
         return "quota_403_permanent"
     if (
         kind in ("wrong_verdict", "wrong_end")
         and "fate=disruption" in plan
+        and "fate=disruption_delete" not in plan
         and ("pod.deleted_externally" in detail or "pod.deleted_externally" in " ".join(result.verdicts))
     ):
         return "disruption_judged_as_deletion"

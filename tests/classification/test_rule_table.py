@@ -104,6 +104,55 @@ def test_a_pod_that_vanishes_after_a_disruption_is_relaunched_not_blamed_on_a_pe
     assert classify(None, history=seen.history, now=T0 + 1, relaunches=3).outcome is Outcome.RETRY
 
 
+def _event(reason: str, message: str, component: str) -> dict[str, object]:
+    return {
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "reason": reason,
+        "message": message,
+        "type": "Warning" if reason == "Evicted" else "Normal",
+        "count": 1,
+        "lastTimestamp": "2026-03-14T09:40:00Z",
+        "source": {"component": component},
+    }
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        _event("Preempted", "Preempted by pod 5b1e4d0a-1 on node worker-3", "default-scheduler"),
+        _event("Evicted", "The node was low on resource: memory. Threshold quantity: 100Mi.", "kubelet"),
+    ],
+    ids=["preempted", "evicted"],
+)
+def test_a_pod_first_seen_gone_is_relaunched_when_its_events_say_the_cluster_took_it(
+    event: dict[str, object],
+) -> None:
+    # Nobody observed the pod disrupted (it vanished during a triggerer hand-over): the Event did.
+    gone = classify(None, [event], now=T0)
+    assert (gone.outcome, gone.reason, gone.rule) == (
+        Outcome.RELAUNCH,
+        Reason.NODE_DISRUPTION,
+        "gone_after_disruption",
+    )
+    assert event["reason"] in gone.message
+    assert classify(None, [event], now=T0, relaunches=3).outcome is Outcome.RETRY
+
+
+def test_a_pod_first_seen_gone_after_its_node_was_not_ready_is_relaunched() -> None:
+    event = _event("NodeNotReady", "Node is not ready", "node-controller")
+    gone = classify(None, [event], now=T0)
+    assert (gone.outcome, gone.reason, gone.rule) == (
+        Outcome.RELAUNCH,
+        Reason.NODE_LOST,
+        "gone_after_node_lost",
+    )
+
+
+def test_a_pod_first_seen_gone_with_ordinary_events_is_an_external_deletion() -> None:
+    killing = _event("Killing", "Stopping container base", "kubelet")
+    assert classify(None, [killing], now=T0).rule == "pod_gone"
+
+
 def test_a_pod_that_vanishes_while_its_node_is_unknown_is_relaunched() -> None:
     lost = {"metadata": {"name": "p"}, "status": {"phase": "Unknown"}}
     waiting = classify(lost, now=T0)

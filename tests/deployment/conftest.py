@@ -43,6 +43,8 @@ SCENARIO: dict[str, Any] = {
 }
 #: A triggerer whose heartbeat is older than this loses its triggers to a live one.
 HEALTH_THRESHOLD = 6
+#: Seconds without a heartbeat after which the scheduler fails a running task instance.
+TI_HEARTBEAT_TIMEOUT = 45
 POLL = 0.5  # seconds between looks at the other processes' state
 
 T = TypeVar("T")
@@ -78,6 +80,9 @@ class Deployment:
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
                 "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
                 "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(HEALTH_THRESHOLD),
+                # A dead worker's try is failed (and its failure callbacks sent) this long after its
+                # last heartbeat; live workers heartbeat every few seconds.
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(TI_HEARTBEAT_TIMEOUT),
             },
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

@@ -6,7 +6,9 @@ triggers once its heartbeat is stale and resumes them from their kwargs. The wor
 runner process (``airflow worker -- <ti id>``), killed while its pod create is in flight: the
 simulator holds the create for a few seconds and then stores the pod, so the create lands after
 the process is gone, as when a worker dies right after sending it. Airflow fails that try, and the
-next try must find and delete the orphan before its own pod runs.
+next try must find and delete the orphan before its own pod runs. On the last try the whole worker
+dies (the task process and its supervisor): the scheduler fails the try once its heartbeat stops,
+and the DAG processor runs the task's failure callbacks, the operator's own one deleting the pod.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import signal
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.deployment.conftest import HEALTH_THRESHOLD, Deployment
+from tests.deployment.conftest import HEALTH_THRESHOLD, TI_HEARTBEAT_TIMEOUT, Deployment
 from tests.deployment.dags.deployment_chaos import CRASH_IMAGE, TASKS, THROTTLED_IMAGE
 
 pytestmark = pytest.mark.e2e
@@ -139,8 +142,19 @@ def _worker_pid(dep: Deployment, run_id: str, dag_id: str) -> int | None:
     return None
 
 
-def _kill_worker_mid_create(dep: Deployment, dag_id: str) -> str:
-    """Start ``dag_id`` and kill its worker while its pod create is in flight; returns the run id."""
+def _parent_of(pid: int) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    return None
+
+
+def _kill_worker_mid_create(dep: Deployment, dag_id: str, *, whole_worker: bool = False) -> str:
+    """Start ``dag_id`` and kill its worker while its pod create is in flight; returns the run id.
+
+    ``whole_worker`` kills the task process's supervisor too (the LocalExecutor worker that
+    heartbeats for it), as when the worker's node or container is lost: nothing reports the try.
+    """
     dep.cluster.set_image(CRASH_IMAGE, {"run": {"duration_seconds": 300, "log": "done"}})
     creates_before = dep.cluster.request_counts()[("create", "pods")]
     # The first pod create is held 6 s before it is stored: the worker dies while waiting for it.
@@ -152,8 +166,13 @@ def _kill_worker_mid_create(dep: Deployment, dag_id: str) -> str:
         60,
         "the worker's pod create to reach the API server",
     )
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    victims = [pid]
+    supervisor = _parent_of(pid) if whole_worker else None
+    if supervisor is not None and supervisor > 1:
+        victims.insert(0, supervisor)
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
     return run_id
 
 
@@ -175,25 +194,33 @@ def test_kill9_of_a_worker_between_create_and_defer(deployment: Deployment) -> N
     assert sorted(p["metadata"]["labels"]["try_number"] for p in pods) == ["1", "2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review #6: a pod created just before the worker dies on its last try is never deleted "
-    "(no later try sweeps it; only a cleanup outside the dead worker can)",
-)
 def test_kill9_of_a_worker_between_create_and_defer_on_the_last_try(deployment: Deployment) -> None:
+    """No later try sweeps the orphan and no trigger ever ran: Airflow's own path cleans up. The
+    scheduler fails the try once its heartbeat stops and sends a TaskCallbackRequest; the DAG
+    processor runs the task's ``on_failure_callback``, the operator's own one deletes the pod."""
     dep = deployment
     dag_id = f"{CRASH_DAG}_last_try"
-    run_id = _kill_worker_mid_create(dep, dag_id)
-    dep.wait(
-        lambda: dep.dag_run_state(dag_id, run_id) == "failed",
-        240,
-        "the DAG run to fail",
-        lambda: dep.task_states(dag_id, run_id),
-    )
-    assert dep.tries(dag_id, run_id, "crash") == [(1, "failed")]
-    dep.wait(lambda: dep.pods_of(dag_id), 30, "the held create to land")
-    # Nothing is left to delete the pod: no later try sweeps, no trigger ever ran.
-    dep.wait(
-        lambda: not dep.live_pods(dag_id), 60, "the orphaned pod to be deleted", lambda: dep.live_pods(dag_id)
-    )
+    dep.start("dag-processor", "dag-processor")  # only this test needs one: it runs the callbacks
+    try:
+        run_id = _kill_worker_mid_create(dep, dag_id, whole_worker=True)
+        dep.wait(
+            lambda: dep.dag_run_state(dag_id, run_id) == "failed",
+            TI_HEARTBEAT_TIMEOUT + 300,
+            "the scheduler to fail the try without a heartbeat",
+            lambda: dep.task_states(dag_id, run_id),
+        )
+        assert dep.tries(dag_id, run_id, "crash") == [(1, "failed")]
+        dep.wait(lambda: dep.pods_of(dag_id), 30, "the held create to land")
+        dep.wait(
+            lambda: not dep.live_pods(dag_id),
+            300,
+            "the DAG processor's failure callback to delete the orphaned pod",
+            lambda: [p["metadata"]["name"] for p in dep.live_pods(dag_id)],
+        )
+    finally:
+        dep.signal("dag-processor", signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            dep.procs["dag-processor"].wait(30)
     _assert_clean(dep, dag_id)
+    deletes = [r for r in dep.pod_requests("delete", dag_id) if r["status"] == 200]
+    assert len(deletes) == 1, deletes

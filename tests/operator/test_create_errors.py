@@ -119,6 +119,12 @@ CASES = [
         Reason.API_UNAVAILABLE,
     ),
     (
+        "an unexpected answer",
+        status(410, "Expired", "The provided continue parameter is too old"),
+        Outcome.RETRY,
+        Reason.API_UNAVAILABLE,
+    ),
+    (
         "no answer",
         urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset")),
         Outcome.RETRY,

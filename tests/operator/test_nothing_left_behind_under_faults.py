@@ -323,3 +323,55 @@ def test_get_logs_false_puts_no_log_tail_in_the_failure_report(make_cluster, con
     written = caplog.text + capsys.readouterr().out
     assert "container.exit_code" in written and "events:" in written
     assert "private-output-line" not in written
+
+
+def test_a_delete_refused_with_403_for_a_moment_is_retried(make_cluster, context, no_backoff_sleep):
+    # An authorizer that fails for a moment denies (a webhook's timeout): tried again, not left.
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator()
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
+        )
+    assert [r["status"] for r in requests(cluster, "delete")] == [403, 403, 200]
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_a_pod_kept_on_purpose_is_stamped_through_a_failing_patch(make_cluster, context):
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator(on_finish_action="keep_pod")
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    cluster.add_fault(verb="patch", resource="pods", status=500, times=2)
+    with pytest.raises(PodFailure):
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
+    stamp = read_stamp(cluster.pod(trigger.pod_name))
+    assert stamp is not None and stamp.kept
+    assert live(cluster) == [trigger.pod_name]
+
+
+def test_a_pod_whose_stamp_cannot_be_written_is_not_kept_unmarked(make_cluster, context):
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator(on_finish_action="keep_pod")
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    cluster.add_fault(verb="patch", resource="pods", status=500, times=10)
+    with pytest.raises(PodFailure):
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_a_timed_out_try_does_not_keep_its_running_pod(make_cluster, context):
+    # As KPO: a timed-out task is killed and on_kill_action decides; a kept pod would run on.
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator(on_finish_action="keep_pod")
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
+        )
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)

@@ -1,0 +1,71 @@
+"""The pods a failed try left behind because its worker could not clean up.
+
+A worker that dies between the pod create and the deferral (``kill -9``, a lost node, the OOM
+killer) takes its cleanup with it. With retries left, the next try's sweep deletes the orphan; on
+the last try no later try comes. Airflow itself then runs the task's ``on_failure_callback``
+outside the dead worker: the scheduler fails a task instance whose heartbeat stopped and sends a
+``TaskCallbackRequest`` that the DAG processor runs with the try's context (Airflow 3.3,
+``_purge_task_instances_without_heartbeats`` and ``dag_processing.processor._execute_task_callbacks``).
+The task runner runs the same callback in the worker after any final failure.
+
+:func:`delete_pods_left_by_failed_try` is that callback. ``RetryingPodOperator`` appends it to the
+DAG author's own ``on_failure_callback`` list. It deletes, by UID, every pod of exactly this try
+(any relaunch) that is not finished business kept on purpose: an unstamped pod (its worker never
+reached a verdict) and a pod stamped "not kept" (its delete did not get through). It keeps pods
+stamped as kept (``on_finish_action``), and everything when ``on_kill_action`` is ``keep_pod``.
+It also sweeps what earlier tries of the task left (a delete that never got through): the last
+try's failure is the last chance. After a normal failure in the worker this costs two LISTs and
+finds nothing to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def delete_pods_left_by_failed_try(context: Any) -> None:
+    """``on_failure_callback``: delete the pods of the failed try that nothing else will delete."""
+    from airflow_k8s_retry.kube import lifecycle
+    from airflow_k8s_retry.kube.errors import KubeError
+    from airflow_k8s_retry.operators import RetryingPodOperator
+
+    task = context.get("task") if hasattr(context, "get") else None
+    if not isinstance(task, RetryingPodOperator) or context.get("ti") is None:
+        return
+    if task.on_kill_action.value == "keep_pod":
+        return
+    log = task.log
+    try:
+        identity = task._identity(context)
+        namespace = task.build_try_pod(context)["metadata"]["namespace"]
+        client = task._client()
+        labels = identity.labels()
+        keys = ("dag_id", "task_id", "run_id", "try_number")
+        pods = client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys if k in labels))
+    except (KubeError, ValueError, RuntimeError) as exc:
+        log.warning(
+            "Could not look for pods left by try %s: %s", getattr(context["ti"], "try_number", "?"), exc
+        )
+        return
+    # The last try's failure is also the last chance for pods earlier tries left (failed deletes).
+    lifecycle.sweep_earlier_tries(client, identity, namespace, log=log.warning, sleep=type(task).retry_sleep)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not identity.owns_pod(pod) or meta.get("deletionTimestamp"):
+            continue
+        found = lifecycle.read_stamp(pod)
+        if found is not None and found.kept:
+            continue
+        try:
+            if lifecycle.delete(client, namespace, meta["name"], meta["uid"], sleep=type(task).retry_sleep):
+                log.warning(
+                    "Deleted pod %s/%s: try %d failed without deleting it (its worker died or its delete "
+                    "failed)",
+                    namespace,
+                    meta["name"],
+                    identity.try_number,
+                )
+        except KubeError as exc:
+            log.error(
+                "Pod %s/%s of a failed try left behind: delete failed: %s", namespace, meta["name"], exc
+            )
