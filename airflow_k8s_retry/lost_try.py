@@ -36,7 +36,9 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
         return
     log = task.log
     try:
-        identity = task._identity(context)
+        from airflow_k8s_retry import try_pod
+
+        identity = try_pod.identity_of(context)
         namespace = task.build_try_pod(context)["metadata"]["namespace"]
         client = task._client()
         labels = identity.labels()
