@@ -37,6 +37,8 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 CORE = COMPONENTS[:4]
 #: Process name prefix of the KWOK process that plays one node: ``kwok@NODE``.
 KWOK_PREFIX = "kwok@"
+#: Port name prefix of a node's kubelet endpoint (the harness's front of its KWOK process).
+KUBELET_PREFIX = "kubelet@"
 #: The process that plays what KWOK's Stages cannot: the scenario's disruptions, registry outages
 #: that end (``for_seconds``) and the containers' logs (``run.log``); see :mod:`.harness`.
 HARNESS = "harness"
@@ -256,7 +258,7 @@ class ControlPlane:
             # Before KWOK starts: it watches Logs objects from the start.
             objects.create_logs_definition()
             self._wait("kube-apiserver", deadline, objects.logs_definition_established)
-            nodes = self._launch_nodes(pki)
+            nodes = self._launch_nodes()
             for name in ("kube-controller-manager", "kube-scheduler"):
                 self._wait(name, deadline, functools.partial(self._https_ok, name, "/healthz"))
             objects.create_nodes(KWOK_NODE_ANNOTATION, nodes)
@@ -269,14 +271,15 @@ class ControlPlane:
         self._launch(HARNESS, ["-m", module, "harness", "--dir", str(self.directory)])
         self._wait(HARNESS, deadline, (self.directory / "harness.ready").exists)
 
-    def _launch_nodes(self, pki: pki_module.Pki) -> list[NodeSpec]:
+    def _launch_nodes(self) -> list[NodeSpec]:
         config = self.directory / "kwok.yaml"
         config.write_text(kwok_config(self.scenario))
         given = () if self.scenario.nodes == DEFAULT_NODES else self.scenario.nodes
         nodes = list(given) or [NodeSpec(name=f"kwok-node-{i + 1}") for i in range(self.nodes)]
         for node in nodes:
             self.ports[f"{KWOK_PREFIX}{node.name}"] = free_port()
-            self._launch(f"{KWOK_PREFIX}{node.name}", self._kwok_args(node.name, config, pki))
+            self.ports[f"{KUBELET_PREFIX}{node.name}"] = free_port()
+            self._launch(f"{KWOK_PREFIX}{node.name}", self._kwok_args(node.name, config))
         self._write_state()
         return nodes
 
@@ -356,22 +359,19 @@ class ControlPlane:
     def _scheduler_args(self, pki: pki_module.Pki) -> list[str]:
         return self._component_common("kube-scheduler", pki)
 
-    def _kwok_args(self, node: str, config: Path, pki: pki_module.Pki) -> list[str]:
+    def _kwok_args(self, node: str, config: Path) -> list[str]:
         # One KWOK process per node, as one kubelet per node: stopping it stops that node's
-        # heartbeats (its Lease) and nothing else. Its server is that node's kubelet endpoint on
-        # loopback (the node's status names the port), serving container logs from the Logs
-        # objects the harness writes. Exec, attach and port-forward stay without any target: KWOK
-        # can only exec on this machine, which a test must never do.
-        port = self.ports[KWOK_PREFIX + node]
+        # heartbeats (its Lease) and nothing else. The node's status advertises the port of the
+        # harness's kubelet front (see .kubeletfront), which passes only container-log requests
+        # on to KWOK's own server here: KWOK can only exec on this machine, which a test must
+        # never do, so exec, attach and port-forward never reach it (and it has no exec target).
         return [
             f"--kubeconfig={self.directory / 'kwok.kubeconfig'}",
             f"--config={config}",
             f"--manage-single-node={node}",
             "--node-ip=127.0.0.1",
-            f"--node-port={port}",
-            f"--server-address=127.0.0.1:{port}",
-            f"--tls-cert-file={pki.kubelet.cert}",
-            f"--tls-private-key-file={pki.kubelet.key}",
+            f"--node-port={self.ports[KUBELET_PREFIX + node]}",
+            f"--server-address=127.0.0.1:{self.ports[KWOK_PREFIX + node]}",
             f"--enable-crds={','.join(KWOK_CRDS)}",
             "--node-lease-duration-seconds=40",
             "--cidr=10.244.0.1/16",

@@ -5,13 +5,16 @@ watches every pod of the cluster once, and hands each change to its parts:
 
 * :class:`~.disruptions.Disruptor`: the scenario's ``disruptions``, through the real paths;
 * :class:`~.registry.Registry`: registry outages that end (``for_seconds``);
-* :class:`~.podlogs.PodLogs`: the containers' logs (``run.log``), which KWOK's node servers serve.
+* :class:`~.podlogs.PodLogs`: the containers' logs (``run.log``), which KWOK's node servers serve;
+
+and it serves each node's kubelet endpoint (:class:`~.kubeletfront.KubeletFront`).
 
 It writes ``harness.ready`` once it has listed the pods, and what it does to its log.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -36,17 +39,27 @@ class Harness:
     def __init__(self, directory: Path, scenario: Scenario) -> None:
         from kubernetes import client, config
 
+        from airflow_k8s_retry.testing.controlplane.cluster import KUBELET_PREFIX, KWOK_PREFIX
         from airflow_k8s_retry.testing.controlplane.disruptions import Disruptor
+        from airflow_k8s_retry.testing.controlplane.kubeletfront import KubeletFront
         from airflow_k8s_retry.testing.controlplane.podlogs import PodLogs
         from airflow_k8s_retry.testing.controlplane.registry import Registry
 
         self._api_client = config.new_client_from_config(str(directory / "kubeconfig"))
         self.core = client.CoreV1Api(self._api_client)
+        logs = PodLogs(self._api_client, directory, scenario)
         self.parts: list[Part] = [
             Disruptor(self._api_client, directory, scenario),
             Registry(self._api_client, scenario),
-            PodLogs(self._api_client, directory, scenario),
+            logs,
         ]
+        ports = json.loads((directory / "state.json").read_text())["ports"]
+        routes = {
+            int(port): int(ports[KWOK_PREFIX + name[len(KUBELET_PREFIX) :]])
+            for name, port in ports.items()
+            if name.startswith(KUBELET_PREFIX)
+        }
+        self.front = KubeletFront(directory / "pki", routes, logs.terminated)
 
     def dispatch(self, kind: str, pod: V1Pod) -> None:
         for part in self.parts:
@@ -80,6 +93,7 @@ class Harness:
                     stop.wait(1.0)
         for part in self.parts:
             part.close()
+        self.front.close()
 
     def _list(self) -> str:
         listing = self.core.list_pod_for_all_namespaces()
@@ -94,6 +108,7 @@ def run_forever(directory: Path, scenario: Scenario) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     harness = Harness(directory, scenario)
+    harness.front.start()
     log.info("harness running (%d disruption entries)", len(scenario.disruptions))
     thread = threading.Thread(target=harness.run, args=(stop, directory / "harness.ready"), daemon=True)
     thread.start()

@@ -1,7 +1,8 @@
 """Container logs (an image's ``run.log``) on the real control plane.
 
-The API server reads ``pods/log`` from the kubelet of the pod's node: here the KWOK process
-that plays that node, at the address and port its node status names, over TLS. KWOK serves a
+The API server reads ``pods/log`` from the kubelet of the pod's node, at the address and port its
+node status names, over TLS: here the harness's front (:mod:`.kubeletfront`) of the KWOK
+process that plays that node. KWOK serves a
 container's log from a file in the kubelet's log format (one ``TIME STREAM F TEXT`` line each),
 found through a ``Logs`` object named as the pod; so its tail, ``sinceSeconds`` and
 ``limitBytes`` are the kubelet's own code at work.
@@ -48,12 +49,21 @@ class PodLogs:
         self.root = directory / "podlogs"
         self.scenario = scenario
         self.started: dict[str, Path] = {}
+        #: (namespace, pod, container) of every container seen terminated
+        self.finished: set[tuple[str, str, str]] = set()
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
 
+    def terminated(self, namespace: str, name: str, container: str) -> bool:
+        return (namespace, name, container) in self.finished
+
     def on_pod(self, kind: str, pod: V1Pod) -> None:
         meta = pod.metadata
+        for status in (pod.status and pod.status.container_statuses) or []:
+            if status.state is not None and status.state.terminated is not None:
+                self.finished.add((meta.namespace, meta.name, status.name))
         if kind == "DELETED":
+            self.finished -= {k for k in self.finished if k[:2] == (meta.namespace, meta.name)}
             folder = self.started.pop(meta.uid, None)
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
