@@ -34,7 +34,7 @@ COMPAT_TESTS_NEWEST := tests/test_example_dags.py tests/test_provider_is_registe
   tests/end_to_end/test_example_dags_run.py tests/operator tests/sensor tests/watching
 
 .PHONY: test lint unit demo bench bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
-  test-compat
+  test-compat test-side test-cluster
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,12 +64,27 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not cluster"
 
-# The whole suite runs on the newest minor; the older minors run test-compat's subset.
-test: $(STAMP) tools lint controlplane
-	$(BIN)/pytest
+# The whole suite runs on the newest minor; the older minors run test-compat's subset. Most of the
+# suite's time is spent waiting (Airflow subprocesses, simulated and real clusters), so the cluster
+# tier and the older minors' legs run beside the main suite; their output (.test-logs/side.log)
+# is printed after it, and either side failing fails the target.
+COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
+
+test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
+	@mkdir -p .test-logs; rm -f .test-logs/side.rc
+	@{ $(MAKE) --no-print-directory -k test-side > .test-logs/side.log 2>&1; echo $$? > .test-logs/side.rc; } & \
+	  $(BIN)/pytest; main=$$?; wait; \
+	  echo "== cluster tier and older Airflow minors (.test-logs/side.log)"; cat .test-logs/side.log; \
+	  side=$$(cat .test-logs/side.rc); echo "== main suite exit $$main, cluster tier and older minors exit $$side"; \
+	  test "$$main" = 0 && test "$$side" = 0
+
+test-side: test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
+
+# The cluster tier: tests marked `cluster`, against a real control plane the session starts.
+test-cluster: $(STAMP) controlplane
+	@echo "== cluster tier (real control plane)"
 	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
 	  $(BIN)/pytest -m cluster
-	$(MAKE) --no-print-directory $(addprefix test-compat-,$(OLDER_MINORS))
 
 test-compat: $(addprefix test-compat-,$(AIRFLOW_MINORS))
 
@@ -135,4 +150,4 @@ constraints-%:
 	rm -rf .venv-constraints-$*
 
 clean:
-	rm -rf $(VENV) $(COMPAT) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs
+	rm -rf $(VENV) $(COMPAT) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs .test-logs

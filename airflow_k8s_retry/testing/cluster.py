@@ -153,25 +153,26 @@ class FakeCluster:
     async def _main(self) -> None:
         from aiohttp import web
 
-        from airflow_k8s_retry.testing.api import ApiServer, FaultSlot
-        from airflow_k8s_retry.testing.kubelet import Clock, Kubelet
+        from airflow_k8s_retry.testing.apiserver.gates import FaultSlot
+        from airflow_k8s_retry.testing.apiserver.server import ApiServer
+        from airflow_k8s_retry.testing.controllers.components import Components
+        from airflow_k8s_retry.testing.controllers.jobs import JobController
+        from airflow_k8s_retry.testing.controllers.timers import TimerHeap
 
         loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
-        self.clock = Clock(loop, self.time_scale)
-        self.kubelet = Kubelet(self.store, self.scenario, self.clock)
+        self.clock = TimerHeap(loop, self.time_scale)
+        self.components = Components(self.store, self.scenario, self.clock)
         self._faults = [FaultSlot(f, f.times) for f in self.scenario.faults]
         self.api = ApiServer(
             self.store,
-            self.kubelet,
+            self.components,
             token=self.token,
             bookmark_interval=self.bookmark_interval,
             faults=self._faults,
         )
         self._seed()
-        from airflow_k8s_retry.testing.jobs import JobController
-
-        self.job_controller = JobController(self.store, self.kubelet, self.clock)
+        self.job_controller = JobController(self.store, self.components, self.clock)
         self.job_controller.start()
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
@@ -194,7 +195,7 @@ class FakeCluster:
         for name in ("default", "kube-system", "kube-public", *self.scenario.namespaces):
             if self.store.get("namespaces", "", name) is None:
                 self._put_namespace(name)
-        for node in self.kubelet.nodes:
+        for node in self.components.nodes:
             self.store.put("nodes", self._node_object(node.spec), "ADDED")
             self.store.objects["nodes"][("", node.spec.name)]["metadata"].pop("namespace", None)
         for spec in self.scenario.secrets:
@@ -350,7 +351,7 @@ class FakeCluster:
             return copy.deepcopy(obj) if obj is not None else None
 
     def jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        """The ``batch/v1`` Jobs (see ``testing/jobs.py``), as copies."""
+        """The ``batch/v1`` Jobs (see ``testing/controllers/jobs.py``), as copies."""
         return self.store.copy_items("jobs", namespace)
 
     def all_pods(self) -> list[dict[str, Any]]:
@@ -372,7 +373,7 @@ class FakeCluster:
             pod = self.store.get("pods", namespace, name)
             if pod is None:
                 raise KeyError(f"no live pod {namespace}/{name}")
-            run = self.kubelet.runs[pod["metadata"]["uid"]]
+            run = self.components.runs[pod["metadata"]["uid"]]
             c = run.container(container or pod["spec"]["containers"][0]["name"])
             if c is None:
                 raise KeyError(f"pod {namespace}/{name} has no container {container!r}")
@@ -455,7 +456,7 @@ class FakeCluster:
         before the answer) or ``"slow"`` (served after ``delay_seconds`` real seconds, to exercise
         client timeouts).
         """
-        from airflow_k8s_retry.testing.api import FaultSlot
+        from airflow_k8s_retry.testing.apiserver.gates import FaultSlot
 
         fault = Fault.from_dict(
             {
@@ -481,7 +482,7 @@ class FakeCluster:
             pod = self.store.get("pods", namespace, name)
             if pod is None:
                 raise KeyError(f"disrupt: no live pod {namespace}/{name}")
-            self.kubelet.disrupt(self.kubelet.runs[pod["metadata"]["uid"]], kind)
+            self.components.disrupt(pod, kind)
 
         self._call(act)
 
@@ -511,8 +512,7 @@ class FakeCluster:
             self.scenario = dataclasses.replace(
                 self.scenario, disruptions=(*self.scenario.disruptions, disruption)
             )
-            self.kubelet.scenario = self.scenario
-            self.kubelet.disruption_budget[len(self.scenario.disruptions) - 1] = count
+            self.components.add_disruption(self.scenario, disruption)
 
         self._call(put)
 
@@ -530,7 +530,7 @@ class FakeCluster:
         def put() -> None:
             images = {**self.scenario.images, ref: parsed}
             self.scenario = dataclasses.replace(self.scenario, images=images)
-            self.kubelet.scenario = self.scenario
+            self.components.scenario = self.scenario
 
         self._call(put)
 
@@ -550,7 +550,7 @@ class FakeCluster:
 
         Anything else answers 403 Forbidden. Resources are e.g. ``pods``, ``pods/log``, ``events``.
         """
-        from airflow_k8s_retry.testing.api import Rule
+        from airflow_k8s_retry.testing.apiserver.gates import Rule
 
         if token == self.token:
             raise ValueError("restrict(): pick a token other than the cluster's admin token")
@@ -577,7 +577,7 @@ class FakeCluster:
         Role (``namespaces`` the one it lives in) or a ClusterRole (``None``: every namespace and
         the cluster scope) grants them. Returns the token's kubeconfig.
         """
-        from airflow_k8s_retry.testing.api import Rule, RuleSet
+        from airflow_k8s_retry.testing.apiserver.gates import Rule, RuleSet
 
         if token == self.token:
             raise ValueError("grant(): pick a token other than the cluster's admin token")

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from airflow_k8s_retry.testing.kubelet import XCOM_PATH
+from airflow_k8s_retry.testing.controllers.runs import SIDECAR, XCOM_PATH
 
 if TYPE_CHECKING:
-    from airflow_k8s_retry.testing.kubelet import ContainerRun, Kubelet, PodRun
+    from airflow_k8s_retry.testing.controllers.kubelet import Kubelet
+    from airflow_k8s_retry.testing.controllers.runs import ContainerRun, PodRun
 
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
 SHELLS = {"sh", "/bin/sh", "bash", "/bin/bash", "ash", "/bin/ash"}
@@ -80,7 +81,7 @@ def interpret(script: str, kubelet: Kubelet, run: PodRun, container: ContainerRu
         cmd, args = argv[0], argv[1:]
         if cmd == "cat":
             for path in args:
-                if path == XCOM_PATH and any(c.name == "airflow-xcom-sidecar" for c in run.containers):
+                if path == XCOM_PATH and any(c.name == SIDECAR for c in run.containers):
                     out.stdout += xcom
                 else:
                     out.stderr += f"cat: can't open '{path}': No such file or directory\n"

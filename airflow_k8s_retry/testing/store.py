@@ -156,7 +156,7 @@ class Store:
         self.history: deque[WatchEvent] = deque(maxlen=history)
         self.oldest_rv = 0  # a watch from a resourceVersion below this gets 410 Gone
         self.watchers: set[Watcher] = set()
-        #: In-process controllers told of every change (testing/jobs.py); they act later, not inside.
+        #: In-process controllers told of every change (controllers/jobs.py); they act later, not inside.
         self.listeners: list[Callable[[WatchEvent], None]] = []
         self.lock = threading.RLock()
         self.changed = threading.Condition(threading.Lock())

@@ -93,7 +93,7 @@ SCENARIOS = [
             task_id="count",
             image="example.com/counter:1",
             do_xcom_push=True,
-            execution_timeout=timedelta(seconds=20),
+            execution_timeout=timedelta(seconds=60),
         )
         """,
         {
@@ -112,7 +112,7 @@ SCENARIOS.append(
             task_id="slow",
             image="example.com/slow:1",
             retries=0,
-            execution_timeout=timedelta(seconds=4),
+            execution_timeout=timedelta(seconds=8),
         )
         """,
         {"time_scale": FAST, "images": {"example.com/slow:1": {"run": {"duration_seconds": 900}}}},

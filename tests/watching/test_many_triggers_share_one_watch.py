@@ -22,9 +22,13 @@ from tests.watching.lab import Run, cluster_reaches, create_pod, pod_body, trigg
 
 PODS = 200
 #: 60 simulated seconds of running at 0.05 real seconds per simulated second: 3 real seconds.
+#: The 200 pods run 300 simulated seconds (15 real seconds), so that all of them are running at
+#: once even when creating and scheduling them is slow (a busy machine took more than 3 real
+#: seconds to start the last one).
 SCENARIO = {
     "images": {
         "job:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 60}},
+        "job:many": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 300}},
         "ghost:1": {"pull": "not_found"},
     }
 }
@@ -93,7 +97,7 @@ async def test_two_hundred_triggers_in_two_namespaces_share_one_watch(
     for i in range(PODS):
         identity = TryIdentity("measure", f"task{i}", "run-1")
         namespace = "default" if i % 2 == 0 else "second"
-        pods.append((identity, create_pod(cluster, pod_body(identity, "job:1"), namespace=namespace)))
+        pods.append((identity, create_pod(cluster, pod_body(identity, "job:many"), namespace=namespace)))
     runs = [Run(trigger_for(pod, identity)).start() for identity, pod in pods]
 
     # Steady state: every pod runs and every trigger is subscribed. From here until the first pod

@@ -30,7 +30,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from airflow_k8s_retry.testing.kubelet import pull_error
+from airflow_k8s_retry.testing.controllers.registry import pull_error
 from airflow_k8s_retry.testing.scenario import ImageBehaviour, Scenario, ScenarioError
 
 #: The jq query every image Stage selects on: the pod's first (main) container's image.

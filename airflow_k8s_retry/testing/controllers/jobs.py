@@ -1,4 +1,4 @@
-"""``batch/v1`` Jobs for the simulator: the API server's defaults and a small Job controller.
+"""``batch/v1`` Jobs for the simulator: a small Job controller (the Job strategy is ``apiserver/jobs.py``).
 
 Enough of Kubernetes' Job controller (``pkg/controller/job``) for a sensor that follows a Job's
 pods: non-indexed Jobs with ``completions``, ``parallelism``, ``backoffLimit`` and
@@ -34,14 +34,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_k8s_retry.testing.apiserver import pods as pod_strategy
+from airflow_k8s_retry.testing.apiserver.jobs import CONTROLLER_UID_LABELS
 from airflow_k8s_retry.testing.store import Obj, Store, WatchEvent, now_iso
 
 if TYPE_CHECKING:
-    from airflow_k8s_retry.testing.kubelet import Clock, Kubelet
+    from airflow_k8s_retry.testing.controllers.components import Components
+    from airflow_k8s_retry.testing.controllers.timers import TimerHeap
 
 API_VERSION = "batch/v1"
-JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
-CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 #: The controller's pod re-creation back-off: 10 s, doubling per failure, capped at 6 minutes.
 BACKOFF_BASE = 10.0
 BACKOFF_CAP = 360.0
@@ -49,62 +50,6 @@ BACKOFF_CAP = 360.0
 BACKOFF_LIMIT_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
 DEADLINE_EXCEEDED = ("DeadlineExceeded", "Job was active longer than specified deadline")
 COMPLETIONS_REACHED = ("CompletionsReached", "Reached expected number of succeeded pods")
-
-
-def default_job(job: Obj) -> None:
-    """The API server's defaults for a new Job (its uid is set): selector, template labels, limits."""
-    meta = job["metadata"]
-    spec = job.setdefault("spec", {})
-    uid, name = meta["uid"], meta["name"]
-    spec.setdefault("parallelism", 1)
-    if spec.get("completions") is None:
-        spec["completions"] = 1
-    spec.setdefault("backoffLimit", 6)
-    spec.setdefault("completionMode", "NonIndexed")
-    spec.setdefault("suspend", False)
-    spec.setdefault("manualSelector", False)
-    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
-    template = spec.setdefault("template", {})
-    labels = template.setdefault("metadata", {}).setdefault("labels", {})
-    for key in CONTROLLER_UID_LABELS:
-        labels[key] = uid
-    for key in JOB_NAME_LABELS:
-        labels[key] = name
-    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
-    job["status"] = {}
-
-
-def validate_job(job: Obj) -> list[tuple[str, str, str]]:
-    """The checks the API server makes that a Job test is likely to meet (422 causes)."""
-    spec = job.get("spec") or {}
-    template = spec.get("template") or {}
-    pod_spec = template.get("spec") or {}
-    causes: list[tuple[str, str, str]] = []
-    policy = pod_spec.get("restartPolicy")
-    if policy in (None, "", "Always"):
-        # The pod template defaults to Always, so the API server treats it as missing.
-        causes.append(
-            (
-                "FieldValueRequired",
-                "spec.template.spec.restartPolicy",
-                'Required value: valid values: "OnFailure", "Never"',
-            )
-        )
-    elif policy not in ("Never", "OnFailure"):
-        causes.append(
-            (
-                "FieldValueNotSupported",
-                "spec.template.spec.restartPolicy",
-                f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"',
-            )
-        )
-    if not pod_spec.get("containers"):
-        causes.append(("FieldValueRequired", "spec.template.spec.containers", "Required value"))
-    for key in ("backoffLimit", "parallelism", "completions", "activeDeadlineSeconds"):
-        value = spec.get(key)
-        if value is not None and (not isinstance(value, int) or value < 0):
-            causes.append(("FieldValueInvalid", f"spec.{key}", "must be greater than or equal to 0"))
-    return causes
 
 
 def _owner_uid(pod: Mapping[str, Any]) -> str | None:
@@ -128,9 +73,9 @@ class _Tracking:
 class JobController:
     """Reconciles every Job on each change of a Job or of one of its pods."""
 
-    def __init__(self, store: Store, kubelet: Kubelet, clock: Clock) -> None:
+    def __init__(self, store: Store, components: Components, clock: TimerHeap) -> None:
         self.store = store
-        self.kubelet = kubelet
+        self.components = components
         self.clock = clock
         self.tracking: dict[str, _Tracking] = {}  # job uid -> counts
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -292,8 +237,6 @@ class JobController:
         self._later(job, state, max(0.0, left) + 0.001)
 
     def _create_pod(self, job: Obj) -> None:
-        from airflow_k8s_retry.testing.api import default_pod
-
         meta = job["metadata"]
         template = copy.deepcopy(job["spec"]["template"])
         suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
@@ -322,7 +265,7 @@ class JobController:
             },
             "spec": template.get("spec") or {},
         }
-        default_pod(pod)
+        pod_strategy.default_pod(pod)
         self.store.put("pods", pod, "ADDED")
         self.store.record_event(
             job,
@@ -331,18 +274,14 @@ class JobController:
             component="job-controller",
             kind="Job",
         )
-        self.kubelet.admit(pod)
+        self.components.admit(pod)
 
     def _delete_pod(self, job: Obj, pod: Obj) -> None:
-        marked = copy.deepcopy(pod)
-        grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
-        if not pod["spec"].get("nodeName"):
-            grace = 0
-        marked["metadata"]["deletionTimestamp"] = now_iso(time.time() + grace)
-        marked["metadata"]["deletionGracePeriodSeconds"] = grace
+        grace = pod_strategy.spec_grace(pod) if pod["spec"].get("nodeName") else 0
+        marked = pod_strategy.stamp_deletion(pod, grace)
         if grace:
             self.store.put("pods", marked, "MODIFIED")
-        self.kubelet.delete(marked, grace)
+        self.components.delete(marked, grace)
         self.store.record_event(
             job,
             "SuccessfulDelete",
@@ -376,22 +315,3 @@ def _ready(pod: Mapping[str, Any]) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (pod.get("status") or {}).get("conditions") or []
     )
-
-
-def api_group() -> Obj:
-    """The ``batch`` entry of ``/apis`` (discovery)."""
-    version = {"groupVersion": API_VERSION, "version": "v1"}
-    return {"name": "batch", "versions": [version], "preferredVersion": version}
-
-
-def api_resources() -> Obj:
-    """``/apis/batch/v1`` (discovery): the one resource simulated."""
-    verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-    return {
-        "kind": "APIResourceList",
-        "apiVersion": "v1",
-        "groupVersion": API_VERSION,
-        "resources": [
-            {"name": "jobs", "singularName": "job", "namespaced": True, "kind": "Job", "verbs": verbs}
-        ],
-    }
