@@ -217,7 +217,8 @@ class Store:
         """Forget the history, as etcd compaction does: older resourceVersions become 410 Gone."""
         with self.lock:
             self.history.clear()
-            self.oldest_rv = self.rv + 1
+            # A watch from the current version misses nothing; only older ones are gone.
+            self.oldest_rv = self.rv
 
     # -- writing (event loop thread only) -------------------------------------------------------
 

@@ -93,7 +93,8 @@ def test_the_log_of_a_container_that_has_not_started_is_400(backends: Backends):
 
 def test_deleting_a_finished_pod_removes_it_at_once(backends: Backends):
     """A terminal pod (or one never scheduled) is deleted without grace whatever the request
-    says: the DELETE answers the object as it goes, and the watch's next event is DELETED."""
+    says: the API server writes the deletion mark (MODIFIED, grace 0) and removes the object in
+    the same request (DELETED); FakeCluster used to send DELETED alone."""
 
     def probe(side: Side) -> dict[str, Any]:
         name = side.unique("fidelity-done-")
@@ -129,4 +130,4 @@ def test_deleting_a_finished_pod_removes_it_at_once(backends: Backends):
 
     seen = backends.run(probe)
     assert_same(seen)
-    assert seen["real"]["events"] == [("DELETED", True, 0)]
+    assert seen["real"]["events"] == [("MODIFIED", True, 0), ("DELETED", True, 0)]
