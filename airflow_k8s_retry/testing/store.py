@@ -29,7 +29,17 @@ from airflow_k8s_retry.testing.selectors import Matcher
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
 
-RESOURCES = ("pods", "events", "namespaces", "secrets", "configmaps", "nodes", "jobs")
+RESOURCES = (
+    "pods",
+    "events",
+    "namespaces",
+    "secrets",
+    "configmaps",
+    "nodes",
+    "jobs",
+    "resourcequotas",
+    "poddisruptionbudgets",
+)
 KINDS = {
     "pods": "Pod",
     "events": "Event",
@@ -38,9 +48,11 @@ KINDS = {
     "configmaps": "ConfigMap",
     "nodes": "Node",
     "jobs": "Job",
+    "resourcequotas": "ResourceQuota",
+    "poddisruptionbudgets": "PodDisruptionBudget",
 }
 #: Resources outside the core group, by their group/version (served under ``/apis/``).
-API_VERSIONS = {"jobs": "batch/v1"}
+API_VERSIONS = {"jobs": "batch/v1", "poddisruptionbudgets": "policy/v1"}
 CLUSTER_SCOPED = frozenset({"namespaces", "nodes"})
 
 
