@@ -19,17 +19,22 @@ from tests.cluster.kube import core_api, delete_now, pod_body, wait_for_pod
 pytestmark = pytest.mark.cluster
 
 
-def test_a_followed_log_ends_when_the_container_has_ended(kubeconfig: Path):
-    """What the cncf operator does with every pod it ran: follow its log, which must end."""
+@pytest.mark.parametrize(
+    ("image", "text"),
+    [("registry.example.com/app:logs", b"one\ntwo\nthree\n"), ("registry.example.com/app:ok", b"")],
+)
+def test_a_followed_log_ends_when_the_container_has_ended(kubeconfig: Path, image: str, text: bytes):
+    """What the cncf operator does with every pod it ran: follow its log, which must end (an
+    empty one too)."""
     with core_api(kubeconfig) as api:
         name = f"logs-follow-{int(time.time() * 1000) % 100000}"
-        api.create_namespaced_pod("default", pod_body(name, "registry.example.com/app:logs"))
+        api.create_namespaced_pod("default", pod_body(name, image))
         try:
             wait_for_pod(api, name, lambda p: p.get("status", {}).get("phase") == "Running", timeout=30)
             response = api.read_namespaced_pod_log(
                 name, "default", follow=True, _preload_content=False, _request_timeout=30
             )
-            assert response.data == b"one\ntwo\nthree\n"
+            assert response.data == text
             assert api.read_namespaced_pod(name, "default").status.phase == "Succeeded"
         finally:
             delete_now(api, name)

@@ -97,7 +97,15 @@ class KubeletFront:
                 return web.Response(status=403, text="this test node's kubelet serves container logs only\n")
             namespace, pod, container = parts[1], parts[2], parts[-1]
             follow = request.query.get("follow", "").lower() in ("true", "1")
-            async with session.get(f"http://127.0.0.1:{kwok}{request.path_qs}") as upstream:
+            # KWOK sends its headers with the first bytes of the log: for a followed empty log
+            # of a container that has ended, none ever come.
+            opening = asyncio.ensure_future(session.get(f"http://127.0.0.1:{kwok}{request.path_qs}"))
+            while not (await asyncio.wait({opening}, timeout=QUIET_SECONDS))[0]:
+                if follow and self.terminated(namespace, pod, container):
+                    opening.cancel()
+                    return web.Response(status=200, body=b"", content_type="text/plain")
+            upstream = opening.result()
+            try:
                 if upstream.status != 200:
                     return web.Response(
                         status=upstream.status,
@@ -118,5 +126,7 @@ class KubeletFront:
                     await response.write(chunk)
                 await response.write_eof()
                 return response
+            finally:
+                upstream.release()
 
         return handle
