@@ -122,8 +122,9 @@ cluster-down: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m demo.run
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.run
+# CLUSTER=real: the same phases on the real control plane (results in bench/results/real/).
+bench: $(STAMP) $(if $(filter real,$(CLUSTER)),controlplane)
+	$(BIN)/python -m bench.run $(if $(filter real,$(CLUSTER)),--cluster real)
 
 # Seeded randomized runs under faults, restarts, crashes and kills (tests/chaos); SEED=N replays one.
 CHAOS_RUNS ?= 1000

@@ -17,11 +17,11 @@ that knows where a name lives in which release.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowRuntimeError, ErrorType
 
-try:
+if TYPE_CHECKING:  # type-checked against the installed (newest) release
     from airflow.sdk.exceptions import (
         AirflowFailException,
         AirflowNotFoundException,
@@ -31,16 +31,27 @@ try:
         TaskDeferralTimeout,
         TaskDeferred,
     )
-except ImportError:  # Airflow 3.1
-    from airflow.exceptions import (
-        AirflowFailException,
-        AirflowNotFoundException,
-        AirflowSensorTimeout,
-        AirflowSkipException,
-        TaskDeferralError,
-        TaskDeferralTimeout,
-        TaskDeferred,
-    )
+else:
+    try:
+        from airflow.sdk.exceptions import (
+            AirflowFailException,
+            AirflowNotFoundException,
+            AirflowSensorTimeout,
+            AirflowSkipException,
+            TaskDeferralError,
+            TaskDeferralTimeout,
+            TaskDeferred,
+        )
+    except ImportError:  # Airflow 3.1
+        from airflow.exceptions import (
+            AirflowFailException,
+            AirflowNotFoundException,
+            AirflowSensorTimeout,
+            AirflowSkipException,
+            TaskDeferralError,
+            TaskDeferralTimeout,
+            TaskDeferred,
+        )
 
 
 def dagbag_class() -> Any:
@@ -48,7 +59,7 @@ def dagbag_class() -> Any:
     try:
         from airflow.dag_processing.dagbag import DagBag
     except ImportError:  # Airflow 3.1
-        from airflow.models.dagbag import DagBag
+        from airflow.models.dagbag import DagBag  # type: ignore[no-redef]
     return DagBag
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.classification import Verdict
 
 
-class PodFailure(AirflowException):  # type: ignore[misc]
+class PodFailure(AirflowException):
     """The pod failed for a cause that another try may not meet: Airflow retries while tries remain."""
 
     def __init__(self, message: str, verdict: Verdict | None = None) -> None:
@@ -22,7 +22,7 @@ class PodFailure(AirflowException):  # type: ignore[misc]
         self.verdict = verdict
 
 
-class PodFailurePermanent(AirflowFailException):  # type: ignore[misc]
+class PodFailurePermanent(AirflowFailException):
     """The pod failed for a cause that another try would meet again: the task fails without retrying."""
 
     def __init__(self, message: str, verdict: Verdict | None = None) -> None:
@@ -30,7 +30,7 @@ class PodFailurePermanent(AirflowFailException):  # type: ignore[misc]
         self.verdict = verdict
 
 
-class PodSelectionError(AirflowFailException):  # type: ignore[misc]
+class PodSelectionError(AirflowFailException):
     """What a sensor waits for can never be seen (invalid selector, no such namespace, RBAC)."""
 
 

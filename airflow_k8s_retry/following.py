@@ -27,7 +27,6 @@ from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Ve
 from airflow_k8s_retry.kube.jobs import JobState, JobStatus, owning_job
 
 if TYPE_CHECKING:
-    import logging
 
     from airflow_k8s_retry.kube.clock import Clock
     from airflow_k8s_retry.kube.config import ClusterConfig
@@ -40,6 +39,12 @@ class Judge(Protocol):
     def run(self) -> AsyncIterator[Any]: ...
 
 
+class Log(Protocol):
+    """The logging the follower does: a ``logging.Logger`` or Airflow's structured task logger."""
+
+    def info(self, msg: str, /, *args: Any) -> Any: ...
+
+
 class Following(Protocol):
     """What the follower needs from the trigger that follows the target."""
 
@@ -47,10 +52,12 @@ class Following(Protocol):
     execution_deadline: float | None
     poll_interval: float
     target: dict[str, Any] | None
-    clock: Clock
 
     @property
-    def log(self) -> logging.Logger: ...
+    def clock(self) -> Clock: ...
+
+    @property
+    def log(self) -> Log: ...
 
 
 @dataclass(frozen=True)

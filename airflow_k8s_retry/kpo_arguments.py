@@ -7,7 +7,7 @@ errors of local configuration fail a task at once.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +38,9 @@ def refusals(args: Mapping[str, Any]) -> list[str]:
             out.append(f"{key}: the triggerer reads the cluster from the connection; set its extra {extra!r}")
     if args["trigger_kwargs"]:
         out.append("trigger_kwargs: the trigger is PodStateTrigger; use poll_interval or failure_policy")
-    if args["logging_interval"] is not None:
-        out.append("logging_interval: not supported; container logs reach the task log when the pod ends")
+    every = args["logging_interval"]
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int | float) or every <= 0):
+        out.append(f"logging_interval must be a positive number of seconds or None, got {every!r}")
     if args["on_finish_action"] not in ON_FINISH_ACTIONS:
         got = args["on_finish_action"]
         out.append(f"on_finish_action must be one of {', '.join(ON_FINISH_ACTIONS)}, got {got!r}")
@@ -86,10 +87,8 @@ def failure_policy(
         )
     changes: dict[str, Any] = {}
     if skip_on_exit_code is not None:
-        codes = [skip_on_exit_code] if isinstance(skip_on_exit_code, int) else skip_on_exit_code
-        if not isinstance(codes, Sequence | set | frozenset):
-            raise ValueError(f"{task_id}: skip_on_exit_code must be an int or a list of ints")
-        changes["skip_on_exit_codes"] = [int(c) for c in codes]
+        # One code or several: FailurePolicy normalises both (and names the field when invalid).
+        changes["skip_on_exit_codes"] = skip_on_exit_code
     if startup is not None:
         changes["startup_timeout"] = startup
     if schedule is not None:

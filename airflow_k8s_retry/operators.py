@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.classification.policy import FailurePolicy
+    from airflow_k8s_retry.kube.logstream import LogPosition
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
 
 DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
@@ -100,6 +101,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             schedule_timeout_seconds=int(schedule_timeout_seconds) if schedule_timeout_seconds else None,
             skip_on_exit_code=skip_on_exit_code,
             on_finish_action=on_finish_action,
+            logging_interval=logging_interval,
             **kwargs,
         )
         self.failure_policy = failure_policy_from(
@@ -111,6 +113,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             relaunch_budget=relaunch_budget,
         )
         self._pod: CreatedPod | None = None
+        self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
 
     # -- building: the provider's pod, this package's name, labels and annotations --------------
 
@@ -277,6 +280,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                 execution_deadline=deadline,
                 poll_interval=self.poll_interval,
                 owned=self.on_kill_action.value != "keep_pod",
+                logging_interval=self.logging_interval if self.get_logs else None,
+                base_container_name=self.base_container_name,
             ),
             method_name="execute_complete",
             kwargs={"execution_deadline": deadline},
@@ -303,6 +308,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         if not event:
             raise PodFailure("the pod watch ended without a verdict; the try is failed so Airflow retries it")
         pod_event = PodEvent.from_payload(event)
+        self._log_position = pod_event.log_position
         created = CreatedPod(
             pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={}
         )
@@ -405,13 +411,19 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
                     container_name_log_prefix_enabled=self.container_name_log_prefix_enabled,
                     log_formatter=self.log_formatter,
                 )
-            self.pod_manager.fetch_requested_container_logs(
-                pod=v1pod,
-                containers=self.container_logs,
-                follow_logs=False,
-                container_name_log_prefix_enabled=self.container_name_log_prefix_enabled,
-                log_formatter=self.log_formatter,
-            )
+            containers = self.container_logs
+            if self._log_position is not None:  # the trigger streamed the base container's head
+                from airflow_k8s_retry.kube.logstream import write_after
+
+                containers = write_after(self, v1pod, containers, self._log_position)
+            if containers:
+                self.pod_manager.fetch_requested_container_logs(
+                    pod=v1pod,
+                    containers=containers,
+                    follow_logs=False,
+                    container_name_log_prefix_enabled=self.container_name_log_prefix_enabled,
+                    log_formatter=self.log_formatter,
+                )
         except Exception as exc:  # the provider's reader raises client errors; a log is not a verdict
             self.log.warning("Could not read the logs of pod %s: %s", pod.name, type(exc).__name__)
 
@@ -465,9 +477,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self.log.warning("Could not push the verdict to XCom: %s", type(exc).__name__)
 
     def _v1pod(self, pod: CreatedPod) -> Any:
-        from kubernetes.client import models as k8s
-
-        return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=pod.name, namespace=pod.namespace, uid=pod.uid))
+        return pod.as_v1pod()
 
     def _callbacks(self, hook: str, context: Context, **kwargs: Any) -> None:
         if not self.callbacks:

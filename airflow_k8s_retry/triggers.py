@@ -1,9 +1,12 @@
 """``PodStateTrigger``: follow one pod through the shared watch, classify every change, emit once.
 
 The operator and the sensor defer to this trigger. It subscribes to its pod in the triggerer's
-:class:`~airflow_k8s_retry.kube.hub.WatchHub` (one watch per namespace, not one poll per pod), runs
-the pure classifier on every change and whenever a grace deadline falls due (a timer, not a poll),
-and emits exactly one :class:`PodEvent` carrying the verdict.
+:class:`~airflow_k8s_retry.kube.hub.WatchHub` (one watch per namespace, not one poll per pod) and
+performs what :class:`~airflow_k8s_retry.tracker.PodTracker` decides: the tracker runs the pure
+classifier on every change and whenever a grace deadline falls due (a timer, not a poll), and this
+module does the I/O (reads, annotations, log reads, sleeping) until it emits exactly one
+:class:`PodEvent` carrying the verdict. With ``logging_interval``, the base container's new log
+lines are copied into the trigger's log (which Airflow 3 shows in the task's log) while it runs.
 
 Restart safety: trigger kwargs are frozen when the task defers, so what the trigger learns later
 (the first time a signal was seen, the strongest image-pull cause) is stamped on the pod as the
@@ -23,29 +26,36 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_k8s_retry import metrics
-from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
+from airflow_k8s_retry.classification.model import History, Verdict
 from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
-from airflow_k8s_retry.kube.naming import (
-    HISTORY_ANNOTATION,
-    MANAGED_SELECTOR,
-    VERDICT_ANNOTATION,
-    TryIdentity,
-)
+from airflow_k8s_retry.kube.logstream import LogPosition
+from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.rbac import rbac_message
+from airflow_k8s_retry.tracker import (
+    Emit,
+    FetchLogs,
+    LookAgain,
+    PodTracker,
+    ReadDirectly,
+    Revive,
+    SleepUntil,
+    Step,
+    stamped_verdict,
+)
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry.classification import FailurePolicy
+    from airflow_k8s_retry.kube.aio import AsyncKube
 
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
-#: Outcomes that get a last look at the pod before they are emitted.
-_LOOK_AGAIN = frozenset({Outcome.RETRY, Outcome.FAIL, Outcome.RELAUNCH})
-#: Without any news about the pod for this long, read it directly once (the feed may be stuck).
-_QUIET_LIMIT = 300.0
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
 _STATE_LOOKUP_TIMEOUT = 10.0
 #: Task instance states only a user action (or a cleared / deleted run) produces while the task is
@@ -54,9 +64,6 @@ _STATE_LOOKUP_TIMEOUT = 10.0
 #: and the worker is acting on the verdict; ``up_for_retry``, ``restarting``) the pod belongs to
 #: someone else now, and the next try's sweep removes anything left over.
 _KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
-#: How long past its termination grace a disrupted pod may still run before RELAUNCH fires anyway
-#: (a lost node never reports its containers stopped).
-_RELAUNCH_HOLD_PADDING = 30.0
 
 #: ``on_kill`` work that outlived the cancelled ``on_kill`` call; referenced here until it is done.
 _KILL_WORK: set[asyncio.Future[None]] = set()
@@ -77,15 +84,20 @@ class PodEvent:
     pod_uid: str
     verdict: Verdict
     relaunches: int
+    #: Where the trigger's log streaming stopped (``logging_interval``); the worker writes the rest.
+    log_position: LogPosition | None = None
 
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "namespace": self.namespace,
             "pod_name": self.pod_name,
             "pod_uid": self.pod_uid,
             "verdict": self.verdict.to_payload(),
             "relaunches": self.relaunches,
         }
+        if self.log_position is not None:
+            payload["log_position"] = self.log_position.to_payload()
+        return payload
 
     @classmethod
     def from_payload(cls, data: Mapping[str, Any]) -> PodEvent:
@@ -98,6 +110,7 @@ class PodEvent:
             pod_uid=str(data["pod_uid"]),
             verdict=Verdict.from_payload(data["verdict"]),
             relaunches=int(data.get("relaunches", 0)),
+            log_position=LogPosition.from_payload(data.get("log_position")),
         )
 
 
@@ -126,57 +139,6 @@ async def airflow_task_state(identity: TryIdentity) -> str | None:
     return None if state is None else str(getattr(state, "value", state))
 
 
-def stamped_verdict(pod: Mapping[str, Any] | None) -> Verdict | None:
-    """The verdict this package stamped on ``pod``, if any (unreadable stamps count as none)."""
-    if not pod:
-        return None
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    raw = annotations.get(VERDICT_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        return Verdict.from_payload(json.loads(raw))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def stamped_history(pod: Mapping[str, Any] | None) -> History | None:
-    """The classifier history stamped on ``pod`` by an earlier trigger, if any."""
-    if not pod:
-        return None
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    raw = annotations.get(HISTORY_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        return History.from_payload(json.loads(raw))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def merge_histories(first: History, second: History | None) -> History:
-    """Combine two memories of the same pod: per signal the earliest first-seen time wins."""
-    if second is None:
-        return first
-    seen = dict(first.first_seen)
-    for key, at in second.first_seen.items():
-        seen[key] = min(at, seen.get(key, at))
-    strongest = first.strongest or second.strongest
-    if first.strongest and second.strongest and second.strongest.seen_at < first.strongest.seen_at:
-        strongest = second.strongest
-    return History(first_seen=seen, strongest=strongest)
-
-
-def _uid_of(pod: Mapping[str, Any] | None) -> str | None:
-    uid = ((pod or {}).get("metadata") or {}).get("uid")
-    return str(uid) if uid else None
-
-
-def _rv_of(pod: Mapping[str, Any] | None) -> str | None:
-    rv = ((pod or {}).get("metadata") or {}).get("resourceVersion")
-    return str(rv) if rv else None
-
-
 class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     """Watch one pod and fire once with the classifier's verdict.
 
@@ -197,6 +159,10 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         waits for a pod by name, the newest pod of a label selector, or a Job: the trigger follows
         the target (``pod_name`` and ``pod_uid`` are then empty) and emits a ``TargetEvent``.
         Serialized only when given, so an operator's trigger kwargs stay as they were.
+    :param logging_interval: KPO's argument: every this many seconds while ``base_container_name``
+        runs, its new log lines go to the trigger's log; the event says where the copy stopped.
+        Serialized only when given.
+    :param base_container_name: the container whose log is streamed (default ``base``).
     """
 
     #: Where "now" comes from; replace with a ``ManualClock`` in tests.
@@ -219,6 +185,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         poll_interval: float = 10.0,
         owned: bool = True,
         target: Mapping[str, Any] | None = None,
+        logging_interval: float | None = None,
+        base_container_name: str = "base",
     ) -> None:
         super().__init__()
         for label, value in (("namespace", namespace), ("pod_name", pod_name), ("pod_uid", pod_uid)):
@@ -242,6 +210,17 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self.poll_interval = float(poll_interval)
         self.owned = bool(owned)
         self.target = dict(target) if target is not None else None
+        if logging_interval is not None and (
+            isinstance(logging_interval, bool)
+            or not isinstance(logging_interval, int | float)
+            or logging_interval <= 0
+        ):
+            raise ValueError(
+                "PodStateTrigger logging_interval must be a positive number of seconds or None, "
+                f"got {logging_interval!r}"
+            )
+        self.logging_interval = None if logging_interval is None else float(logging_interval)
+        self.base_container_name = str(base_container_name)
         if self.target is not None:
             from airflow_k8s_retry.following import Target
 
@@ -253,9 +232,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self._policy = _load_policy(self.policy)
         self._config: ClusterConfig | None = None
         self._subscription: PodSubscription | None = None
-        self._stamped: dict[str, Any] | None = None
-        self._may_annotate = True
-        self._relaunch_seen: float | None = None
+        self._log_position: LogPosition | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -273,6 +250,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         }
         if self.target is not None:
             kwargs["target"] = self.target
+        if self.logging_interval is not None:
+            kwargs["logging_interval"] = self.logging_interval
+            kwargs["base_container_name"] = self.base_container_name
         return CLASSPATH, kwargs
 
     # -- run ------------------------------------------------------------------------------------
@@ -298,7 +278,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self._subscription = sub
         metrics.follow_feeds(WatchHub.current())
         try:
-            verdict = await self._decide(sub)
+            verdict = await self._follow(sub)
         finally:
             self._subscription = None
             await sub.close()
@@ -314,6 +294,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             pod_uid=self.pod_uid,
             verdict=verdict,
             relaunches=self.relaunches,
+            log_position=self._log_position,
         )
         yield TriggerEvent(event.to_payload())
 
@@ -331,96 +312,54 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             owned=False,
         )
 
-    async def _decide(self, sub: PodSubscription) -> Verdict:
-        """Classify every change and every due deadline until a verdict survives the last look."""
-        from airflow_k8s_retry.classification import classify
+    def _tracker(self) -> PodTracker:
+        return PodTracker(
+            pod_uid=self.pod_uid,
+            history=History.from_payload(self.history),
+            policy=self._policy,
+            relaunches=self.relaunches,
+            execution_deadline=self.execution_deadline,
+            poll_interval=self.poll_interval,
+            logging_interval=self.logging_interval,
+            log_container=self.base_container_name,
+            started=self.clock.now(),
+        )
 
-        clock = self.clock
-        history = History.from_payload(self.history)
-        pod: dict[str, Any] | None = None
-        gone = False
-        observed = False
-        merged = False
-        wake_at: float | None = None
-        quiet_since = clock.now()
+    async def _follow(self, sub: PodSubscription) -> Verdict:
+        """Perform the tracker's steps until it emits a verdict."""
+        tracker = self._tracker()
+        step = tracker.apply(sub.drain(), sub.events, self.clock.now())
         while True:
-            changes = sub.drain()
-            for index, change in enumerate(changes):
-                if change.deleted:
-                    gone = True
-                    if change.pod is not None and _uid_of(change.pod) in (None, self.pod_uid):
-                        pod = change.pod
-                elif change.pod is not None:
-                    if pod is not None and _is_older(change.pod, pod):
-                        continue  # the watch catching up with a state the last look already saw
-                    pod = change.pod
-                observed = True
-                stamp = stamped_verdict(pod)
-                if stamp is not None:
-                    self.log.info("Pod %s already carries a verdict; emitting it", self.pod_name)
-                    return stamp
-                if not merged and pod is not None and not gone:
-                    history = merge_histories(history, stamped_history(pod))
-                    self._stamped = _history_payload(stamped_history(pod))
-                    merged = True
-                if index < len(changes) - 1 and not gone:
-                    # Earlier states still count as evidence (a decaying pull message, a first-seen time).
-                    history = classify(
-                        pod, sub.events, history, now=clock.now(), policy=self._policy,
-                        relaunches=self.relaunches,
-                    ).history
-            if changes or sub.events_changed:
-                quiet_since = clock.now()
+            await self._perform(sub, tracker, step)
+            if isinstance(step, Emit):
+                return step.verdict
+            if isinstance(step, LookAgain):
+                step = tracker.looked(await self._look(sub), sub.events, self.clock.now())
+            else:
+                step = tracker.apply(sub.drain(), sub.events, self.clock.now())
 
-            if observed:
-                now = clock.now()
-                verdict = classify(
-                    pod, sub.events, history, now=now, policy=self._policy, relaunches=self.relaunches
-                ) if pod is not None else None
-                if gone and (verdict is None or not verdict.outcome.is_final):
-                    # Gone: its last state decides if it was final (a preemption, a finished run);
-                    # otherwise the pod was taken away under a running task.
-                    verdict = classify(
-                        None, sub.events, verdict.history if verdict else history, now=now,
-                        policy=self._policy, relaunches=self.relaunches,
-                    )
-                assert verdict is not None
-                history = verdict.history
-                hold = None if gone else self._relaunch_hold(verdict, pod, now)
-                if not verdict.outcome.is_final:
-                    await self._remember(sub, history)
-                if verdict.outcome.is_final and hold is None:
-                    final, fresh = await self._last_look(sub, verdict)
-                    if final is not None:
-                        return final
-                    pod, gone = fresh, False
-                    continue
-                if self.execution_deadline is not None and now >= self.execution_deadline:
-                    return self._timed_out(verdict, now)
-                wake_at = hold if hold is not None else verdict.deadline
-            elif self.execution_deadline is not None and clock.now() >= self.execution_deadline:
-                return self._timed_out(None, clock.now())
+    async def _perform(self, sub: PodSubscription, tracker: PodTracker, step: Step) -> None:
+        for note in step.notes:
+            self.log.info("Pod %s: %s", self.pod_name, note)
+        if step.remember is not None:
+            await self._remember(sub, tracker, step.remember)
+        if isinstance(step, Revive):
+            # Follow the pod again even if the feed called it gone (it may not list it any more).
+            sub.revive(step.pod)
+        elif isinstance(step, ReadDirectly):
+            await self._read_directly(sub)
+        elif isinstance(step, FetchLogs):
+            await self._stream_logs(sub, step.container)
+        elif isinstance(step, SleepUntil):
+            await self._wait(sub, step.until, step.wake)
 
-            quiet_limit = max(_QUIET_LIMIT, 3 * self.poll_interval)
-            timers = [t for t in (wake_at, self.execution_deadline) if t is not None]
-            if not observed:
-                timers.append(quiet_since + quiet_limit)
-            await self._wait(sub, min(timers) if timers else None)
-            if not sub.pending and clock.now() >= quiet_since + quiet_limit:
-                # A timer fell due and the feed has said nothing about this pod for a long while:
-                # it may be stuck (a watch a proxy broke, a label edited off the selector, RBAC),
-                # so read the pod itself instead of re-judging what the feed last said.
-                await self._read_directly(sub)
-                quiet_since = clock.now()
-
-    async def _wait(self, sub: PodSubscription, until: float | None) -> None:
-        """Until the subscription has news or the clock reaches ``until``."""
+    async def _wait(self, sub: PodSubscription, until: float, wake: tuple[float, ...] = ()) -> None:
+        """Until the subscription has news or the clock reaches ``until`` (or a ``wake`` time)."""
         if sub.pending:
             return
-        news = asyncio.ensure_future(sub.wait())
-        waiters: set[asyncio.Future[Any]] = {news}
-        if until is not None:
-            waiters.add(asyncio.ensure_future(self.clock.sleep_until(until)))
+        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(sub.wait())}
+        for at in (until, *wake):
+            waiters.add(asyncio.ensure_future(self.clock.sleep_until(at)))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -441,92 +380,43 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         else:
             sub.offer(PodChange(pod=pod))
 
-    async def _last_look(self, sub: PodSubscription, verdict: Verdict) -> tuple[Verdict | None, Any]:
-        """Read the pod once more before a failure leaves; withdraw it if the pod recovered.
-
-        Returns ``(verdict to emit, None)``, or ``(None, fresh pod)`` when the verdict is withdrawn.
-        """
-        from airflow_k8s_retry.classification import classify
-
-        if verdict.outcome not in _LOOK_AGAIN:
-            return verdict, None
+    async def _look(self, sub: PodSubscription) -> dict[str, Any] | None:
+        """The last look before a failure leaves: the pod now (None when gone or unreadable)."""
         try:
-            fresh: dict[str, Any] | None = await sub.kube.read_pod(self.namespace, self.pod_name)
+            return await sub.kube.read_pod(self.namespace, self.pod_name)
         except NotFound:
-            fresh = None
+            return None
         except KubeError as exc:
             self.log.warning("Pod %s: last look failed (%s); the verdict stands", self.pod_name, exc)
-            return verdict, None
-        if fresh is None or _uid_of(fresh) != self.pod_uid:
-            return verdict, None
-        stamp = stamped_verdict(fresh)
-        if stamp is not None:
-            return stamp, None
-        again = classify(
-            fresh, sub.events, verdict.history, now=self.clock.now(), policy=self._policy,
-            relaunches=self.relaunches,
-        )
-        if again.outcome is Outcome.WAIT or self._relaunch_hold(again, fresh, self.clock.now()) is not None:
-            self.log.info(
-                "Pod %s: %s withdrawn, the pod is %s now (%s)",
-                self.pod_name, verdict.reason.value, again.reason.value, again.message,
-            )
-            # Follow the pod again even if the feed called it gone (it may not list it any more).
-            sub.revive(fresh)
-            return None, fresh
-        return again, None
-
-    def _relaunch_hold(self, verdict: Verdict, pod: Mapping[str, Any] | None, now: float) -> float | None:
-        """Until when a RELAUNCH waits for the disrupted pod's containers to stop; None: emit now.
-
-        Preemption, a drain or taint-based eviction mark the pod (``DisruptionTarget``) before its
-        graceful termination: the old container may run for ``terminationGracePeriodSeconds``
-        more, and a replacement started now would run beside it. So RELAUNCH waits until the pod
-        is gone or no container runs, bounded by the grace plus a margin: a lost node never
-        reports its containers stopped.
-        """
-        if verdict.outcome is not Outcome.RELAUNCH or pod is None or not _containers_running(pod):
-            self._relaunch_seen = None
             return None
-        if self._relaunch_seen is None:
-            self._relaunch_seen = now
-            self.log.info(
-                "Pod %s: %s; waiting for its containers to stop before the relaunch (at most %.0f s)",
-                self.pod_name, verdict.reason.value, _termination_grace(pod) + _RELAUNCH_HOLD_PADDING,
+
+    async def _stream_logs(self, sub: PodSubscription, container: str) -> None:
+        """Copy the container's log lines written since the last read into this trigger's log."""
+        import time
+
+        from airflow_k8s_retry.kube.logstream import read_new
+
+        try:
+            lines, self._log_position = await read_new(
+                sub.kube, self.namespace, self.pod_name, container, self._log_position, now=time.time()
             )
-        until = self._relaunch_seen + _termination_grace(pod) + _RELAUNCH_HOLD_PADDING
-        return until if now < until else None
-
-    def _timed_out(self, last: Verdict | None, now: float) -> Verdict:
-        assert self.execution_deadline is not None
-        overdue = now - self.execution_deadline
-        state = f"; the pod was {last.reason.value}" if last is not None else ""
-        message = f"execution_timeout reached ({overdue:.0f} s past the deadline){state}"
-        return Verdict(
-            outcome=Outcome.RETRY,
-            reason=Reason.EXECUTION_TIMEOUT,
-            message=message,
-            rule="execution_timeout",
-            evidence=(
-                Evidence(reason=Reason.EXECUTION_TIMEOUT, source="trigger", message=message, seen_at=now),
-            ),
-            history=last.history if last is not None else History.from_payload(self.history),
-        )
-
-    async def _remember(self, sub: PodSubscription, history: History) -> None:
-        """Stamp the history on the pod when it changed, so a restarted trigger keeps its timers."""
-        payload = _history_payload(history)
-        if not self._may_annotate or payload == self._stamped or not history.first_seen:
+        except KubeError as exc:
+            self.log.warning("Pod %s: could not read the log of %s (%s)", self.pod_name, container, exc)
             return
+        for line in lines:
+            self.log.info("[%s] %s", container, line)
+
+    async def _remember(self, sub: PodSubscription, tracker: PodTracker, history: History) -> None:
+        """Stamp the history on the pod, so a restarted trigger keeps its timers."""
         try:
             await sub.kube.patch_pod_annotations(
                 self.namespace,
                 self.pod_name,
-                {HISTORY_ANNOTATION: json.dumps(payload, sort_keys=True)},
+                {HISTORY_ANNOTATION: json.dumps(history.to_payload(), sort_keys=True)},
                 uid=self.pod_uid,
             )
         except Forbidden as exc:
-            self._may_annotate = False
+            tracker.may_annotate = False
             if self.owned:
                 self.log.error(
                     "%s; grace timers are kept in memory only",
@@ -544,7 +434,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 "Pod %s: could not save the classifier history (%s); will retry", self.pod_name, exc
             )
             return
-        self._stamped = payload
+        tracker.stamped_on_pod(history)
 
     # -- endings --------------------------------------------------------------------------------
 
@@ -571,32 +461,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if not self.owned or self._identity is None:
             self.log.info("Pod %s is not owned by this task; it is left alone", self.pod_name)
             return
-        lookup = type(self).task_state_lookup
-        try:
-            state: str | None = await asyncio.wait_for(lookup(self._identity), _STATE_LOOKUP_TIMEOUT)
-        except TaskInstanceGone as exc:
-            state, why = None, f"Task instance is gone ({exc})"
-        except Exception as exc:
-            self.log.warning(
-                "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
-                self.pod_name, type(exc).__name__, exc,
-            )
-            return
-        else:
-            why = f"Task instance is {state or 'cleared'}"
-        if state == "deferred":
-            self.log.info(
-                "Pod %s kept: the task instance is still deferred (the trigger is moving to another "
-                "triggerer, not being killed)",
-                self.pod_name,
-            )
-            return
-        if state not in _KILLED_STATES:
-            self.log.info(
-                "Pod %s kept: the task instance is %s (another triggerer fired and the worker owns "
-                "the pod now), not killed",
-                self.pod_name, state,
-            )
+        why = await self._killed_why(self._identity)
+        if why is None:
             return
         config = self._config
         if config is None:
@@ -605,63 +471,65 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             config = await aresolve_cluster_config(self.kubernetes_conn_id)
         try:
             async with WatchHub.current().client(config) as kube:
-                try:
-                    pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
-                except NotFound:
-                    pod = None
-                if pod is None or _uid_of(pod) != self.pod_uid:
-                    self.log.info("%s: pod %s was already gone", why, self.pod_name)
-                    return
-                if stamped_verdict(pod) is not None:
-                    # Finished business: the worker acted on a verdict and kept (or is deleting) it.
-                    self.log.info("%s: pod %s carries a verdict; left to the worker", why, self.pod_name)
-                    return
-                deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
+                await self._delete_after_kill(kube, why)
         except Forbidden as exc:
             self.log.error(
                 "Pod %s kept: %s", self.pod_name, rbac_message(exc, "delete", "pods", self.namespace)
             )
-            return
         except KubeError as exc:
             self.log.warning("Pod %s: delete after kill failed: %s", self.pod_name, exc)
+
+    async def _killed_why(self, identity: TryIdentity) -> str | None:
+        """Why the pod may be deleted (the task instance's state), or None: it is kept."""
+        lookup = type(self).task_state_lookup
+        try:
+            state: str | None = await asyncio.wait_for(lookup(identity), _STATE_LOOKUP_TIMEOUT)
+        except TaskInstanceGone as exc:
+            return f"Task instance is gone ({exc})"
+        except Exception as exc:
+            self.log.warning(
+                "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
+                self.pod_name,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        if state == "deferred":
+            self.log.info(
+                "Pod %s kept: the task instance is still deferred (the trigger is moving to another "
+                "triggerer, not being killed)",
+                self.pod_name,
+            )
+            return None
+        if state not in _KILLED_STATES:
+            self.log.info(
+                "Pod %s kept: the task instance is %s (another triggerer fired and the worker owns "
+                "the pod now), not killed",
+                self.pod_name,
+                state,
+            )
+            return None
+        return f"Task instance is {state or 'cleared'}"
+
+    async def _delete_after_kill(self, kube: AsyncKube, why: str) -> None:
+        try:
+            pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
+        except NotFound:
+            pod = None
+        if pod is None or (pod.get("metadata") or {}).get("uid") != self.pod_uid:
+            self.log.info("%s: pod %s was already gone", why, self.pod_name)
             return
+        if stamped_verdict(pod) is not None:
+            # Finished business: the worker acted on a verdict and kept (or is deleting) it.
+            self.log.info("%s: pod %s carries a verdict; left to the worker", why, self.pod_name)
+            return
+        deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
         self.log.info("%s: pod %s %s", why, self.pod_name, "deleted" if deleted else "was already gone")
 
 
-def _load_policy(payload: Mapping[str, Any] | None) -> Any:
+def _load_policy(payload: Mapping[str, Any] | None) -> FailurePolicy | None:
     if payload is None:
         return None
     from airflow_k8s_retry.classification import FailurePolicy
 
     return FailurePolicy.from_payload(payload)
-
-
-def _history_payload(history: History | None) -> dict[str, Any] | None:
-    return None if history is None else history.to_payload()
-
-
-def _containers_running(pod: Mapping[str, Any]) -> bool:
-    """True while any container of ``pod`` is reported running."""
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
-        return False
-    for group in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        for container in status.get(group) or []:
-            if "running" in ((container or {}).get("state") or {}):
-                return True
-    return False
-
-
-def _termination_grace(pod: Mapping[str, Any]) -> float:
-    """The seconds the kubelet gives the pod's containers to stop (30 unless the spec says)."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    for value in (meta.get("deletionGracePeriodSeconds"), spec.get("terminationGracePeriodSeconds")):
-        if isinstance(value, int | float) and value >= 0:
-            return float(value)
-    return 30.0
-
-
-def _is_older(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
-    new, old = _rv_of(candidate), _rv_of(current)
-    return bool(new and old and new.isdigit() and old.isdigit() and int(new) < int(old))

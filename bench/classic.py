@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.phases import Backend
 from bench.simulator import SimulatorProcess
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase, read_tries
 
@@ -61,7 +62,13 @@ with DAG(dag_id="classic_kpo", schedule=None, start_date=datetime(2024, 1, 1)):
 """
 
 
-def run_classic(workdir: Path, *, not_found_grace: float | None, timeout: float = 900) -> dict[str, Any]:
+def run_classic(
+    workdir: Path,
+    *,
+    not_found_grace: float | None,
+    timeout: float = 900,
+    backend: Backend = SimulatorProcess,
+) -> dict[str, Any]:
     """Run both DAGs side by side; ``not_found_grace`` None keeps PodStateTrigger's default (90 s)."""
     database = MigratedDatabase.create(workdir / "template")
     policy = (
@@ -74,7 +81,7 @@ def run_classic(workdir: Path, *, not_found_grace: float | None, timeout: float 
         "kpo": ("classic_kpo", KPO_DAG.format(image=IMAGE, retries=RETRIES)),
     }
     scenario = {"time_scale": 1.0, "images": {IMAGE: {"pull": "not_found"}}}
-    sims: dict[str, SimulatorProcess] = {}
+    sims: dict[str, Any] = {}
     running = {}
     try:
         for side, (dag_id, source) in dags.items():
@@ -82,7 +89,7 @@ def run_classic(workdir: Path, *, not_found_grace: float | None, timeout: float 
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{dag_id}.py").write_text(textwrap.dedent(source))
             home = AirflowHome.create(workdir / side / "home", dags_folder=folder, database=database)
-            sim = sims[side] = SimulatorProcess(workdir / side / "sim", scenario)
+            sim = sims[side] = backend(workdir / side / "sim", scenario)
             sim.start()
             running[side] = (
                 home,

@@ -14,6 +14,8 @@ here, so a run can be re-analysed from its files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import datetime
 import json
 import logging
@@ -29,10 +31,14 @@ from typing import Any
 
 SETUP_AGENT = "bench-setup/1"
 CONTAINER = "base"
+GATE = "bench.airflow-k8s-retry/hold"
 
 
-def _kube_target(kubeconfig: Path) -> tuple[str, str, Any]:
-    """Server URL, bearer token and SSL context (None for plain HTTP) from the simulator's kubeconfig."""
+def _kube_target(kubeconfig: Path) -> tuple[str, dict[str, str], Any]:
+    """Server URL, auth headers and SSL context (None for plain HTTP) from a kubeconfig.
+
+    The simulator's kubeconfig holds a bearer token; the real control plane's a client certificate.
+    """
     import base64
     import ssl
 
@@ -40,12 +46,21 @@ def _kube_target(kubeconfig: Path) -> tuple[str, str, Any]:
 
     config = yaml.safe_load(kubeconfig.read_text())
     cluster = config["clusters"][0]["cluster"]
-    token = config["users"][0]["user"]["token"]
+    user = config["users"][0]["user"]
+    headers = {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
     context: Any = None
     if cluster.get("certificate-authority-data"):
         ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
         context = ssl.create_default_context(cadata=ca)
-    return cluster["server"], token, context
+        if user.get("client-certificate-data"):
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as folder:
+                cert, key = Path(folder) / "c.pem", Path(folder) / "k.pem"
+                cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+                key.write_bytes(base64.b64decode(user["client-key-data"]))
+                context.load_cert_chain(str(cert), str(key))
+    return cluster["server"], headers, context
 
 
 def pod_body(pod: dict[str, Any]) -> dict[str, Any]:
@@ -60,6 +75,10 @@ def pod_body(pod: dict[str, Any]) -> dict[str, Any]:
     }
     if pod.get("init_image"):
         spec["initContainers"] = [{"name": "setup", "image": pod["init_image"], "command": ["setup"]}]
+    if pod.get("gate_seconds"):
+        # Held unscheduled until the driver lifts the gate: the real backend's way of letting a pull
+        # fail a while into the pod's life (KWOK plays no init containers).
+        spec["schedulingGates"] = [{"name": GATE}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -68,28 +87,82 @@ def pod_body(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def create_pods(kubeconfig: Path, pods: list[dict[str, Any]], concurrency: int = 32) -> dict[str, Any]:
-    """Create every pod; returns ``{name: {"uid": ..., "t": ...}}``."""
+async def create_pods(
+    kubeconfig: Path, pods: list[dict[str, Any]], concurrency: int = 32
+) -> tuple[dict[str, Any], asyncio.Future[None]]:
+    """Create every pod; returns ``{name: {"uid": ..., "t": ...}}`` and the gate lifting's future.
+
+    A pod with ``gate_seconds`` is created with a scheduling gate that a task started here lifts
+    that many seconds later (as the setup client, so it is not counted).
+    """
     import aiohttp
 
-    server, token, ssl_context = _kube_target(kubeconfig)
-    headers = {"Authorization": f"Bearer {token}", "User-Agent": SETUP_AGENT}
+    server, auth, ssl_context = _kube_target(kubeconfig)
+    headers = {**auth, "User-Agent": SETUP_AGENT}
     created: dict[str, Any] = {}
     gate = asyncio.Semaphore(concurrency)
     connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False)
-    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
+    session = aiohttp.ClientSession(headers=headers, connector=connector)
 
-        async def one(pod: dict[str, Any]) -> None:
-            async with gate:
-                url = f"{server}/api/v1/namespaces/{pod['namespace']}/pods"
-                async with session.post(url, json=pod_body(pod)) as response:
-                    body = await response.json()
-                    if response.status != 201:
-                        raise RuntimeError(f"creating pod {pod['name']}: {response.status} {body}")
-                    created[pod["name"]] = {"uid": body["metadata"]["uid"], "t": time.time()}
+    async def lift(pod: dict[str, Any]) -> None:
+        await asyncio.sleep(float(pod["gate_seconds"]))
+        url = f"{server}/api/v1/namespaces/{pod['namespace']}/pods/{pod['name']}"
+        patch = [{"op": "remove", "path": "/spec/schedulingGates"}]
+        async with session.patch(
+            url, json=patch, headers={"Content-Type": "application/json-patch+json"}
+        ) as response:
+            if response.status != 200:
+                raise RuntimeError(
+                    f"lifting the gate of {pod['name']}: {response.status} {await response.text()}"
+                )
 
-        await asyncio.gather(*(one(p) for p in pods))
-    return created
+    async def one(pod: dict[str, Any]) -> None:
+        async with gate:
+            url = f"{server}/api/v1/namespaces/{pod['namespace']}/pods"
+            async with session.post(url, json=pod_body(pod)) as response:
+                body = await response.json()
+                if response.status != 201:
+                    raise RuntimeError(f"creating pod {pod['name']}: {response.status} {body}")
+                created[pod["name"]] = {"uid": body["metadata"]["uid"], "t": time.time()}
+
+    await asyncio.gather(*(one(p) for p in pods))
+    lifts = [asyncio.ensure_future(lift(p)) for p in pods if p.get("gate_seconds")]
+
+    async def close() -> None:
+        try:
+            await asyncio.gather(*lifts)
+        finally:
+            await session.close()
+
+    return created, asyncio.ensure_future(close())
+
+
+async def wait_running(kubeconfig: Path, namespaces: set[str], count: int, limit: float) -> float:
+    """Wait until ``count`` pods of ``namespaces`` are Running (as the setup client); returns seconds."""
+    import aiohttp
+
+    server, auth, ssl_context = _kube_target(kubeconfig)
+    connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False)
+    started = time.monotonic()
+    async with aiohttp.ClientSession(headers={**auth, "User-Agent": SETUP_AGENT}, connector=connector) as s:
+        while True:
+            running = 0
+            for ns in namespaces:
+                url = f"{server}/api/v1/namespaces/{ns}/pods?fieldSelector=status.phase%3DRunning"
+                async with s.get(url) as response:
+                    running += len((await response.json()).get("items") or [])
+            if running >= count:
+                return time.monotonic() - started
+            if time.monotonic() - started > limit:
+                raise RuntimeError(f"only {running} of {count} pods Running after {limit:.0f} s")
+            await asyncio.sleep(2)
+
+
+def components_cpu(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each named process (kube-apiserver, etcd)."""
+    from bench.realcluster import process_cpu_seconds
+
+    return {name: process_cpu_seconds(pid) for name, pid in pids.items()}
 
 
 def make_trigger(side: str, spec: dict[str, Any], pod: dict[str, Any], uid: str) -> Any:
@@ -186,18 +259,45 @@ class LoopMonitor:
             await asyncio.gather(self._task, return_exceptions=True)
 
 
+async def measure_baseline(
+    spec: dict[str, Any], kubeconfig: Path, pids: dict[str, int], result: dict[str, Any]
+) -> None:
+    """The components' CPU with every pod Running and no trigger yet: what the cluster costs anyway."""
+    if not pids or spec["mode"] != "footprint":
+        return
+    namespaces = {p["namespace"] for p in spec["pods"]}
+    result["settle_seconds"] = await wait_running(
+        kubeconfig, namespaces, len(spec["pods"]), limit=float(spec.get("settle_timeout", 900))
+    )
+    await asyncio.sleep(float(spec.get("quiet", 5)))
+    before, start = components_cpu(pids), time.time()
+    await asyncio.sleep(float(spec["baseline"]))
+    after, end = components_cpu(pids), time.time()
+    result["baseline"] = {
+        "start": start,
+        "end": end,
+        "components_cpu_seconds": {k: after[k] - before[k] for k in pids},
+    }
+
+
 async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> None:
+    with contextlib.ExitStack() as stack:
+        if spec["side"] == "ours" and spec.get("watch_timeout"):
+            from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
+
+            low, high = spec["watch_timeout"]
+            settings = dataclasses.replace(HubSettings.from_env(), watch_timeout=(int(low), int(high)))
+            stack.enter_context(use_settings(settings))
+        await _drive(spec, out)
+
+
+async def _drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> None:
     side = spec["side"]
     mode = spec["mode"]
     result: dict[str, Any] = {"side": side, "mode": mode, "pid": os.getpid(), "errors": []}
     started_import = time.perf_counter()
     if side == "ours":
         import airflow_k8s_retry.triggers  # noqa: F401
-        from airflow_k8s_retry.kube.hub import WatchHub
-
-        if spec.get("watch_timeout"):
-            low, high = spec["watch_timeout"]
-            WatchHub.watch_timeout = (int(low), int(high))
     else:
         import airflow.providers.cncf.kubernetes.triggers.pod  # noqa: F401
     # A triggerer is a long-lived process: its imports are warm and its connection lookup code has
@@ -215,8 +315,10 @@ async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> 
     kubeconfig = Path(spec["kubeconfig"])
     pods: list[dict[str, Any]] = spec["pods"]
     result["rss_before_setup"] = _rss()
-    created = await create_pods(kubeconfig, pods)
+    created, lifted = await create_pods(kubeconfig, pods)
     result["created"] = created
+    pids: dict[str, int] = spec.get("component_pids") or {}
+    await measure_baseline(spec, kubeconfig, pids, result)
     rng = random.Random(spec.get("seed", 1))
     events: dict[str, Any] = {}
     started: dict[str, float] = {}
@@ -254,10 +356,15 @@ async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> 
         await asyncio.gather(*pending, return_exceptions=True)
     else:
         await asyncio.sleep(spec["warmup"])
-        cpu0, wall0 = time.process_time(), time.time()
+        cpu0, wall0, comp0 = time.process_time(), time.time(), components_cpu(pids)
         await asyncio.sleep(spec["window"])
-        cpu1, wall1 = time.process_time(), time.time()
-        result["window"] = {"start": wall0, "end": wall1, "cpu_seconds": cpu1 - cpu0}
+        cpu1, wall1, comp1 = time.process_time(), time.time(), components_cpu(pids)
+        result["window"] = {
+            "start": wall0,
+            "end": wall1,
+            "cpu_seconds": cpu1 - cpu0,
+            "components_cpu_seconds": {k: comp1[k] - comp0[k] for k in pids},
+        }
         result["fired_early"] = len(events)
         result["running_tasks"] = sum(1 for t in tasks if not t.done())
         result["ru_maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -269,6 +376,7 @@ async def drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) -> 
             task.cancel()
         await asyncio.wait(tasks, timeout=60)
     await monitor.stop()
+    await lifted
     result["rss_end"] = _rss()
     out(result)
 

@@ -107,10 +107,10 @@ async def measure(cluster: FakeCluster, pods: dict[str, tuple[str, str]], sample
 
 def events_relist(pods: int, events_per_pod: int) -> float:
     """Seconds one Events re-list blocks the loop with ``pods`` followed pods."""
-    from airflow_k8s_retry.kube.hub import _EventFeed
+    from airflow_k8s_retry.kube.feed_types import EventFeed
+    from airflow_k8s_retry.kube.watch_settings import HubSettings
 
     async def run() -> float:
-        hub = WatchHub()
 
         class Sub:
             def __init__(self, name: str) -> None:
@@ -122,10 +122,10 @@ def events_relist(pods: int, events_per_pod: int) -> float:
 
             poll_interval = 10.0
 
-            def _offer_event(self, event: Any) -> None:
+            def offer_event(self, event: Any) -> None:
                 self.n += 1
 
-        feed = _EventFeed(hub, conn=None, namespace="ns")  # type: ignore[arg-type]
+        feed = EventFeed(conn=None, namespace="ns", settings=HubSettings())  # type: ignore[arg-type]
         subs = [Sub(f"pod-{i}") for i in range(pods)]
         for sub in subs:
             feed.add(sub)  # type: ignore[arg-type]

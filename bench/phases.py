@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_k8s_retry.kube.hub import WatchHub
+from airflow_k8s_retry.kube.watch_settings import HubSettings
 from bench.driver import SETUP_AGENT
 from bench.harness import start_driver
 from bench.simulator import SimulatorProcess
+
+#: A phase's cluster: ``SimulatorProcess`` (the default) or ``bench.realcluster.RealCluster``, built
+#: from a work folder and a scenario dict, used as a context manager with ``kubeconfig`` and
+#: ``records()``.
+Backend = Callable[[Path, dict[str, Any]], Any]
 
 SIDES = ("ours", "kpo")
 #: What each side's event must say for the run to count (a wrong answer is not a fast answer).
@@ -29,6 +34,20 @@ EXPECTED = {
     "term": {"ours": "retry", "kpo": "failed"},
     "evict": {"ours": "relaunch", "kpo": "failed"},
 }
+
+
+def answers(kind: str, side: str, event: dict[str, Any]) -> bool:
+    """Whether ``event`` is the right answer for a ``kind`` pod.
+
+    An evicted pod with no termination grace is gone on a real API server before the cncf trigger's
+    next GET, which then ends with ``error`` (404 Not Found): its way of reporting that pod, so it
+    counts (on the simulator the pod is still readable and the trigger says ``failed``).
+    """
+    if event["status"] == EXPECTED[kind][side]:
+        return True
+    return kind == "evict" and side == "kpo" and event["status"] == "error" and "404" in str(event["reason"])
+
+
 #: Lifecycle changes (audit ``change`` values) that first show each failure through the API.
 SIGNALS = {
     "pull": ("waiting:ErrImagePull",),
@@ -39,7 +58,7 @@ SIGNALS = {
 KPO_POLL_INTERVAL = 2.0
 KPO_STARTUP_CHECK_INTERVAL = 5.0
 #: PodStateTrigger's server-side watch timeout range, as the package ships it.
-HUB_WATCH_TIMEOUT = WatchHub.watch_timeout
+HUB_WATCH_TIMEOUT = HubSettings().watch_timeout
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:
@@ -90,13 +109,18 @@ class LifecycleClass:
 
 
 def run_lifecycle(
-    workdir: Path, classes: list[LifecycleClass], *, time_scale: float, timeout: float
+    workdir: Path,
+    classes: list[LifecycleClass],
+    *,
+    time_scale: float,
+    timeout: float,
+    backend: Backend = SimulatorProcess,
 ) -> list[dict[str, Any]]:
     """Run every class on both sides at once; count each namespace's requests per pod."""
     images = {f"bench/run:{c.label}": {"run": {"duration_seconds": c.duration}} for c in classes}
     namespaces = [f"{side}-{c.label}" for side in SIDES for c in classes]
     scenario = {"time_scale": time_scale, "namespaces": namespaces, "images": images}
-    with SimulatorProcess(workdir, scenario) as sim:
+    with backend(workdir, scenario) as sim:
         drivers = []
         for side in SIDES:
             pods = [
@@ -167,18 +191,24 @@ def latency_scenario(kinds: dict[str, int], after: float) -> dict[str, Any]:
     }
 
 
-def latency_pods(namespace: str, kinds: dict[str, int]) -> list[dict[str, Any]]:
+def latency_pods(
+    namespace: str, kinds: dict[str, int], *, gated_after: float | None = None
+) -> list[dict[str, Any]]:
+    """The latency phase's pods; ``gated_after``: hold the pull pods by a scheduling gate for that
+    long instead of an init container (the real backend's KWOK nodes play no init containers)."""
     pods: list[dict[str, Any]] = []
     for i in range(kinds.get("pull", 0)):
-        pods.append(
-            {
-                "name": f"pull-{i}",
-                "namespace": namespace,
-                "image": "bench/missing:1",
-                "init_image": "bench/init:ok",
-                "start_delay": "jitter",
-            }
-        )
+        pull: dict[str, Any] = {
+            "name": f"pull-{i}",
+            "namespace": namespace,
+            "image": "bench/missing:1",
+            "start_delay": "jitter",
+        }
+        if gated_after is None:
+            pull["init_image"] = "bench/init:ok"
+        else:
+            pull["gate_seconds"] = gated_after
+        pods.append(pull)
     for i in range(kinds.get("term", 0)):
         pods.append(
             {"name": f"term-{i}", "namespace": namespace, "image": "bench/fail:1", "start_delay": "jitter"}
@@ -196,16 +226,25 @@ LATENCY_POLICY = {"grace": {"image.not_found": 0}}
 
 
 def run_latency(
-    workdir: Path, kinds: dict[str, int], *, after: float = 6.0, timeout: float = 120
+    workdir: Path,
+    kinds: dict[str, int],
+    *,
+    after: float = 6.0,
+    timeout: float = 120,
+    backend: Backend = SimulatorProcess,
 ) -> dict[str, Any]:
     """Each failure ``after`` seconds into a pod's life; time from the change to each side's event."""
-    with SimulatorProcess(workdir, latency_scenario(kinds, after)) as sim:
+    real = bool(getattr(backend, "real", False))
+    scenario = latency_scenario(kinds, after)
+    if real:
+        del scenario["images"]["bench/init:ok"]
+    with backend(workdir, scenario) as sim:
         drivers = []
         for side in SIDES:
             spec: dict[str, Any] = {
                 "side": side,
                 "mode": "complete",
-                "pods": latency_pods(side, kinds),
+                "pods": latency_pods(side, kinds, gated_after=after if real else None),
                 "timeout": timeout,
                 "jitter": KPO_POLL_INTERVAL,
                 "seed": 7,
@@ -232,11 +271,13 @@ def run_latency(
                 if event is None or change is None:
                     missing.append(name)
                     continue
-                if event["status"] != EXPECTED[kind][side]:
+                if not answers(kind, side, event):
                     wrong.append(f"{name}: {event['status']} {event['reason']}")
                     continue
                 latencies.append(event["t"] - change)
+            statuses = Counter(str(e["status"]) for n, e in res["events"].items() if n.startswith(f"{kind}-"))
             entry[side] = {
+                "statuses": dict(sorted(statuses.items())),
                 "n": len(latencies),
                 "p50": percentile(latencies, 50),
                 "p99": percentile(latencies, 99),
@@ -273,9 +314,13 @@ def footprint_scenario(namespaces: list[str]) -> dict[str, Any]:
     }
 
 
-def footprint_spec(side: str, n: int, warmup: float, window: float) -> dict[str, Any]:
+def footprint_spec(
+    side: str, n: int, warmup: float, window: float, component_pids: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """``component_pids``: also read those processes' CPU in the window and in an idle baseline
+    window as long, taken once every pod runs and before any trigger starts."""
     pods = [{"name": f"steady-{i}", "namespace": side, "image": "bench/run:long"} for i in range(n)]
-    return {
+    spec = {
         "side": side,
         "mode": "footprint",
         "pods": pods,
@@ -283,6 +328,32 @@ def footprint_spec(side: str, n: int, warmup: float, window: float) -> dict[str,
         "window": window,
         **side_kwargs(side, 1.0),
     }
+    if component_pids:
+        spec.update(component_pids=component_pids, baseline=window)
+    return spec
+
+
+def components_summary(res: dict[str, Any]) -> dict[str, Any]:
+    """kube-apiserver's and etcd's CPU seconds per minute in the window, idle baseline, and the
+    difference (what this side's triggers caused); empty on the simulator."""
+    window, baseline = res["window"], res.get("baseline")
+    used = window.get("components_cpu_seconds") or {}
+    if not used or baseline is None:
+        return {}
+    seconds = window["end"] - window["start"]
+    base_seconds = baseline["end"] - baseline["start"]
+    out: dict[str, Any] = {}
+    for name, cpu in used.items():
+        per_minute = cpu / seconds * 60
+        idle = baseline["components_cpu_seconds"][name] / base_seconds * 60
+        out[name] = {
+            "cpu_seconds_per_minute": per_minute,
+            "baseline_cpu_seconds_per_minute": idle,
+            "caused_cpu_seconds_per_minute": per_minute - idle,
+        }
+    out["settle_seconds"] = res.get("settle_seconds")
+    out["baseline_seconds"] = base_seconds
+    return out
 
 
 def summarize_footprint(
@@ -290,7 +361,9 @@ def summarize_footprint(
 ) -> dict[str, Any]:
     window = res["window"]
     seconds = window["end"] - window["start"]
-    in_window = [r for r in requests_of(records, side) if window["start"] <= r["t"] <= window["end"]]
+    mine = requests_of(records, side)
+    in_window = [r for r in mine if window["start"] <= r["t"] <= window["end"]]
+    since_start = [r for r in mine if res["t_triggers_started"] <= r["t"] <= window["end"]]
     lags = res.get("lags") or []
     rss = res.get("rss") or []
     errors = [r for r in in_window if int(r.get("status") or 0) >= 400 or r.get("status") == 0]
@@ -307,6 +380,9 @@ def summarize_footprint(
         "loop_lag_max_ms": max(lags) * 1000 if lags else None,
         "loop_lag_samples": len(lags),
         "requests_per_second": len(in_window) / seconds,
+        # Warm-up included: the LIST and WATCH a shared watch opens with count here.
+        "requests_since_start": len(since_start),
+        "seconds_since_start": window["end"] - res["t_triggers_started"],
         # What a poller asks for if it keeps up: one GET per pod per poll interval.
         "requests_per_second_nominal": n / KPO_POLL_INTERVAL if side == "kpo" else None,
         "pods_read_in_window": len({r.get("name") for r in in_window if r.get("verb") == "get"}),
@@ -315,6 +391,7 @@ def summarize_footprint(
         "running_triggers": res["running_tasks"],
         "fired_early": res["fired_early"],
         "driver_errors": res["errors"][:5],
+        "components": components_summary(res),
     }
 
 
@@ -326,18 +403,22 @@ def run_footprint(
     window: float,
     sides: tuple[str, ...] = SIDES,
     concurrent: bool = False,
+    backend: Backend = SimulatorProcess,
 ) -> list[dict[str, Any]]:
     """``n`` long-running pods watched by one process per side; one side at a time unless ``concurrent``."""
     limit = warmup + window + 180 + n / 20
+    if getattr(backend, "real", False):
+        limit += 900 + window + n / 10  # pods scheduled and Running, then the idle baseline
     out = []
     groups = [sides] if concurrent else [(s,) for s in sides]
     for group in groups:
         sub = workdir / f"n{n}-{'-'.join(group)}"
-        with SimulatorProcess(sub, footprint_scenario(list(group))) as sim:
+        with backend(sub, footprint_scenario(list(group))) as sim:
+            pids = sim.component_pids() if hasattr(sim, "component_pids") else None
             drivers = [
                 start_driver(
                     f"footprint-{side}-{n}",
-                    footprint_spec(side, n, warmup, window),
+                    footprint_spec(side, n, warmup, window, pids),
                     sub,
                     sim.kubeconfig,
                     timeout=limit,

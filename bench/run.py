@@ -4,6 +4,7 @@ Usage::
 
     .venv/bin/python -m bench.run            # the full run (about 15-20 minutes on 2 cores)
     .venv/bin/python -m bench.run --quick    # smaller N, scaled time, shortened grace (~5 minutes)
+    .venv/bin/python -m bench.run --cluster real   # the same phases on a real kube-apiserver
 
 Phases run in an order that keeps CPU measurements clean: the footprint runs first, one process
 at a time, then detection latency; the classic Airflow failure runs in the background while the
@@ -14,19 +15,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.phases import LifecycleClass, run_footprint, run_latency, run_lifecycle
+from bench.phases import Backend, LifecycleClass, run_footprint, run_latency, run_lifecycle
+from bench.simulator import SimulatorProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PHASES = ("footprint", "latency", "lifecycle", "classic")
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpus": psutil.cpu_count(),
         "load_average_at_start": list(psutil.getloadavg()),
+        "niceness": os.nice(0),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "apache-airflow": version("apache-airflow"),
         "apache-airflow-providers-cncf-kubernetes": version("apache-airflow-providers-cncf-kubernetes"),
@@ -135,38 +141,32 @@ def environment() -> dict[str, Any]:
     }
 
 
-def run_plan(plan: Plan, workdir: Path, *, parallel_phases: bool = False) -> dict[str, Any]:
-    """Run every phase of ``plan``; returns the raw results (what ``results.json`` holds)."""
+def run_plan(
+    plan: Plan,
+    workdir: Path,
+    *,
+    parallel_phases: bool = False,
+    backend: Backend = SimulatorProcess,
+    phases: tuple[str, ...] = PHASES,
+) -> dict[str, Any]:
+    """Run the ``phases`` of ``plan`` on ``backend``; returns the raw results (``results.json``)."""
+    real = bool(getattr(backend, "real", False))
     results: dict[str, Any] = {
         "plan": asdict(plan),
+        "backend": "real" if real else "simulator",
         "environment": environment(),
         "started": time.time(),
         "footprint": [],
         "errors": [],
+        "load_average": {},
     }
 
     def footprint() -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for n in plan.footprint_sizes:
-            log(f"footprint: {n} pods per side")
-            try:
-                rows.extend(
-                    run_footprint(
-                        workdir / "footprint",
-                        n,
-                        warmup=plan.warmup(n),
-                        window=plan.footprint_window,
-                        concurrent=plan.footprint_concurrent,
-                    )
-                )
-            except Exception as exc:  # a size the machine cannot carry is reported, not faked
-                log(f"footprint {n} failed: {exc}")
-                results["errors"].append(f"footprint N={n}: {type(exc).__name__}: {str(exc)[:500]}")
-        return rows
+        return run_footprints(plan, workdir, backend, results)
 
     def latency() -> dict[str, Any]:
         log(f"latency: {plan.latency_kinds}")
-        return run_latency(workdir / "latency", plan.latency_kinds, after=plan.latency_after)
+        return run_latency(workdir / "latency", plan.latency_kinds, after=plan.latency_after, backend=backend)
 
     def lifecycle() -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
@@ -177,6 +177,7 @@ def run_plan(plan: Plan, workdir: Path, *, parallel_phases: bool = False) -> dic
                 list(plan.lifecycle_real),
                 time_scale=1.0,
                 timeout=max_duration(plan),
+                backend=backend,
             )
         if plan.lifecycle_scaled:
             log(
@@ -188,6 +189,7 @@ def run_plan(plan: Plan, workdir: Path, *, parallel_phases: bool = False) -> dic
                 list(plan.lifecycle_scaled),
                 time_scale=plan.lifecycle_scale,
                 timeout=max(c.duration for c in plan.lifecycle_scaled) * plan.lifecycle_scale + 90,
+                backend=backend,
             )
         return rows
 
@@ -195,23 +197,93 @@ def run_plan(plan: Plan, workdir: Path, *, parallel_phases: bool = False) -> dic
         from bench.classic import run_classic
 
         log("classic failure under airflow dags test (both operators)")
-        return run_classic(workdir / "classic", not_found_grace=plan.classic_grace)
+        return run_classic(workdir / "classic", not_found_grace=plan.classic_grace, backend=backend)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         if parallel_phases:
             futures = {"footprint": pool.submit(footprint), "latency": pool.submit(latency)}
             futures["lifecycle"] = pool.submit(lifecycle)
         else:
-            results["footprint"] = footprint()
-            results["latency"] = latency()
+            # In this order, classic in the background of lifecycle (which counts requests only).
+            steps: dict[str, Callable[[], Any]] = {"footprint": footprint, "latency": latency}
+            steps["classic"], steps["lifecycle"] = classic, lifecycle
             futures = {}
-            if plan.classic:
-                futures["classic"] = pool.submit(classic)
-            results["lifecycle"] = lifecycle()
+            for phase in (p for p in steps if p in phases and (p != "classic" or plan.classic)):
+                if phase == "classic":
+                    futures[phase] = pool.submit(_with_load_average, results, phase, classic)
+                else:
+                    results[phase] = _with_load_average(results, phase, steps[phase])
         for key, future in futures.items():
             results[key] = _outcome(key, future, results["errors"])
     results["finished"] = time.time()
     return results
+
+
+def run_footprints(
+    plan: Plan, workdir: Path, backend: Backend, results: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The footprint phase at every size of ``plan``; a size that fails is an error, not a row."""
+    rows: list[dict[str, Any]] = []
+    for n in plan.footprint_sizes:
+        log(f"footprint: {n} pods per side")
+        _load_average(results, f"footprint N={n}", "start")
+        try:
+            rows.extend(
+                run_footprint(
+                    workdir / "footprint",
+                    n,
+                    warmup=plan.warmup(n),
+                    window=plan.footprint_window,
+                    concurrent=plan.footprint_concurrent,
+                    backend=backend,
+                )
+            )
+        except Exception as exc:  # a size the machine cannot carry is reported, not faked
+            log(f"footprint {n} failed: {exc}")
+            results["errors"].append(f"footprint N={n}: {type(exc).__name__}: {str(exc)[:500]}")
+        _load_average(results, f"footprint N={n}", "end")
+    return rows
+
+
+def _load_average(results: dict[str, Any], phase: str, when: str) -> None:
+    results["load_average"].setdefault(phase, {})[when] = [round(x, 2) for x in os.getloadavg()]
+
+
+def _with_load_average(results: dict[str, Any], phase: str, step: Callable[[], Any]) -> Any:
+    """``step()``, with the load average noted at its start and end (footprint notes its own per N)."""
+    if phase != "footprint":
+        _load_average(results, phase, "start")
+    try:
+        return step()
+    finally:
+        if phase != "footprint":
+            _load_average(results, phase, "end")
+
+
+def merge(old: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -> dict[str, Any]:
+    """``new``'s phases over ``old``'s; footprint rows are kept per (side, N) unless re-run."""
+    out = {**old, "finished": new["finished"], "environment": new["environment"], "plan": new["plan"]}
+    out["errors"] = [*old.get("errors", []), *new["errors"]]
+    out["load_average"] = {**old.get("load_average", {}), **new.get("load_average", {})}
+    out["runs"] = [*old.get("runs", [_span(old)]), _span(new)]
+    for phase in phases:
+        if phase == "footprint":
+            redone = {r["n"] for r in new["footprint"]}
+            out["footprint"] = [r for r in old.get("footprint", []) if r["n"] not in redone] + new[
+                "footprint"
+            ]
+        elif phase in new:
+            out[phase] = new[phase]
+    out["started"] = old["started"]
+    return out
+
+
+def _span(results: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "started": results["started"],
+        "finished": results["finished"],
+        "load_average_at_start": results["environment"]["load_average_at_start"],
+    }
 
 
 def max_duration(plan: Plan) -> float:
@@ -234,20 +306,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-work", action="store_true", help="keep the work directory (audit logs, driver logs)"
     )
+    parser.add_argument(
+        "--cluster",
+        choices=("sim", "real"),
+        default="sim",
+        help="sim: the simulator (default); real: kube-apiserver, etcd and KWOK nodes "
+        "('make controlplane' first); results in bench/results/real/ unless --out",
+    )
+    parser.add_argument("--sizes", help="footprint sizes, comma-separated (default: the plan's)")
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"phases to run, comma-separated (default {','.join(PHASES)})",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the figures of the phases not run (and footprint sizes not re-run) from OUT/results.json",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    if args.sizes:
+        plan = replace(plan, footprint_sizes=tuple(int(x) for x in args.sizes.split(",")))
+    phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown:
+        parser.error(f"--phases: unknown {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    backend: Backend = SimulatorProcess
+    out_dir: Path = args.out
+    if args.cluster == "real":
+        from bench.realcluster import RealCluster, binaries
+
+        binaries()  # fails at once, saying what to do, if the control plane is not built
+        backend = RealCluster
+        if out_dir == RESULTS:
+            out_dir = RESULTS / "real"
     work = Path(tempfile.mkdtemp(prefix="bench-work-"))
-    log(f"plan {plan.name}; work directory {work}")
+    log(f"plan {plan.name} on {args.cluster}; phases {', '.join(phases)}; work directory {work}")
     try:
-        results = run_plan(plan, work)
+        results = run_plan(plan, work, backend=backend, phases=phases)
     finally:
         if not args.keep_work:
             shutil.rmtree(work, ignore_errors=True)
     from bench.report import write_report
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    written = write_report(results, args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.merge and (out_dir / "results.json").exists():
+        results = merge(json.loads((out_dir / "results.json").read_text()), results, phases)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    written = write_report(results, out_dir)
     log("wrote " + ", ".join(str(p) for p in written))
     log(f"total {results['finished'] - results['started']:.0f} s; errors: {results['errors'] or 'none'}")
     return 0

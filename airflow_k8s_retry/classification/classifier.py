@@ -17,7 +17,7 @@ from airflow_k8s_retry.classification import keys
 from airflow_k8s_retry.classification.matchers import Fact
 from airflow_k8s_retry.classification.model import History, Outcome, Reason, Verdict
 from airflow_k8s_retry.classification.observation import Observation, observe
-from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy, exit_codes
 from airflow_k8s_retry.classification.rules import RULES, Rule
 from airflow_k8s_retry.classification.wording import describe
 
@@ -181,9 +181,9 @@ def _exit_code_lists(
     code = match.exit_code
     if rule.reason not in EXIT_CODE_REASONS or code is None:
         return outcome, message
-    if code in _codes(policy.skip_on_exit_codes):
+    if code in exit_codes(policy.skip_on_exit_codes):
         return Outcome.SKIP, f"{message}; exit code {code} is in skip_on_exit_codes, so the task is skipped"
-    if code in _codes(policy.fail_on_exit_codes):
+    if code in exit_codes(policy.fail_on_exit_codes):
         return (
             Outcome.FAIL,
             f"{message}; exit code {code} is in fail_on_exit_codes, so the task fails without retrying",
@@ -210,10 +210,6 @@ def _relaunch_budget(
     )
 
 
-def _codes(value: object) -> frozenset[int]:
-    if isinstance(value, int):
-        return frozenset({value})
-    return frozenset(value) if isinstance(value, tuple | list | set | frozenset) else frozenset()
 
 
 def duration(seconds: float) -> str:

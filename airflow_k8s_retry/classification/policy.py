@@ -70,8 +70,8 @@ class FailurePolicy:
         set_ = object.__setattr__
         set_(self, "grace", _check_grace(self.grace, graceable_reasons()))
         set_(self, "outcomes", _check_outcomes(self.outcomes, overridable_reasons()))
-        fail = _check_exit_codes("fail_on_exit_codes", self.fail_on_exit_codes)
-        skip = _check_exit_codes("skip_on_exit_codes", self.skip_on_exit_codes)
+        fail = exit_codes(self.fail_on_exit_codes, label="FailurePolicy.fail_on_exit_codes")
+        skip = exit_codes(self.skip_on_exit_codes, label="FailurePolicy.skip_on_exit_codes")
         both = sorted(set(fail) & set(skip))
         if both:
             raise PolicyError(
@@ -120,8 +120,8 @@ class FailurePolicy:
         return {
             "grace": {Reason(k).value: float(v) for k, v in sorted(self.grace.items())},
             "outcomes": {Reason(k).value: Outcome(v).value for k, v in sorted(self.outcomes.items())},
-            "fail_on_exit_codes": list(_as_codes(self.fail_on_exit_codes)),
-            "skip_on_exit_codes": list(_as_codes(self.skip_on_exit_codes)),
+            "fail_on_exit_codes": list(exit_codes(self.fail_on_exit_codes)),
+            "skip_on_exit_codes": list(exit_codes(self.skip_on_exit_codes)),
             "relaunch_budget": self.relaunch_budget,
             "startup_timeout": self.startup_timeout,
             "schedule_timeout": self.schedule_timeout,
@@ -142,10 +142,6 @@ class FailurePolicy:
                 f"FailurePolicy payload has unknown field(s) {unknown}; valid fields: {sorted(known)}"
             )
         return cls(**dict(data))
-
-
-def _as_codes(value: Collection[int] | int) -> tuple[int, ...]:
-    return (value,) if isinstance(value, int) else tuple(value)
 
 
 def _reason(field_name: str, key: object, valid: frozenset[Reason]) -> Reason:
@@ -214,19 +210,27 @@ def _check_outcomes(value: object, valid: frozenset[Reason]) -> dict[Reason, Out
     return result
 
 
-def _check_exit_codes(name: str, value: object) -> tuple[int, ...]:
+def exit_codes(value: object, *, label: str = "exit codes") -> tuple[int, ...]:
+    """One exit code or a collection of them, as a sorted tuple without repeats.
+
+    The one normalisation of exit-code lists (``FailurePolicy``, the operator's KPO-style
+    ``skip_on_exit_code``, the classifier); raises :class:`PolicyError` naming ``label``.
+
+    >>> exit_codes(3), exit_codes([4, 2, 4])
+    ((3,), (2, 4))
+    """
     codes: Collection[object]
     if isinstance(value, int) and not isinstance(value, bool):
         codes = (value,)
     elif isinstance(value, Collection) and not isinstance(value, str | bytes | Mapping):
         codes = value
     else:
-        raise PolicyError(f"FailurePolicy.{name} must be a list of exit codes, got {value!r}")
+        raise PolicyError(f"{label} must be a list of exit codes, got {value!r}")
     result: set[int] = set()
     for code in codes:
         if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
             raise PolicyError(
-                f"FailurePolicy.{name}: {code!r} is not a failing exit code; use whole numbers "
+                f"{label}: {code!r} is not a failing exit code; use whole numbers "
                 "from 1 to 255 (0 means success and never reaches an exit-code rule)"
             )
         result.add(code)

@@ -20,9 +20,10 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from airflow_k8s_retry.kube.errors import (
     error_for_status,
     translate,
 )
+from airflow_k8s_retry.kube.ordering import resource_version
 
 if TYPE_CHECKING:
     import aiohttp
@@ -66,8 +68,7 @@ class WatchEvent:
 
     @property
     def resource_version(self) -> str | None:
-        rv = (self.object.get("metadata") or {}).get("resourceVersion")
-        return str(rv) if rv else None
+        return resource_version(self.object)
 
 
 @dataclass(frozen=True)
@@ -324,13 +325,25 @@ class AsyncKube:
         return True
 
     async def read_log(
-        self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        timestamps: bool = False,
+        since_seconds: int | None = None,
     ) -> str:
+        """A container's log so far (``timestamps``: each line starts with the kubelet's time)."""
         kwargs: dict[str, Any] = {}
         if container:
             kwargs["container"] = container
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
+        if timestamps:
+            kwargs["timestamps"] = True
+        if since_seconds is not None:
+            kwargs["since_seconds"] = since_seconds
         what = f"reading the log of pod {namespace}/{name}"
         for attempt in (1, 2):
             try:
@@ -369,19 +382,6 @@ class AsyncKube:
                 lambda: self.core.list_namespaced_event(namespace, **kwargs), f"listing events in {namespace}"
             )
         return _listing(data)
-
-    async def pod_events(self, namespace: str, name: str, uid: str | None = None) -> list[Json]:
-        """The Events about one pod, oldest first."""
-        listing = await self.list_events(
-            namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}"
-        )
-        items = [
-            e
-            for e in listing.items
-            if (e.get("involvedObject") or {}).get("name") == name
-            and (uid is None or (e.get("involvedObject") or {}).get("uid") in (None, "", uid))
-        ]
-        return sorted(items, key=_event_time)
 
     def watch_events(
         self,
@@ -455,37 +455,50 @@ class AsyncKube:
         if field_selector:
             kwargs["field_selector"] = field_selector
         timeout = (REQUEST_TIMEOUT[0], min(timeout_seconds + WATCH_READ_SLACK, WATCH_IDLE_LIMIT))
-        for attempt in (1, 2):
+
+        async def open_watch() -> aiohttp.ClientResponse:
             try:
-                resp = await method(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+                resp: aiohttp.ClientResponse = await method(
+                    *args, _preload_content=False, _request_timeout=timeout, **kwargs
+                )
                 await _check(resp, what)
-            except Unauthorized:
-                if attempt == 2 or not await self.reauthenticate():
-                    raise
-                continue
             except KubeError:
                 raise
             except Exception as exc:
                 raise _translated(exc, what) from exc
-            break
+            return resp
+
         try:
-            buffer = b""
-            while True:
-                try:
-                    chunk = await resp.content.readany()
-                except Exception as exc:
-                    raise _translated(exc, what) from exc
-                if not chunk:
-                    break
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield _watch_event(line, what)
-            if buffer.strip():
-                yield _watch_event(buffer, what)
+            resp = await open_watch()
+        except Unauthorized:
+            if not await self.reauthenticate():
+                raise
+            resp = await open_watch()
+        try:
+            async with contextlib.aclosing(_lines(resp, what)) as lines:
+                async for line in lines:
+                    yield _watch_event(line, what)
         finally:
             resp.close()
+
+
+async def _lines(resp: aiohttp.ClientResponse, what: str) -> AsyncGenerator[bytes, None]:
+    """The non-blank lines of a streamed answer, as they arrive."""
+    buffer = b""
+    while True:
+        try:
+            chunk = await resp.content.readany()
+        except Exception as exc:
+            raise _translated(exc, what) from exc
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
 
 
 async def _load_configuration(config: ClusterConfig) -> kubernetes_asyncio.client.Configuration:
@@ -505,8 +518,7 @@ async def _load_configuration(config: ClusterConfig) -> kubernetes_asyncio.clien
 
 def _listing(data: Json) -> Listing:
     items = [i for i in data.get("items") or [] if isinstance(i, dict)]
-    rv = str((data.get("metadata") or {}).get("resourceVersion") or "")
-    return Listing(items=items, resource_version=rv)
+    return Listing(items=items, resource_version=resource_version(data) or "")
 
 
 def _watch_event(line: bytes, what: str) -> WatchEvent:
@@ -524,12 +536,3 @@ def _watch_event(line: bytes, what: str) -> WatchEvent:
         )
     return WatchEvent(type=str(data["type"]), object=obj)
 
-
-def _event_time(event: Mapping[str, Any]) -> str:
-    return str(
-        event.get("lastTimestamp")
-        or event.get("eventTime")
-        or event.get("firstTimestamp")
-        or (event.get("metadata") or {}).get("creationTimestamp")
-        or ""
-    )

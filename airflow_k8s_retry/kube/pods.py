@@ -24,6 +24,7 @@ from airflow_k8s_retry.kube.errors import (
     translate,
 )
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.ordering import event_sort_key
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -93,6 +94,12 @@ class CreatedPod:
     uid: str
     adopted: bool
     body: Json
+
+    def as_v1pod(self) -> Any:
+        """A ``kubernetes.client.V1Pod`` naming this pod (what KPO callbacks receive)."""
+        from kubernetes.client import models as k8s
+
+        return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=self.name, namespace=self.namespace, uid=self.uid))
 
 
 class PodClient:
@@ -223,7 +230,7 @@ class PodClient:
                 namespace=namespace, field_selector=selector, _request_timeout=self.request_timeout
             )
         events = [self._json(e) for e in result.items]
-        return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return sorted(events, key=event_sort_key)
 
     def log(self, namespace: str, name: str, container: str, *, tail_lines: int | None = None) -> str:
         """A container's log (its last ``tail_lines`` lines); empty when there is none yet."""

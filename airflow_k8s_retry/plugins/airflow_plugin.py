@@ -15,7 +15,7 @@ URL_PREFIX = "/k8s-retry"
 MENU_NAME = "Kubernetes pod failures"
 
 
-class K8sRetryPlugin(AirflowPlugin):  # type: ignore[misc]
+class K8sRetryPlugin(AirflowPlugin):
     name = "airflow_k8s_retry"
     fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": MENU_NAME}]
     external_views = [

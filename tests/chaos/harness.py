@@ -280,24 +280,28 @@ def _warm_up() -> None:
 def _pace(clock: Any, scale: float) -> Any:
     """Run the trigger on the simulated clock, and the watch hub's real-time knobs at the same pace.
 
-    These are the package's documented injection points (``PodStateTrigger.clock`` and the
-    ``WatchHub`` class settings); knobs a newer version no longer has are left alone.
+    These are the package's documented injection points (``PodStateTrigger.clock``, and the
+    ``HubSettings`` every watch hub made meanwhile takes: each triggerer's loop makes its own).
     """
-    from airflow_k8s_retry.kube.hub import WatchHub
+    import dataclasses
+
+    from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
     from airflow_k8s_retry.triggers import PodStateTrigger
 
     saved_clock = PodStateTrigger.__dict__.get("clock")
     PodStateTrigger.clock = clock
-    knobs = {"backoff_base": 0.5, "backoff_cap": 30.0, "confirm_delay": 2.0}
-    saved = {k: WatchHub.__dict__[k] for k in knobs if k in WatchHub.__dict__}
-    for knob in saved:
-        setattr(WatchHub, knob, knobs[knob] * scale * 20)
+    shipped = HubSettings.from_env()
+    paced = dataclasses.replace(
+        shipped,
+        backoff_base=shipped.backoff_base * scale * 20,
+        backoff_cap=shipped.backoff_cap * scale * 20,
+        confirm_delay=shipped.confirm_delay * scale * 20,
+    )
     try:
-        yield
+        with use_settings(paced):
+            yield
     finally:
         PodStateTrigger.clock = saved_clock
-        for knob, value in saved.items():
-            setattr(WatchHub, knob, value)
 
 
 # -- one run ---------------------------------------------------------------------------------------

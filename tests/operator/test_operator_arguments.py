@@ -124,7 +124,7 @@ def test_templated_fields_are_kubernetes_pod_operators():
         ({"durable": False}, "durable=False"),
         ({"random_name_suffix": False}, "random_name_suffix=False"),
         ({"trigger_kwargs": {"x": 1}}, "trigger_kwargs: the trigger is PodStateTrigger"),
-        ({"logging_interval": 30}, "logging_interval: not supported"),
+        ({"logging_interval": 0}, "logging_interval must be a positive number of seconds or None, got 0"),
         ({"poll_interval": 0}, "poll_interval must be a positive number of seconds, got 0"),
     ],
 )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 # Airflow reads its home when first imported; point it somewhere disposable before any test module
 # imports the trigger (which imports Airflow).
@@ -15,6 +18,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 import pytest
 
 from airflow_k8s_retry.kube.clock import ManualClock
+from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
 
 KUBECONFIG_TEMPLATE = """\
 apiVersion: v1
@@ -46,3 +50,14 @@ def kubeconfig_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def manual_clock() -> Iterator[ManualClock]:
     yield ManualClock(1_800_000_000.0)
+
+
+@pytest.fixture
+def hub_settings() -> Iterator[Callable[..., HubSettings]]:
+    """``hub_settings(backoff_cap=0.2, ...)``: every watch hub made later in the test takes these."""
+    with contextlib.ExitStack() as stack:
+
+        def choose(**knobs: Any) -> HubSettings:
+            return stack.enter_context(use_settings(dataclasses.replace(HubSettings.from_env(), **knobs)))
+
+        yield choose

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,8 +18,8 @@ import pytest
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_LABEL, TryIdentity
+from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
 from tests.watching.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
@@ -40,14 +41,13 @@ def set_managed_label(cluster: FakeCluster, name: str, value: str | None) -> Non
 
 
 async def test_a_stuck_feed_does_not_hide_a_finished_pod(
-    monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock
+    monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, hub_settings: Callable[..., HubSettings]
 ) -> None:
     scenario = {"images": {"job:1": {"run": {"exit_code": 0, "duration_seconds": 300}}}}
     with FakeCluster(scenario, time_scale=0.01) as cluster:
         use_cluster(monkeypatch, cluster)
         monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-        monkeypatch.setattr(WatchHub, "watch_timeout", (1, 1))
-        monkeypatch.setattr(WatchHub, "backoff_cap", 0.2)
+        hub_settings(watch_timeout=(1, 1), backoff_cap=0.2)
         identity = TryIdentity("stuck", "feed", "run-1")
         pod = create_pod(cluster, pod_body(identity, "job:1"))
         name = pod["metadata"]["name"]

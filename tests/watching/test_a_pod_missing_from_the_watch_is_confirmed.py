@@ -3,14 +3,14 @@ created a moment ago is not mistaken for a deleted one, and a pod that is really
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from airflow_k8s_retry.classification import Outcome, Reason
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
 from tests.watching.lab import Run, create_pod, pod_body, run_trigger, trigger_for, use_cluster
@@ -48,10 +48,10 @@ async def test_a_pod_created_after_the_feed_started_arrives_through_the_watch(
 
 
 async def test_a_pod_that_is_already_gone_is_reported_as_deleted(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, hub_settings: Callable[..., HubSettings]
 ) -> None:
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(WatchHub, "confirm_delay", 0.05)
+    hub_settings(confirm_delay=0.05)
     identity = TryIdentity("gone", "task", "run-1")
     pod = pod_body(identity, "long:1")
     pod["metadata"]["uid"] = "3a0c6a52-0000-4000-8000-000000000000"  # never created

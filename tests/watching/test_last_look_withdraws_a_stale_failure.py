@@ -7,14 +7,14 @@ starts running, so the trigger's view is stale when the grace ends: the last loo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
 from tests.watching.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
@@ -45,12 +45,14 @@ def stamped(cluster: FakeCluster, name: str) -> dict[str, float]:
 
 
 async def test_a_failure_seen_on_a_stale_watch_is_withdrawn(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    manual_clock: ManualClock,
+    hub_settings: Callable[..., HubSettings],
 ) -> None:
     use_cluster(monkeypatch, cluster)
     monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    monkeypatch.setattr(WatchHub, "watch_timeout", (1, 1))
-    monkeypatch.setattr(WatchHub, "backoff_cap", 0.2)
+    hub_settings(watch_timeout=(1, 1), backoff_cap=0.2)
     identity = TryIdentity("last", "look", "run-1")
     pod = create_pod(cluster, pod_body(identity, "busy:1"))
     name = pod["metadata"]["name"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import TransportError
 from airflow_k8s_retry.kube.hub import PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
+from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.testing import FakeCluster
 from tests.watching.lab import create_pod, pod_body
 
@@ -118,11 +120,10 @@ async def test_a_namespaced_role_gets_one_watch_per_namespace() -> None:
         await close_all(subs)
 
 
-async def test_watches_never_starve_short_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_watches_never_starve_short_requests(hub_settings: Callable[..., HubSettings]) -> None:
     # One watch per namespace (as under a namespaced Role): 120 namespaces hold 240 watches, more
     # than the 100 connections a kubernetes_asyncio client pools by default.
-    monkeypatch.setattr(WatchHub, "watch_scope", "namespace", raising=False)
-    monkeypatch.delenv("AIRFLOW_K8S_RETRY_WATCH_SCOPE", raising=False)
+    hub_settings(scope="namespace")
     with FakeCluster(LONG, time_scale=0.01) as cluster:
         pods = make_pods(cluster, 120)
         config = ClusterConfig(kube_config_path=str(cluster.kubeconfig))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from airflow_k8s_retry.kube.aio import AsyncKube
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
+from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.testing import FakeCluster
 from tests.watching.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
@@ -40,11 +41,9 @@ def cluster() -> Iterator[FakeCluster]:
 
 
 @pytest.fixture(autouse=True)
-def quick_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
+def quick_reconnects(hub_settings: Callable[..., HubSettings]) -> None:
     # Watches end every second, so faults armed during a pod's life hit the reconnections.
-    monkeypatch.setattr(WatchHub, "watch_timeout", (1, 1))
-    monkeypatch.setattr(WatchHub, "backoff_base", 0.05)
-    monkeypatch.setattr(WatchHub, "backoff_cap", 0.2)
+    hub_settings(watch_timeout=(1, 1), backoff_base=0.05, backoff_cap=0.2)
 
 
 class Recorder:

@@ -129,6 +129,8 @@ class ControlPlane:
     scenario: Scenario = field(default_factory=Scenario)
     nodes: int = 3
     apiserver_port: int | None = None
+    #: More kube-apiserver flags (the benchmark adds its audit log with them).
+    apiserver_extra_args: list[str] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
     args: dict[str, list[str]] = field(default_factory=dict)
@@ -324,6 +326,7 @@ class ControlPlane:
             f"--cert-dir={self.directory / 'pki' / 'apiserver'}",
             "--profiling=false",
             "--v=1",
+            *self.apiserver_extra_args,
         ]
 
     def _component_common(self, name: str, pki: pki_module.Pki) -> list[str]:

@@ -1,0 +1,278 @@
+"""What one reader of the watch hub sees: one pod (a trigger) or a whole collection (a follower).
+
+A feed hands every change of its collection to the subscriptions of the object it concerns; the
+subscription decides what reaches its reader. For one pod that means: each state once, in
+resourceVersion order; a pod of the same name but another UID is the old pod's deletion, not news
+about it; after the pod is gone nothing more, until :meth:`PodSubscription.revive`. Events are
+kept per subscription, the newest :data:`EVENTS_PER_POD`, sorted once per change rather than per
+read.
+
+The hub makes and closes subscriptions; a reader only waits, drains and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow_k8s_retry.kube.ordering import event_sort_key, is_newer, metadata, resource_version, rv_newer
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry.kube.aio import AsyncKube, Json
+    from airflow_k8s_retry.kube.config import ClusterConfig
+
+#: How many Events are kept per pod (the newest win).
+EVENTS_PER_POD = 64
+
+#: A pod's place: (namespace, name).
+PodKey = tuple[str, str]
+
+
+class KubeHolder(Protocol):
+    """What holds the loop's shared client for one cluster (the hub's connections)."""
+
+    @property
+    def config(self) -> ClusterConfig: ...
+
+    @property
+    def kube(self) -> AsyncKube: ...
+
+
+@dataclass(frozen=True)
+class PodChange:
+    """A new state of the subscribed pod. ``pod`` is None when it is gone and its last state unknown."""
+
+    pod: Json | None
+    deleted: bool = False
+
+    @property
+    def resource_version(self) -> str | None:
+        return resource_version(self.pod)
+
+
+class PodSubscription:
+    """One trigger's view of one pod: its changes in order, and its Events.
+
+    Read with :meth:`wait` then :meth:`drain`; :attr:`events` always holds the Events seen so far,
+    oldest first.
+    """
+
+    def __init__(
+        self,
+        conn: KubeHolder,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        *,
+        poll_interval: float = 10.0,
+        on_close: Callable[[PodSubscription], Awaitable[None]],
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.uid = uid
+        self.poll_interval = poll_interval
+        self._conn = conn
+        self._on_close = on_close
+        self._changes: deque[PodChange] = deque()
+        self._events: dict[str, Json] = {}
+        self._sorted_events: list[Json] | None = []
+        self._events_changed = False
+        self._wakeup = asyncio.Event()
+        self._last_rv: str | None = None
+        self._gone = False
+        self.closed = False
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+    @property
+    def kube(self) -> AsyncKube:
+        """The shared client, for the occasional direct call (last look, annotations)."""
+        return self._conn.kube
+
+    @property
+    def events(self) -> list[Json]:
+        """The Events seen so far, oldest first (sorted once per change, not per read)."""
+        if self._sorted_events is None:
+            self._sorted_events = sorted(self._events.values(), key=event_sort_key)
+        return list(self._sorted_events)
+
+    def offer(self, change: PodChange) -> None:
+        """Queue a change unless it is a duplicate, stale, or about another pod of the same name."""
+        if self.closed:
+            return
+        ours = self._as_ours(change)
+        if ours is None or self._gone:
+            return
+        if ours.deleted:
+            self._gone = True
+        else:
+            rv = ours.resource_version
+            if not rv_newer(rv, self._last_rv):
+                return
+            self._last_rv = rv
+        self._changes.append(ours)
+        self._wakeup.set()
+
+    def _as_ours(self, change: PodChange) -> PodChange | None:
+        """The change as news about *our* pod: another UID under our name means ours was deleted
+        and replaced (None when we already know it is gone); the first UID seen becomes ours."""
+        uid = metadata(change.pod).get("uid") if change.pod is not None else None
+        if not uid:
+            return change
+        if self.uid and uid != self.uid:
+            return None if self._gone else PodChange(pod=None, deleted=True)
+        if self.uid is None:
+            self.uid = str(uid)
+        return change
+
+    def revive(self, pod: Json) -> None:
+        """The pod was reported gone but is still there (read directly): follow it again.
+
+        A watch reports DELETED when a pod stops matching its label selector (a label edited off),
+        and a re-list misses such a pod too; the pod itself lives on. Without this, every later
+        change of the pod would be dropped as news about a gone pod.
+        """
+        self._gone = False
+        self._last_rv = None
+        self.offer(PodChange(pod=pod))
+
+    def offer_event(self, event: Json) -> None:
+        """Keep an Event about the pod unless an equal or newer copy of it is already kept."""
+        if self.closed:
+            return
+        meta = metadata(event)
+        key = str(meta.get("name") or meta.get("uid") or id(event))
+        old = self._events.get(key)
+        if old is not None and not is_newer(event, old):
+            return
+        self._events[key] = event
+        if len(self._events) > EVENTS_PER_POD:
+            oldest = min(self._events, key=lambda k: event_sort_key(self._events[k]))
+            del self._events[oldest]
+        self._sorted_events = None
+        self._events_changed = True
+        self._wakeup.set()
+
+    def drain(self) -> list[PodChange]:
+        """The pod changes received since the last call, oldest first."""
+        changes = list(self._changes)
+        self._changes.clear()
+        self._events_changed = False
+        self._wakeup.clear()
+        return changes
+
+    @property
+    def events_changed(self) -> bool:
+        return self._events_changed
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._changes) or self._events_changed
+
+    async def wait(self, within: float | None = None) -> bool:
+        """Wait until something new arrived, at most ``within`` seconds; False when nothing did."""
+        if self.pending:
+            return True
+        self._wakeup.clear()
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), within)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Unsubscribe; idempotent. The last subscriber of a feed stops it."""
+        if self.closed:
+            return
+        self.closed = True
+        self._wakeup.set()
+        await self._on_close(self)
+
+
+class CollectionSubscription:
+    """Every object of one feed, whatever its name: the pods of a label selector, or the Jobs of a
+    namespace. For a follower that does not know yet which object it waits for (a sensor waiting
+    for a pod to appear, or following a Job's pods as they are replaced).
+
+    Read with :meth:`wait` then :meth:`drain`; :attr:`objects` is the feed's view, by name.
+    """
+
+    def __init__(
+        self,
+        conn: KubeHolder,
+        synced: asyncio.Event,
+        *,
+        on_close: Callable[[CollectionSubscription], Awaitable[None]],
+    ) -> None:
+        self._conn = conn
+        self._synced = synced
+        self._on_close = on_close
+        self.objects: dict[str, Json] = {}
+        self._changed = False
+        self._wakeup = asyncio.Event()
+        self.closed = False
+
+    @property
+    def kube(self) -> AsyncKube:
+        return self._conn.kube
+
+    @property
+    def synced(self) -> bool:
+        """True once the feed's first LIST is in: an empty :attr:`objects` then means "none yet"."""
+        return self._synced.is_set()
+
+    def seed(self, cache: Mapping[str, Json]) -> None:
+        for name, obj in cache.items():
+            self.offer(name, PodChange(pod=obj))
+
+    def offer(self, name: str, change: PodChange) -> None:
+        if self.closed:
+            return
+        if change.deleted:
+            if self.objects.pop(name, None) is None:
+                return
+        else:
+            if change.pod is None:
+                return
+            old = self.objects.get(name)
+            if old is not None and not rv_newer(change.resource_version, resource_version(old)):
+                return
+            self.objects[name] = change.pod
+        self._changed = True
+        self._wakeup.set()
+
+    @property
+    def pending(self) -> bool:
+        return self._changed
+
+    def drain(self) -> bool:
+        """Whether anything changed since the last call."""
+        changed, self._changed = self._changed, False
+        self._wakeup.clear()
+        return changed
+
+    async def wait(self) -> None:
+        """Until something changes."""
+        if self._changed:
+            return
+        self._wakeup.clear()
+        await self._wakeup.wait()
+
+    async def close(self) -> None:
+        """Stop following; idempotent. The last reader of a feed stops it."""
+        if self.closed:
+            return
+        self.closed = True
+        self._wakeup.set()
+        await self._on_close(self)
+
+
+def event_matches(event: Mapping[str, Any], uid: str | None) -> bool:
+    """Whether an Event about a pod of this name is about the pod with ``uid`` (or may be)."""
+    event_uid = (event.get("involvedObject") or {}).get("uid")
+    return not uid or not event_uid or event_uid == uid

@@ -1,0 +1,430 @@
+"""``PodTracker``: what the trigger decides about one pod, as a pure state machine.
+
+The trigger's I/O (the shared watch, direct reads, annotations, log reads, sleeping) is in
+:mod:`airflow_k8s_retry.triggers`; every decision is here. The trigger feeds the tracker what it
+received (pod changes, the pod's Events, the time) and performs the :class:`Step` it gets back:
+
+* :class:`Emit`: the verdict to send; the tracker is done.
+* :class:`LookAgain`: read the pod once more before a failure leaves (:meth:`PodTracker.looked`).
+* :class:`Revive`: the last look withdrew the verdict; follow the pod again.
+* :class:`ReadDirectly`: the feed has said nothing for a long while; read the pod itself.
+* :class:`FetchLogs`: stream the base container's new log lines (``logging_interval``).
+* :class:`SleepUntil`: wait for news or the time; ``wake`` lists extra wake-ups (a progress
+  line, the next log read) that change nothing unless they fall due.
+
+Any step may carry a history to ``remember`` (stamp on the pod before performing it) and
+``notes`` (lines for the trigger's log). Like the classifier, this has no I/O, no clock and no
+global state: the caller passes the time, so tests drive it with plain numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from airflow_k8s_retry.classification import FailurePolicy, classify
+from airflow_k8s_retry.classification.classifier import trace
+from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
+from airflow_k8s_retry.classification.rules import RULES
+from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION
+
+Json = dict[str, Any]
+
+#: Outcomes that get a last look at the pod before they are emitted.
+LOOK_AGAIN = frozenset({Outcome.RETRY, Outcome.FAIL, Outcome.RELAUNCH})
+#: Without any news about the pod for this long, read it directly once (the feed may be stuck).
+QUIET_LIMIT = 300.0
+#: How long past its termination grace a disrupted pod may still run before RELAUNCH fires anyway
+#: (a lost node never reports its containers stopped).
+RELAUNCH_HOLD_PADDING = 30.0
+#: While a grace runs, one line this often says what is awaited and until when.
+GRACE_NOTE_EVERY = 60.0
+
+_GRACE_RULES = frozenset(rule.name for rule in RULES if rule.outcome is not Outcome.WAIT and rule.grace)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One decision of the tracker. ``remember``: a history to stamp on the pod first (``None``:
+    nothing new); ``notes``: lines for the trigger's log."""
+
+    remember: History | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Emit(Step):
+    verdict: Verdict
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookAgain(Step):
+    verdict: Verdict
+
+
+@dataclass(frozen=True, kw_only=True)
+class Revive(Step):
+    pod: Json
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadDirectly(Step):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchLogs(Step):
+    container: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SleepUntil(Step):
+    until: float
+    wake: tuple[float, ...] = ()
+
+
+class Change(Protocol):
+    """A new state of the pod, as the watch hub delivers it (``pod`` None: gone, state unknown)."""
+
+    @property
+    def pod(self) -> Json | None: ...
+
+    @property
+    def deleted(self) -> bool: ...
+
+
+def stamped_verdict(pod: Mapping[str, Any] | None) -> Verdict | None:
+    """The verdict this package stamped on ``pod``, if any (unreadable stamps count as none)."""
+    raw = _annotation(pod, VERDICT_ANNOTATION)
+    try:
+        return Verdict.from_payload(json.loads(raw)) if raw else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def stamped_history(pod: Mapping[str, Any] | None) -> History | None:
+    """The classifier history stamped on ``pod`` by an earlier trigger, if any."""
+    raw = _annotation(pod, HISTORY_ANNOTATION)
+    try:
+        return History.from_payload(json.loads(raw)) if raw else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def merge_histories(first: History, second: History | None) -> History:
+    """Combine two memories of the same pod: per signal the earliest first-seen time wins."""
+    if second is None:
+        return first
+    seen = dict(first.first_seen)
+    for key, at in second.first_seen.items():
+        seen[key] = min(at, seen.get(key, at))
+    strongest = first.strongest or second.strongest
+    if first.strongest and second.strongest and second.strongest.seen_at < first.strongest.seen_at:
+        strongest = second.strongest
+    return History(first_seen=seen, strongest=strongest)
+
+
+@dataclass
+class PodTracker:
+    """The decisions about one pod: feed it with :meth:`apply` (and :meth:`looked` after a
+    :class:`LookAgain`), perform the step it returns, and repeat until it returns :class:`Emit`.
+
+    :param pod_uid: the pod's UID; a pod of the same name with another UID is not this pod.
+    :param history: the history known when the task deferred.
+    :param policy: the DAG author's changes to the default rules.
+    :param relaunches: fresh pods already started in this try.
+    :param execution_deadline: epoch seconds; past it the verdict is ``execution.timeout``.
+    :param poll_interval: the feed's safety poll; the quiet limit is at least three of them.
+    :param logging_interval: seconds between log reads while ``log_container`` runs; None: none.
+    :param log_container: the container whose log is streamed (KPO's ``base_container_name``).
+    :param started: the time the trigger started (the quiet limit counts from it).
+    """
+
+    pod_uid: str
+    history: History = field(default_factory=History)
+    policy: FailurePolicy | None = None
+    relaunches: int = 0
+    execution_deadline: float | None = None
+    poll_interval: float = 10.0
+    logging_interval: float | None = None
+    log_container: str = "base"
+    started: float = 0.0
+    #: Whether annotating the pod is allowed (set False after a 403) and what it carries now.
+    may_annotate: bool = True
+    stamped: Json | None = None
+
+    def __post_init__(self) -> None:
+        self.initial_history = self.history
+        self.pod: Json | None = None
+        self.gone = False
+        self.observed = False
+        self.merged = False
+        self.quiet_since = self.started
+        self.events: list[Json] = []
+        self.due = float("inf")  # the soonest decision timer asked for in the last SleepUntil
+        self.relaunch_seen: float | None = None
+        self.looking: Verdict | None = None
+        self.waiting: Verdict | None = None  # the verdict the current sleep waits on
+        self.note_at: float | None = None
+        self.logs_at: float | None = None
+
+    @property
+    def quiet_limit(self) -> float:
+        return max(QUIET_LIMIT, 3 * self.poll_interval)
+
+    # -- the decisions --------------------------------------------------------------------------
+
+    def apply(self, changes: Sequence[Change], events: Sequence[Json], now: float) -> Step:
+        """Take what arrived since the last call (oldest first) and decide what to do next."""
+        news = bool(changes) or list(events) != self.events
+        self.events = list(events)
+        if not news and now >= self.due and now >= self.quiet_since + self.quiet_limit:
+            # A timer fell due and the feed has said nothing about this pod for a long while: it
+            # may be stuck (a watch a proxy broke, a label edited off the selector, RBAC), so read
+            # the pod itself instead of re-judging what the feed last said.
+            self.quiet_since = now
+            return ReadDirectly()
+        stamp = self._take(changes, now)
+        if stamp is not None:
+            return Emit(verdict=stamp, notes=("already carries a verdict; emitting it",))
+        if changes:
+            self.quiet_since = now
+        if self.logs_at is not None and now >= self.logs_at and self._log_container_runs():
+            self.logs_at = now + float(self.logging_interval or 0)
+            return FetchLogs(container=self.log_container)
+        if not self.observed:
+            if self._overdue(now):
+                return Emit(verdict=self._timed_out(None, now))
+            return self._sleep([self.execution_deadline, self.quiet_since + self.quiet_limit], now)
+        if not news and now < self.due and self.waiting is not None:
+            # An extra wake-up (a progress line, a log read), not a timer of the verdict: judging
+            # again would move a running pod's re-check deadline with every log read.
+            note = self._grace_note(self.waiting, now)
+            return self._sleep([self.due], now, notes=[note] if note else [])
+        return self._judge(now)
+
+    def looked(self, fresh: Json | None, events: Sequence[Json], now: float) -> Step:
+        """The result of the last look (``None``: gone, or the read failed): emit or withdraw."""
+        verdict, self.looking = self.looking, None
+        self.events = list(events)
+        assert verdict is not None, "looked() answers a LookAgain step"
+        if fresh is None or _uid_of(fresh) != self.pod_uid:
+            return Emit(verdict=verdict)
+        stamp = stamped_verdict(fresh)
+        if stamp is not None:
+            return Emit(verdict=stamp)
+        again = self._classify(fresh, verdict.history, now)
+        notes: list[str] = []
+        if again.outcome is Outcome.WAIT or self._relaunch_hold(again, fresh, now, notes) is not None:
+            notes.append(
+                f"{verdict.reason.value} withdrawn, the pod is {again.reason.value} now ({again.message})"
+            )
+            self.pod, self.gone = fresh, False
+            return Revive(pod=fresh, notes=tuple(notes))
+        return Emit(verdict=again, notes=tuple(notes))
+
+    def stamped_on_pod(self, history: History) -> None:
+        """The trigger stamped ``history`` on the pod (a :class:`Step`'s ``remember``)."""
+        self.stamped = history.to_payload()
+
+    # -- the parts ------------------------------------------------------------------------------
+
+    def _take(self, changes: Sequence[Change], now: float) -> Verdict | None:
+        """Fold the changes into the tracked state; a verdict stamp found on the pod ends it."""
+        for index, change in enumerate(changes):
+            if change.deleted:
+                self.gone = True
+                if change.pod is not None and _uid_of(change.pod) in (None, self.pod_uid):
+                    self.pod = change.pod
+            elif change.pod is not None:
+                if self.pod is not None and _is_older(change.pod, self.pod):
+                    continue  # the watch catching up with a state the last look already saw
+                self.pod = change.pod
+            self.observed = True
+            stamp = stamped_verdict(self.pod)
+            if stamp is not None:
+                return stamp
+            if not self.merged and self.pod is not None and not self.gone:
+                earlier = stamped_history(self.pod)
+                self.history = merge_histories(self.history, earlier)
+                self.stamped = None if earlier is None else earlier.to_payload()
+                self.merged = True
+            if index < len(changes) - 1 and not self.gone:
+                # Earlier states still count as evidence (a decaying pull message, a first-seen time).
+                self.history = self._classify(self.pod, self.history, now).history
+        return None
+
+    def _judge(self, now: float) -> Step:
+        verdict = self._classify(self.pod, self.history, now) if self.pod is not None else None
+        if self.gone and (verdict is None or not verdict.outcome.is_final):
+            # Gone: its last state decides if it was final (a preemption, a finished run);
+            # otherwise the pod was taken away under a running task.
+            verdict = self._classify(None, verdict.history if verdict else self.history, now)
+        assert verdict is not None  # observed: a pod, or gone
+        self.history = verdict.history
+        notes: list[str] = []
+        hold = None if self.gone else self._relaunch_hold(verdict, self.pod, now, notes)
+        remember = None if verdict.outcome.is_final else self._to_remember()
+        if verdict.outcome.is_final and hold is None:
+            if verdict.outcome in LOOK_AGAIN:
+                self.looking = verdict
+                return LookAgain(verdict=verdict, notes=tuple(notes))
+            return Emit(verdict=verdict, notes=tuple(notes))
+        if self._overdue(now):
+            return Emit(verdict=self._timed_out(verdict, now), remember=remember, notes=tuple(notes))
+        note = self._grace_note(verdict, now)
+        if note:
+            notes.append(note)
+        self.waiting = verdict
+        wake_at = hold if hold is not None else verdict.deadline
+        return self._sleep([wake_at, self.execution_deadline], now, remember=remember, notes=notes)
+
+    def _sleep(
+        self,
+        timers: Sequence[float | None],
+        now: float,
+        *,
+        remember: History | None = None,
+        notes: Sequence[str] = (),
+    ) -> SleepUntil:
+        self.due = min(t for t in timers if t is not None)
+        if not self._log_container_runs():
+            self.logs_at = None
+        elif self.logs_at is None:
+            self.logs_at = now + float(self.logging_interval or 0)
+        wake = tuple(t for t in (self.note_at, self.logs_at) if t is not None and now < t < self.due)
+        return SleepUntil(until=self.due, wake=wake, remember=remember, notes=tuple(notes))
+
+    def _classify(self, pod: Mapping[str, Any] | None, history: History, now: float) -> Verdict:
+        return classify(pod, self.events, history, now=now, policy=self.policy, relaunches=self.relaunches)
+
+    def _overdue(self, now: float) -> bool:
+        return self.execution_deadline is not None and now >= self.execution_deadline
+
+    def _to_remember(self) -> History | None:
+        """The history, when it should be stamped: changed, non-empty, and annotating allowed."""
+        if not self.may_annotate or not self.history.first_seen:
+            return None
+        return None if self.history.to_payload() == self.stamped else self.history
+
+    def _relaunch_hold(
+        self, verdict: Verdict, pod: Mapping[str, Any] | None, now: float, notes: list[str]
+    ) -> float | None:
+        """Until when a RELAUNCH waits for the disrupted pod's containers to stop; None: emit now.
+
+        Preemption, a drain or taint-based eviction mark the pod (``DisruptionTarget``) before its
+        graceful termination: the old container may run for ``terminationGracePeriodSeconds``
+        more, and a replacement started now would run beside it. So RELAUNCH waits until the pod
+        is gone or no container runs, bounded by the grace plus a margin: a lost node never
+        reports its containers stopped.
+        """
+        if verdict.outcome is not Outcome.RELAUNCH or pod is None or not containers_running(pod):
+            self.relaunch_seen = None
+            return None
+        bound = termination_grace(pod) + RELAUNCH_HOLD_PADDING
+        if self.relaunch_seen is None:
+            self.relaunch_seen = now
+            notes.append(
+                f"{verdict.reason.value}; waiting for its containers to stop before the relaunch "
+                f"(at most {bound:.0f} s)"
+            )
+        until = self.relaunch_seen + bound
+        return until if now < until else None
+
+    def _grace_note(self, verdict: Verdict, now: float) -> str | None:
+        """Once a minute while a grace runs: what is awaited, since when, and until when."""
+        if verdict.outcome is not Outcome.WAIT or verdict.rule not in _GRACE_RULES or self.gone:
+            self.note_at = None
+            return None
+        if self.note_at is None:
+            # The first line after a minute of waiting (a pod starting normally is pending for a
+            # while), then one a minute, also when the cause changes (a pull error becoming clearer).
+            self.note_at = now + GRACE_NOTE_EVERY
+        if now < self.note_at:
+            return None
+        self.note_at = now + GRACE_NOTE_EVERY
+        since = self._grace_since(verdict, now) or now
+        assert verdict.deadline is not None
+        awaited = verdict.reason.value
+        return f"{awaited}: waiting since {_clock(since)}, giving up at {_clock(verdict.deadline)}"
+
+    def _grace_since(self, verdict: Verdict, now: float) -> float | None:
+        """When the signal whose grace runs was first seen (the classifier's history has it)."""
+        checks = trace(self.pod, self.events, verdict.history, now=now)
+        fact = checks[-1].fact if checks else None
+        return verdict.history.since(fact.key) if fact is not None else None
+
+    def _log_container_runs(self) -> bool:
+        if self.logging_interval is None or self.pod is None or self.gone:
+            return False
+        statuses = (self.pod.get("status") or {}).get("containerStatuses") or []
+        return any(
+            (s or {}).get("name") == self.log_container and "running" in ((s or {}).get("state") or {})
+            for s in statuses
+        )
+
+    def _timed_out(self, last: Verdict | None, now: float) -> Verdict:
+        assert self.execution_deadline is not None
+        overdue = now - self.execution_deadline
+        state = f"; the pod was {last.reason.value}" if last is not None else ""
+        message = f"execution_timeout reached ({overdue:.0f} s past the deadline){state}"
+        return Verdict(
+            outcome=Outcome.RETRY,
+            reason=Reason.EXECUTION_TIMEOUT,
+            message=message,
+            rule="execution_timeout",
+            evidence=(
+                Evidence(reason=Reason.EXECUTION_TIMEOUT, source="trigger", message=message, seen_at=now),
+            ),
+            history=last.history if last is not None else self.initial_history,
+        )
+
+
+def containers_running(pod: Mapping[str, Any]) -> bool:
+    """True while any container of ``pod`` is reported running."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    for group in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for container in status.get(group) or []:
+            if "running" in ((container or {}).get("state") or {}):
+                return True
+    return False
+
+
+def termination_grace(pod: Mapping[str, Any]) -> float:
+    """The seconds the kubelet gives the pod's containers to stop (30 unless the spec says)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    for value in (meta.get("deletionGracePeriodSeconds"), spec.get("terminationGracePeriodSeconds")):
+        if isinstance(value, int | float) and value >= 0:
+            return float(value)
+    return 30.0
+
+
+def _annotation(pod: Mapping[str, Any] | None, key: str) -> str | None:
+    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(key)
+    return str(raw) if raw else None
+
+
+def _uid_of(pod: Mapping[str, Any] | None) -> str | None:
+    uid = ((pod or {}).get("metadata") or {}).get("uid")
+    return str(uid) if uid else None
+
+
+def _rv_of(pod: Mapping[str, Any] | None) -> str | None:
+    rv = ((pod or {}).get("metadata") or {}).get("resourceVersion")
+    return str(rv) if rv else None
+
+
+def _is_older(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    new, old = _rv_of(candidate), _rv_of(current)
+    return bool(new and old and new.isdigit() and old.isdigit() and int(new) < int(old))
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S UTC")
