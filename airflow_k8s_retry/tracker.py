@@ -30,6 +30,7 @@ from airflow_k8s_retry.classification.classifier import trace
 from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
 from airflow_k8s_retry.classification.rules import RULES
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION
+from airflow_k8s_retry.kube.ordering import is_older
 
 Json = dict[str, Any]
 
@@ -240,7 +241,7 @@ class PodTracker:
                 if change.pod is not None and _uid_of(change.pod) in (None, self.pod_uid):
                     self.pod = change.pod
             elif change.pod is not None:
-                if self.pod is not None and _is_older(change.pod, self.pod):
+                if self.pod is not None and is_older(change.pod, self.pod):
                     continue  # the watch catching up with a state the last look already saw
                 self.pod = change.pod
             self.observed = True
@@ -414,16 +415,6 @@ def _annotation(pod: Mapping[str, Any] | None, key: str) -> str | None:
 def _uid_of(pod: Mapping[str, Any] | None) -> str | None:
     uid = ((pod or {}).get("metadata") or {}).get("uid")
     return str(uid) if uid else None
-
-
-def _rv_of(pod: Mapping[str, Any] | None) -> str | None:
-    rv = ((pod or {}).get("metadata") or {}).get("resourceVersion")
-    return str(rv) if rv else None
-
-
-def _is_older(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
-    new, old = _rv_of(candidate), _rv_of(current)
-    return bool(new and old and new.isdigit() and old.isdigit() and int(new) < int(old))
 
 
 def _clock(at: float) -> str:

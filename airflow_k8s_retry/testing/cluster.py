@@ -21,7 +21,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow_k8s_retry.testing.scenario import Fault, NodeSpec, Scenario, ScenarioError
+from airflow_k8s_retry.testing import seeds
+from airflow_k8s_retry.testing.scenario import Fault, Scenario, ScenarioError
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.testing.simclock import SimClock
@@ -171,7 +172,7 @@ class FakeCluster:
             bookmark_interval=self.bookmark_interval,
             faults=self._faults,
         )
-        self._seed()
+        seeds.seed(self.store, self.scenario, [node.spec for node in self.components.nodes])
         self.job_controller = JobController(self.store, self.components, self.clock)
         self.job_controller.start()
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
@@ -190,101 +191,6 @@ class FakeCluster:
         self.api.stopping.set()
         await asyncio.sleep(0)
         await runner.cleanup()
-
-    def _seed(self) -> None:
-        for name in ("default", "kube-system", "kube-public", *self.scenario.namespaces):
-            if self.store.get("namespaces", "", name) is None:
-                self._put_namespace(name)
-        for node in self.components.nodes:
-            self.store.put("nodes", self._node_object(node.spec), "ADDED")
-            self.store.objects["nodes"][("", node.spec.name)]["metadata"].pop("namespace", None)
-        for spec in self.scenario.secrets:
-            self._put_data("secrets", spec.name, spec.namespace, spec.data)
-        for spec in self.scenario.configmaps:
-            self._put_data("configmaps", spec.name, spec.namespace, spec.data)
-
-    @staticmethod
-    def _node_object(spec: NodeSpec) -> dict[str, Any]:
-        from airflow_k8s_retry.testing.store import now_iso
-
-        name = spec.name
-        alloc = {
-            "cpu": f"{int(spec.cpu * 1000)}m",
-            "memory": f"{int(spec.memory / 1024)}Ki",
-            "pods": str(spec.pods),
-        }
-        return {
-            "kind": "Node",
-            "apiVersion": "v1",
-            "metadata": {
-                "name": name,
-                "namespace": "",
-                "uid": f"node-{name}",
-                "creationTimestamp": now_iso(),
-                "labels": spec.all_labels(),
-            },
-            "spec": {},
-            "status": {
-                "capacity": alloc,
-                "allocatable": alloc,
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-            },
-        }
-
-    def _put_namespace(self, name: str) -> None:
-        import uuid
-
-        from airflow_k8s_retry.testing.store import now_iso
-
-        self.store.put(
-            "namespaces",
-            {
-                "kind": "Namespace",
-                "apiVersion": "v1",
-                "metadata": {
-                    "name": name,
-                    "namespace": "",
-                    "uid": str(uuid.uuid4()),
-                    "creationTimestamp": now_iso(),
-                    "labels": {"kubernetes.io/metadata.name": name},
-                },
-                "spec": {"finalizers": ["kubernetes"]},
-                "status": {"phase": "Active"},
-            },
-            "ADDED",
-        )
-        self.store.objects["namespaces"][("", name)]["metadata"].pop("namespace", None)
-
-    def _put_data(self, resource: str, name: str, namespace: str, data: Mapping[str, str] | None) -> None:
-        import base64
-        import uuid
-
-        from airflow_k8s_retry.testing.store import now_iso
-
-        kind = "Secret" if resource == "secrets" else "ConfigMap"
-        if self.store.get("namespaces", "", namespace) is None:
-            self._put_namespace(namespace)
-        values = dict(data or {})
-        obj: dict[str, Any] = {
-            "kind": kind,
-            "apiVersion": "v1",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": str(uuid.uuid4()),
-                "creationTimestamp": now_iso(),
-            },
-        }
-        if resource == "secrets":
-            obj["type"] = "Opaque"
-            obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
-        else:
-            obj["data"] = values
-        if data is None:
-            self.store.open_keys.add((kind, namespace, name))
-        else:
-            self.store.open_keys.discard((kind, namespace, name))
-        self.store.put(resource, obj, "MODIFIED" if self.store.get(resource, namespace, name) else "ADDED")
 
     # -- running code on the loop --------------------------------------------------------------
 
@@ -490,13 +396,13 @@ class FakeCluster:
         self, name: str, namespace: str = "default", data: Mapping[str, str] | None = None
     ) -> None:
         """Create (or replace) a Secret; ``data=None`` means any key looked up in it exists."""
-        self._call(lambda: self._put_data("secrets", name, namespace, data))
+        self._call(lambda: seeds.put_data(self.store, "secrets", name, namespace, data))
 
     def add_configmap(
         self, name: str, namespace: str = "default", data: Mapping[str, str] | None = None
     ) -> None:
         """Create (or replace) a ConfigMap; ``data=None`` means any key looked up in it exists."""
-        self._call(lambda: self._put_data("configmaps", name, namespace, data))
+        self._call(lambda: seeds.put_data(self.store, "configmaps", name, namespace, data))
 
     def add_disruption(
         self, pod_name_prefix: str, after_seconds: float, kind: str, count: int | None = 1
@@ -535,7 +441,9 @@ class FakeCluster:
         self._call(put)
 
     def add_namespace(self, name: str) -> None:
-        self._call(lambda: None if self.store.get("namespaces", "", name) else self._put_namespace(name))
+        self._call(
+            lambda: None if self.store.get("namespaces", "", name) else seeds.put_namespace(self.store, name)
+        )
 
     def restrict(
         self,

@@ -45,48 +45,54 @@ def merge_patch(target: Any, patch: Any) -> Any:
 def strategic_merge_patch(target: Any, patch: Any, key: str | None = None) -> Any:
     """Strategic merge: like a merge patch, but known lists of objects merge by their merge key."""
     if isinstance(patch, dict):
-        if patch.get("$patch") == "replace":
-            return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-        if patch.get("$patch") == "delete":
-            return None
-        result = dict(target) if isinstance(target, dict) else {}
-        for k, value in patch.items():
-            if k.startswith("$"):
-                continue
-            if value is None:
-                result.pop(k, None)
-            else:
-                merged = strategic_merge_patch(result.get(k), value, k)
-                if merged is None and isinstance(value, dict) and value.get("$patch") == "delete":
-                    result.pop(k, None)
-                else:
-                    result[k] = merged
-        return result
-    if isinstance(patch, list) and key is not None and MERGE_KEYS.get(key) and isinstance(target, list):
-        merge_key = MERGE_KEYS[key]
-        assert merge_key is not None
-        result_list = [copy.deepcopy(item) for item in target]
-        for item in patch:
-            if not isinstance(item, dict) or merge_key not in item:
-                raise PatchError(f"map: {item!r} does not contain declared merge key: {merge_key}")
-            index = next(
-                (
-                    i
-                    for i, existing in enumerate(result_list)
-                    if isinstance(existing, dict) and existing.get(merge_key) == item[merge_key]
-                ),
-                None,
-            )
-            if item.get("$patch") == "delete":
-                if index is not None:
-                    result_list.pop(index)
-                continue
-            if index is None:
-                result_list.append({k: v for k, v in item.items() if not k.startswith("$")})
-            else:
-                result_list[index] = strategic_merge_patch(result_list[index], item)
-        return result_list
+        return _strategic_map(target, patch)
+    merge_key = MERGE_KEYS.get(key) if key is not None else None
+    if isinstance(patch, list) and merge_key and isinstance(target, list):
+        return _strategic_list(target, patch, merge_key)
     return copy.deepcopy(patch)
+
+
+def _strategic_map(target: Any, patch: dict[str, Any]) -> Any:
+    if patch.get("$patch") == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    if patch.get("$patch") == "delete":
+        return None
+    result = dict(target) if isinstance(target, dict) else {}
+    for k, value in patch.items():
+        if k.startswith("$"):
+            continue
+        merged = None if value is None else strategic_merge_patch(result.get(k), value, k)
+        deleted = value is None or (
+            merged is None and isinstance(value, dict) and value.get("$patch") == "delete"
+        )
+        if deleted:
+            result.pop(k, None)
+        else:
+            result[k] = merged
+    return result
+
+
+def _strategic_list(target: list[Any], patch: list[Any], merge_key: str) -> list[Any]:
+    result = [copy.deepcopy(item) for item in target]
+    for item in patch:
+        if not isinstance(item, dict) or merge_key not in item:
+            raise PatchError(f"map: {item!r} does not contain declared merge key: {merge_key}")
+        index = next(
+            (
+                i
+                for i, existing in enumerate(result)
+                if isinstance(existing, dict) and existing.get(merge_key) == item[merge_key]
+            ),
+            None,
+        )
+        if item.get("$patch") == "delete":
+            if index is not None:
+                result.pop(index)
+        elif index is None:
+            result.append({k: v for k, v in item.items() if not k.startswith("$")})
+        else:
+            result[index] = strategic_merge_patch(result[index], item)
+    return result
 
 
 def _pointer(path: str) -> list[str]:
@@ -114,47 +120,53 @@ def json_patch(target: Any, operations: Any) -> Any:
     if not isinstance(operations, list):
         raise PatchError("a JSON patch must be a list of operations")
     doc = copy.deepcopy(target)
-    for raw_op in operations:
-        op = raw_op
+    for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise PatchError(f"invalid JSON patch operation {op!r}: needs 'op' and 'path'")
-        kind, path = op["op"], op["path"]
-        if kind in ("copy", "move"):
-            source_parent, source_key = _parent(doc, _pointer(op.get("from", "")), op.get("from", ""))
-            value = copy.deepcopy(_get(source_parent, source_key, op.get("from", "")))
-            if kind == "move":
-                _remove(source_parent, source_key, op.get("from", ""))
-            op = {"op": "add", "path": path, "value": value}
-            kind = "add"
-        parts = _pointer(path)
-        if not parts:
-            if kind in ("add", "replace"):
-                doc = copy.deepcopy(op.get("value"))
-                continue
-            raise PatchError(f"cannot {kind} the whole document")
-        parent, key = _parent(doc, parts, path)
-        if kind == "add":
-            if isinstance(parent, list):
-                if key == "-":
-                    parent.append(copy.deepcopy(op.get("value")))
-                else:
-                    parent.insert(int(key), copy.deepcopy(op.get("value")))
-            else:
-                parent[key] = copy.deepcopy(op.get("value"))
-        elif kind == "remove":
-            _remove(parent, key, path)
-        elif kind == "replace":
-            _get(parent, key, path)
-            if isinstance(parent, list):
-                parent[int(key)] = copy.deepcopy(op.get("value"))
-            else:
-                parent[key] = copy.deepcopy(op.get("value"))
-        elif kind == "test":
-            if _get(parent, key, path) != op.get("value"):
-                raise PatchError(f"testing value {path} failed")
-        else:
-            raise PatchError(f"unexpected JSON patch operation {kind!r}")
+        doc = _apply(doc, op)
     return doc
+
+
+def _apply(doc: Any, op: dict[str, Any]) -> Any:
+    """Apply one operation; returns the document (a new one when the whole of it is replaced)."""
+    kind, path = op["op"], op["path"]
+    if kind in ("copy", "move"):
+        source = op.get("from", "")
+        source_parent, source_key = _parent(doc, _pointer(source), source)
+        value = copy.deepcopy(_get(source_parent, source_key, source))
+        if kind == "move":
+            _remove(source_parent, source_key, source)
+        op = {"op": "add", "path": path, "value": value}
+        kind = "add"
+    parts = _pointer(path)
+    if not parts:
+        if kind in ("add", "replace"):
+            return copy.deepcopy(op.get("value"))
+        raise PatchError(f"cannot {kind} the whole document")
+    parent, key = _parent(doc, parts, path)
+    value = copy.deepcopy(op.get("value"))
+    if kind == "add":
+        _add(parent, key, value)
+    elif kind == "remove":
+        _remove(parent, key, path)
+    elif kind == "replace":
+        _get(parent, key, path)
+        parent[int(key) if isinstance(parent, list) else key] = value
+    elif kind == "test":
+        if _get(parent, key, path) != op.get("value"):
+            raise PatchError(f"testing value {path} failed")
+    else:
+        raise PatchError(f"unexpected JSON patch operation {kind!r}")
+    return doc
+
+
+def _add(parent: Any, key: str, value: Any) -> None:
+    if not isinstance(parent, list):
+        parent[key] = value
+    elif key == "-":
+        parent.append(value)
+    else:
+        parent.insert(int(key), value)
 
 
 def _get(parent: Any, key: str, path: str) -> Any:

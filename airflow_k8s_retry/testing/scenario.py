@@ -9,13 +9,14 @@ and ``time_scale`` are a contract other tools rely on; ``nodes``, ``namespaces``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 PULL_BEHAVIOURS = ("ok", "not_found", "unauthorized", "rate_limited", "invalid_name")
 DISRUPTION_KINDS = ("evict", "preempt", "node_lost", "delete")
@@ -43,6 +44,40 @@ _FACTORS = {
 
 class ScenarioError(ValueError):
     """A scenario is malformed; the message names the key and says what is expected."""
+
+
+class FieldError(ScenarioError):
+    """One field of a scenario object has a bad value (raised by the object's own validation)."""
+
+    def __init__(self, owner: object, field: str, reason: str) -> None:
+        super().__init__(f"{type(owner).__name__}.{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+T = TypeVar("T")
+
+
+def _build(cls: Callable[..., T], where: str, **fields: Any) -> T:
+    """Construct an object parsed from ``where``: its validation names the key under ``where``.
+
+    ``from_dict`` only parses (keys, types, defaults); every value rule lives in the class's
+    ``__post_init__``, so a spec built from a file and one built in Python are checked alike.
+    """
+    try:
+        return cls(**fields)
+    except FieldError as exc:
+        raise ScenarioError(f"{where}.{exc.field}: {exc.reason}") from None
+
+
+def _one_of(owner: object, field: str, value: object, allowed: tuple[Any, ...]) -> None:
+    if value not in allowed or isinstance(value, bool):
+        raise FieldError(owner, field, f"{value!r} is not one of {', '.join(str(a) for a in allowed)}")
+
+
+def _at_least(owner: object, field: str, value: float | None, minimum: float) -> None:
+    if value is not None and value < minimum:
+        raise FieldError(owner, field, f"must be at least {minimum}, got {value:g}")
 
 
 def parse_quantity(value: object, where: str) -> float:
@@ -74,14 +109,26 @@ def _list(value: object, where: str) -> list[Any]:
     return list(value)
 
 
-def _number(value: object, where: str, *, minimum: float = 0.0, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
+def _real(value: object, where: str) -> float:
+    """A finite number (its range is the object's to check)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ScenarioError(f"{where}: expected a number, got {value!r}")
-    if value < minimum:
-        raise ScenarioError(f"{where}: must be at least {minimum}, got {value!r}")
     return float(value)
+
+
+def _number(value: object, where: str, *, minimum: float = 0.0) -> float:
+    number = _real(value, where)
+    if number < minimum:
+        raise ScenarioError(f"{where}: must be at least {minimum}, got {value!r}")
+    return number
+
+
+def _items(data: Mapping[str, Any], key: str, where: str, parse: Callable[[Any, str], T]) -> tuple[T, ...]:
+    """Parse the list under ``key`` (absent: empty), naming each entry ``where.key[i]``."""
+    return tuple(
+        parse(item, f"{where}.{key}[{i}]")
+        for i, item in enumerate(_list(data.get(key) or [], f"{where}.{key}"))
+    )
 
 
 def _int(value: object, where: str, *, minimum: int = 0) -> int:
@@ -92,11 +139,9 @@ def _int(value: object, where: str, *, minimum: int = 0) -> int:
     return value
 
 
-def _kube_version(value: object, where: str) -> str:
-    text = str(value) if isinstance(value, str | float) else ""
-    if not _VERSION.match(text):
-        raise ScenarioError(f"{where}: {value!r} is not a 1.N version such as '1.31' (quote it in YAML)")
-    return text
+def _version_text(value: object) -> str:
+    """A version as text (YAML reads an unquoted 1.31 as a number); the object checks its form."""
+    return str(value) if isinstance(value, str | float) else repr(value)
 
 
 def _str(value: object, where: str) -> str:
@@ -124,22 +169,18 @@ class RunSpec:
             or not isinstance(self.exit_code, int)
             or not 0 <= self.exit_code <= 255
         ):
-            raise ScenarioError(
-                f"RunSpec.exit_code: must be an integer between 0 and 255, got {self.exit_code!r}"
+            raise FieldError(
+                self, "exit_code", f"must be an integer between 0 and 255, got {self.exit_code!r}"
             )
-        if self.duration_seconds < 0:
-            raise ScenarioError(
-                f"RunSpec.duration_seconds: must be at least 0, got {self.duration_seconds!r}"
-            )
+        _at_least(self, "duration_seconds", self.duration_seconds, 0)
+        _at_least(self, "stop_seconds", self.stop_seconds, 0)
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> RunSpec:
         data = _mapping(data, where)
         _check_keys(data, ("exit_code", "duration_seconds", "log", "oom", "xcom", "stop_seconds"), where)
         exit_code = _int(data.get("exit_code", 0), f"{where}.exit_code")
-        if exit_code > 255:
-            raise ScenarioError(f"{where}.exit_code: must be between 0 and 255, got {exit_code}")
-        duration = _number(data.get("duration_seconds", 1.0), f"{where}.duration_seconds")
+        duration = _real(data.get("duration_seconds", 1.0), f"{where}.duration_seconds")
         log = data.get("log", "")
         if not isinstance(log, str):
             raise ScenarioError(f"{where}.log: expected text, got {log!r}")
@@ -151,16 +192,18 @@ class RunSpec:
             json.dumps(xcom)
         except (TypeError, ValueError) as exc:
             raise ScenarioError(f"{where}.xcom: must be JSON-serializable ({exc})") from None
-        assert duration is not None
-        stop = _number(data["stop_seconds"], f"{where}.stop_seconds") if "stop_seconds" in data else None
-        return cls(
-            exit_code=137 if oom else exit_code,
+        stop = _real(data["stop_seconds"], f"{where}.stop_seconds") if "stop_seconds" in data else None
+        spec = _build(
+            cls,
+            where,
+            exit_code=exit_code,
             duration_seconds=duration,
             log=log,
             oom=oom,
             xcom=xcom,
             stop_seconds=stop,
         )
+        return dataclasses.replace(spec, exit_code=137) if oom else spec  # the kernel's SIGKILL
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"exit_code": self.exit_code, "duration_seconds": self.duration_seconds}
@@ -188,21 +231,17 @@ class ImageBehaviour:
     run: RunSpec = field(default_factory=RunSpec)
 
     def __post_init__(self) -> None:
-        if self.pull not in PULL_BEHAVIOURS:
-            raise ScenarioError(
-                f"ImageBehaviour.pull: {self.pull!r} is not one of {', '.join(PULL_BEHAVIOURS)}"
-            )
+        _one_of(self, "pull", self.pull, PULL_BEHAVIOURS)
+        _at_least(self, "for_seconds", self.for_seconds, 0)
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> ImageBehaviour:
         data = _mapping(data if data is not None else {}, where)
         _check_keys(data, ("pull", "for_seconds", "run"), where)
-        pull = data.get("pull", "ok")
-        if pull not in PULL_BEHAVIOURS:
-            raise ScenarioError(f"{where}.pull: {pull!r} is not one of {', '.join(PULL_BEHAVIOURS)}")
-        for_seconds = _number(data.get("for_seconds"), f"{where}.for_seconds", allow_none=True)
+        for_raw = data.get("for_seconds")
+        for_seconds = None if for_raw is None else _real(for_raw, f"{where}.for_seconds")
         run = RunSpec.from_dict(data.get("run", {}), f"{where}.run")
-        return cls(pull=pull, for_seconds=for_seconds, run=run)
+        return _build(cls, where, pull=data.get("pull", "ok"), for_seconds=for_seconds, run=run)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pull": self.pull, "run": self.run.to_dict()}
@@ -257,24 +296,23 @@ class Disruption:
     count: int | None = 1
 
     def __post_init__(self) -> None:
-        if self.kind not in DISRUPTION_KINDS:
-            raise ScenarioError(f"Disruption.kind: {self.kind!r} is not one of {', '.join(DISRUPTION_KINDS)}")
+        _one_of(self, "kind", self.kind, DISRUPTION_KINDS)
+        _at_least(self, "after_seconds", self.after_seconds, 0)
+        _at_least(self, "count", self.count, 1)
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> Disruption:
         data = _mapping(data, where)
         _check_keys(data, ("pod_name_prefix", "after_seconds", "kind", "count"), where)
-        kind = data.get("kind")
-        if kind not in DISRUPTION_KINDS:
-            raise ScenarioError(f"{where}.kind: {kind!r} is not one of {', '.join(DISRUPTION_KINDS)}")
         prefix = data.get("pod_name_prefix", "")
         if not isinstance(prefix, str):
             raise ScenarioError(f"{where}.pod_name_prefix: expected a string, got {prefix!r}")
         count_raw = data.get("count", 1)
-        count = None if count_raw in (None, "all") else _int(count_raw, f"{where}.count", minimum=1)
-        after = _number(data.get("after_seconds", 0), f"{where}.after_seconds")
-        assert after is not None
-        return cls(pod_name_prefix=prefix, after_seconds=after, kind=kind, count=count)
+        count = None if count_raw in (None, "all") else _int(count_raw, f"{where}.count")
+        after = _real(data.get("after_seconds", 0), f"{where}.after_seconds")
+        return _build(
+            cls, where, pod_name_prefix=prefix, after_seconds=after, kind=data.get("kind"), count=count
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -300,35 +338,29 @@ class Fault:
     delay_seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.status not in FAULT_STATUSES or isinstance(self.status, bool):
-            allowed = ", ".join(str(s) for s in FAULT_STATUSES)
-            raise ScenarioError(f"Fault.status: {self.status!r} is not one of {allowed}")
-        if self.verb not in FAULT_VERBS:
-            raise ScenarioError(f"Fault.verb: {self.verb!r} is not one of {', '.join(FAULT_VERBS)}")
+        _one_of(self, "status", self.status, FAULT_STATUSES)
+        _one_of(self, "verb", self.verb, FAULT_VERBS)
+        _at_least(self, "times", self.times, 1)
+        _at_least(self, "delay_seconds", self.delay_seconds, 0)
         if self.status == "slow" and not self.delay_seconds > 0:
-            raise ScenarioError(
-                f"Fault.delay_seconds: a slow fault needs a delay above 0, got {self.delay_seconds!r}"
+            raise FieldError(
+                self, "delay_seconds", f"a slow fault needs a delay above 0, got {self.delay_seconds!r}"
             )
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> Fault:
         data = _mapping(data, where)
         _check_keys(data, ("verb", "resource", "status", "times", "delay_seconds"), where)
-        verb = data.get("verb", "*")
-        if verb not in FAULT_VERBS:
-            raise ScenarioError(f"{where}.verb: {verb!r} is not one of {', '.join(FAULT_VERBS)}")
-        resource = _str(data.get("resource", "*"), f"{where}.resource")
-        status = data.get("status")
-        if status not in FAULT_STATUSES or isinstance(status, bool):
-            allowed = ", ".join(str(s) for s in FAULT_STATUSES)
-            raise ScenarioError(f"{where}.status: {status!r} is not one of {allowed}")
         times_raw = data.get("times", 1)
-        times = None if times_raw is None else _int(times_raw, f"{where}.times", minimum=1)
-        delay = _number(data.get("delay_seconds", 0.0), f"{where}.delay_seconds")
-        assert delay is not None
-        if status == "slow" and delay <= 0:
-            raise ScenarioError(f"{where}.delay_seconds: a slow fault needs a delay above 0")
-        return cls(verb=verb, resource=resource, status=status, times=times, delay_seconds=delay)
+        return _build(
+            cls,
+            where,
+            verb=data.get("verb", "*"),
+            resource=_str(data.get("resource", "*"), f"{where}.resource"),
+            status=data.get("status"),
+            times=None if times_raw is None else _int(times_raw, f"{where}.times"),
+            delay_seconds=_real(data.get("delay_seconds", 0.0), f"{where}.delay_seconds"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -396,7 +428,6 @@ class Autoscaler:
         node_data = dict(_mapping(data.get("node", {}), f"{where}.node"))
         node_data.setdefault("name", "autoscaled")
         after = _number(data.get("scale_up_after_seconds", 60.0), f"{where}.scale_up_after_seconds")
-        assert after is not None
         return cls(
             scale_up_after_seconds=after,
             node=NodeSpec.from_dict(node_data, f"{where}.node"),
@@ -449,11 +480,12 @@ class Scenario:
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
-            raise ScenarioError(f"Scenario.time_scale: must be greater than 0, got {self.time_scale!r}")
+            raise FieldError(self, "time_scale", f"must be greater than 0, got {self.time_scale!r}")
         if not _VERSION.match(self.kubernetes_version):
-            raise ScenarioError(
-                f"Scenario.kubernetes_version: {self.kubernetes_version!r} is not a 1.N version "
-                "such as '1.31'"
+            raise FieldError(
+                self,
+                "kubernetes_version",
+                f"{self.kubernetes_version!r} is not a 1.N version such as '1.31' (quote it in YAML)",
             )
 
     @property
@@ -471,26 +503,6 @@ class Scenario:
             _str(ref, f"{where}.images key"): ImageBehaviour.from_dict(spec, f"{where}.images[{ref!r}]")
             for ref, spec in images_raw.items()
         }
-        secrets = tuple(
-            ObjectSpec.from_item(item, f"{where}.secrets[{i}]")
-            for i, item in enumerate(_list(data.get("secrets") or [], f"{where}.secrets"))
-        )
-        configmaps = tuple(
-            ObjectSpec.from_item(item, f"{where}.configmaps[{i}]")
-            for i, item in enumerate(_list(data.get("configmaps") or [], f"{where}.configmaps"))
-        )
-        disruptions = tuple(
-            Disruption.from_dict(item, f"{where}.disruptions[{i}]")
-            for i, item in enumerate(_list(data.get("disruptions") or [], f"{where}.disruptions"))
-        )
-        faults = tuple(
-            Fault.from_dict(item, f"{where}.faults[{i}]")
-            for i, item in enumerate(_list(data.get("faults") or [], f"{where}.faults"))
-        )
-        time_scale = _number(data.get("time_scale", 1.0), f"{where}.time_scale")
-        assert time_scale is not None
-        if time_scale <= 0:
-            raise ScenarioError(f"{where}.time_scale: must be greater than 0, got {time_scale}")
         nodes_raw = data.get("nodes")
         nodes = (
             DEFAULT_NODES
@@ -500,27 +512,23 @@ class Scenario:
                 for i, item in enumerate(_list(nodes_raw, f"{where}.nodes"))
             )
         )
-        namespaces = tuple(
-            _str(item, f"{where}.namespaces[{i}]")
-            for i, item in enumerate(_list(data.get("namespaces") or [], f"{where}.namespaces"))
-        )
         autoscaler_raw = data.get("autoscaler")
         autoscaler = (
             None if autoscaler_raw is None else Autoscaler.from_dict(autoscaler_raw, f"{where}.autoscaler")
         )
-        return cls(
+        return _build(
+            cls,
+            where,
             images=images,
-            secrets=secrets,
-            configmaps=configmaps,
-            disruptions=disruptions,
-            faults=faults,
-            time_scale=time_scale,
+            secrets=_items(data, "secrets", where, ObjectSpec.from_item),
+            configmaps=_items(data, "configmaps", where, ObjectSpec.from_item),
+            disruptions=_items(data, "disruptions", where, Disruption.from_dict),
+            faults=_items(data, "faults", where, Fault.from_dict),
+            time_scale=_real(data.get("time_scale", 1.0), f"{where}.time_scale"),
             nodes=nodes,
-            namespaces=namespaces,
+            namespaces=_items(data, "namespaces", where, _str),
             autoscaler=autoscaler,
-            kubernetes_version=_kube_version(
-                data.get("kubernetes_version", "1.31"), f"{where}.kubernetes_version"
-            ),
+            kubernetes_version=_version_text(data.get("kubernetes_version", "1.31")),
         )
 
     @classmethod

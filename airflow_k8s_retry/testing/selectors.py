@@ -85,47 +85,52 @@ def _check_value(value: str, text: str) -> None:
         )
 
 
+Requirement = tuple[str, str, frozenset[str]]  # (key, in|notin|exists|absent, values)
+
+
+def _requirement(part: str, text: str) -> Requirement:
+    """One requirement of a label selector, checked as the apiserver checks it."""
+    set_match = re.match(r"^(\S+)\s+(in|notin)\s*\((.*)\)$", part)
+    if set_match:
+        key, op, raw = set_match.group(1), set_match.group(2), set_match.group(3)
+        _check_key(key, text)
+        values = frozenset(v.strip() for v in raw.split(",") if v.strip())
+        for value in values:
+            _check_value(value, text)
+        return key, op, values
+    eq_match = re.match(r"^([^=!\s]+)\s*(==|=|!=)\s*(\S*)$", part)
+    if eq_match:
+        key, op, value = eq_match.group(1), eq_match.group(2), eq_match.group(3)
+        _check_key(key, text)
+        _check_value(value, text)
+        return key, "notin" if op == "!=" else "in", frozenset([value])
+    if part.startswith("!"):
+        key = part[1:].strip()
+        _check_key(key, text)
+        return key, "absent", frozenset()
+    _check_key(part, text)
+    return part, "exists", frozenset()
+
+
+def _holds(requirement: Requirement, labels: Mapping[str, Any]) -> bool:
+    key, op, values = requirement
+    if op == "in":
+        return labels.get(key) in values
+    if op == "notin":
+        return labels.get(key) not in values
+    if op == "exists":
+        return key in labels
+    return key not in labels  # absent
+
+
 def parse_label_selector(text: str | None) -> Matcher:
     """Compile ``a=b,c!=d,e in (f,g),h notin (i),j,!k`` into a predicate over a labels mapping."""
     if not text or not text.strip():
         return lambda _labels: True
-    requirements: list[tuple[str, str, frozenset[str]]] = []  # (key, in|notin|exists|absent, values)
-    for part in _split_top(text):
-        set_match = re.match(r"^(\S+)\s+(in|notin)\s*\((.*)\)$", part)
-        if set_match:
-            key, op, raw = set_match.group(1), set_match.group(2), set_match.group(3)
-            _check_key(key, text)
-            values = frozenset(v.strip() for v in raw.split(",") if v.strip())
-            for value in values:
-                _check_value(value, text)
-            requirements.append((key, op, values))
-            continue
-        eq_match = re.match(r"^([^=!\s]+)\s*(==|=|!=)\s*(\S*)$", part)
-        if eq_match:
-            key, op, value = eq_match.group(1), eq_match.group(2), eq_match.group(3)
-            _check_key(key, text)
-            _check_value(value, text)
-            requirements.append((key, "notin" if op == "!=" else "in", frozenset([value])))
-            continue
-        if part.startswith("!"):
-            key = part[1:].strip()
-            _check_key(key, text)
-            requirements.append((key, "absent", frozenset()))
-            continue
-        _check_key(part, text)
-        requirements.append((part, "exists", frozenset()))
+    requirements = [_requirement(part, text) for part in _split_top(text)]
 
     def matches(labels: Mapping[str, Any]) -> bool:
-        for key, op, values in requirements:
-            if op == "in" and labels.get(key) not in values:
-                return False
-            if op == "notin" and labels.get(key) in values:
-                return False
-            if op == "exists" and key not in labels:
-                return False
-            if op == "absent" and key in labels:
-                return False
-        return True
+        return all(_holds(requirement, labels) for requirement in requirements)
 
     return matches
 

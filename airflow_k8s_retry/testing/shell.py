@@ -16,7 +16,7 @@ import re
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 
 from airflow_k8s_retry.testing.controllers.runs import SIDECAR, XCOM_PATH
 
@@ -78,31 +78,34 @@ def interpret(script: str, kubelet: Kubelet, run: PodRun, container: ContainerRu
             out.stderr += f"sh: syntax error: {exc}\n"
             out.code = 2
             return out
-        cmd, args = argv[0], argv[1:]
-        if cmd == "cat":
-            for path in args:
-                if path == XCOM_PATH and any(c.name == SIDECAR for c in run.containers):
-                    out.stdout += xcom
-                else:
-                    out.stderr += f"cat: can't open '{path}': No such file or directory\n"
-                    out.code = 1
-        elif cmd == "echo":
-            out.stdout += " ".join(args) + "\n"
-        elif cmd == "true":
-            out.code = 0
-        elif cmd == "false":
-            out.code = 1
-        elif cmd == "exit":
-            out.code = int(args[0]) if args and args[0].isdigit() else 0
-            return out
-        elif cmd in ("hostname",):
-            out.stdout += run.name + "\n"
-        else:
-            out.stderr += f"sh: {cmd}: not found\n"
-            out.code = 127
-        if out.code and "&&" in script:
+        if _command(argv, out, run, xcom) or (out.code and "&&" in script):
             return out
     return out
+
+
+def _command(argv: list[str], out: Outcome, run: PodRun, xcom: str) -> bool:
+    """Run one simple command into ``out``; True when the shell exits."""
+    cmd, args = argv[0], argv[1:]
+    if cmd == "cat":
+        for path in args:
+            if path == XCOM_PATH and any(c.name == SIDECAR for c in run.containers):
+                out.stdout += xcom
+            else:
+                out.stderr += f"cat: can't open '{path}': No such file or directory\n"
+                out.code = 1
+    elif cmd == "echo":
+        out.stdout += " ".join(args) + "\n"
+    elif cmd in ("true", "false"):
+        out.code = 0 if cmd == "true" else 1
+    elif cmd == "exit":
+        out.code = int(args[0]) if args and args[0].isdigit() else 0
+        return True
+    elif cmd == "hostname":
+        out.stdout += run.name + "\n"
+    else:
+        out.stderr += f"sh: {cmd}: not found\n"
+        out.code = 127
+    return False
 
 
 def _status(code: int, command: list[str]) -> bytes:
@@ -150,24 +153,35 @@ async def run_exec_session(
     if not stdin:
         await ws.send_bytes(_status(0, command))
         return
+    await _shell(ws, kubelet, run, container, command)
+
+
+def _frame(message: WSMessage) -> tuple[int, str] | None:
+    """(channel, payload) of a websocket message, or None when the session ends."""
+    if message.type == WSMsgType.BINARY:
+        data: bytes = message.data
+        return data[0], data[1:].decode("utf-8", "replace")
+    if message.type == WSMsgType.TEXT:
+        text: str = message.data
+        return (ord(text[0]) if text else -1), text[1:]
+    return None
+
+
+async def _shell(
+    ws: web.WebSocketResponse, kubelet: Kubelet, run: PodRun, container: ContainerRun, command: list[str]
+) -> None:
+    """A shell reading command lines from stdin until ``exit``, a kill, or stdin closes."""
     buffer = ""
     async for message in ws:
-        if message.type == WSMsgType.BINARY:
-            data: bytes = message.data
-            channel, payload = data[0], data[1:].decode("utf-8", "replace")
-        elif message.type == WSMsgType.TEXT:
-            text: str = message.data
-            channel, payload = ord(text[0]) if text else -1, text[1:]
-        else:
+        frame = _frame(message)
+        if frame is None:
             break
+        channel, payload = frame
         if channel == CLOSE and payload[:1] in ("\x00", ""):
             # v5: the client closed stdin; whatever the shell read so far is all it gets.
-            if buffer.strip():
-                outcome = interpret(buffer, kubelet, run, container)
-                await _send(ws, outcome)
-                await ws.send_bytes(_status(outcome.code, command))
-            else:
-                await ws.send_bytes(_status(0, command))
+            outcome = interpret(buffer, kubelet, run, container) if buffer.strip() else Outcome()
+            await _send(ws, outcome)
+            await ws.send_bytes(_status(outcome.code, command))
             return
         if channel != STDIN:
             continue

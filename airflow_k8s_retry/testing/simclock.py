@@ -41,8 +41,3 @@ class SimClock:
     async def sleep_until(self, deadline: float) -> None:
         while (left := deadline - self.now()) > 0:  # noqa: ASYNC110 - a timer, not a state wait
             await asyncio.sleep(left * self.time_scale)
-
-    def wait_until(self, deadline: float) -> None:
-        """Block the calling thread until :meth:`now` reaches ``deadline``."""
-        while (left := deadline - self.now()) > 0:
-            time.sleep(left * self.time_scale)

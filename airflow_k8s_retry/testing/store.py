@@ -61,11 +61,6 @@ def now_iso(t: float | None = None) -> str:
     return datetime.fromtimestamp(time.time() if t is None else t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def now_micro(t: float | None = None) -> str:
-    """RFC 3339 timestamp with microseconds (MicroTime fields)."""
-    return datetime.fromtimestamp(time.time() if t is None else t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _equality(selector: str, field: str) -> str | None:
     """The value ``field`` must equal in a field selector, if it says so plainly."""
     for part in selector.split(","):

@@ -31,40 +31,44 @@ def _age(timestamp: str | None) -> str:
     return f"{seconds // 3600}h"
 
 
-def pod_status_text(pod: Mapping[str, Any]) -> str:
-    """The STATUS column, following kubectl's pod printer."""
-    status = pod.get("status") or {}
-    reason = status.get("reason") or status.get("phase") or "Unknown"
-    init_statuses = status.get("initContainerStatuses") or []
-    initializing = False
+def _init_status(init_statuses: list[Any]) -> str | None:
+    """``Init:...`` while an init container has not finished successfully, else None."""
     for i, cs in enumerate(init_statuses):
         state = cs.get("state") or {}
         term = state.get("terminated")
         if term and term.get("exitCode") == 0:
             continue
         if term:
-            reason = f"Init:{term.get('reason') or 'ExitCode:' + str(term.get('exitCode'))}"
-        elif (state.get("waiting") or {}).get("reason") not in (None, "PodInitializing"):
-            reason = f"Init:{state['waiting']['reason']}"
-        else:
-            reason = f"Init:{i}/{len(init_statuses)}"
-        initializing = True
-        break
-    if not initializing:
-        has_running = False
-        for cs in reversed(status.get("containerStatuses") or []):
-            state = cs.get("state") or {}
-            if (state.get("waiting") or {}).get("reason"):
-                reason = state["waiting"]["reason"]
-            elif state.get("terminated"):
-                term = state["terminated"]
-                reason = term.get("reason") or (
-                    f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode')}"
-                )
-            elif state.get("running") and cs.get("ready"):
-                has_running = True
-        if reason == "Completed" and has_running:
-            reason = "Running"
+            return f"Init:{term.get('reason') or 'ExitCode:' + str(term.get('exitCode'))}"
+        if (state.get("waiting") or {}).get("reason") not in (None, "PodInitializing"):
+            return f"Init:{state['waiting']['reason']}"
+        return f"Init:{i}/{len(init_statuses)}"
+    return None
+
+
+def _containers_status(statuses: list[Any], reason: str) -> str:
+    """The reason the main containers give (the first one's wins), as kubectl reads them."""
+    has_running = False
+    for cs in reversed(statuses):
+        state = cs.get("state") or {}
+        if (state.get("waiting") or {}).get("reason"):
+            reason = state["waiting"]["reason"]
+        elif state.get("terminated"):
+            term = state["terminated"]
+            reason = term.get("reason") or (
+                f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode')}"
+            )
+        elif state.get("running") and cs.get("ready"):
+            has_running = True
+    return "Running" if reason == "Completed" and has_running else reason
+
+
+def pod_status_text(pod: Mapping[str, Any]) -> str:
+    """The STATUS column, following kubectl's pod printer."""
+    status = pod.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or "Unknown"
+    init = _init_status(status.get("initContainerStatuses") or [])
+    reason = init if init is not None else _containers_status(status.get("containerStatuses") or [], reason)
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     return str(reason)

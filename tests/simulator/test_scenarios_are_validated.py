@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry.testing import FakeCluster, Scenario, ScenarioError
+from airflow_k8s_retry.testing import (
+    Disruption,
+    FakeCluster,
+    Fault,
+    ImageBehaviour,
+    RunSpec,
+    Scenario,
+    ScenarioError,
+)
 
 SCENARIOS = Path(__file__).parents[2] / "airflow_k8s_retry" / "testing" / "scenarios"
 
@@ -121,3 +130,35 @@ def test_python_objects_are_validated_too() -> None:
         RunSpec(exit_code=256)
     with pytest.raises(ScenarioError, match="time_scale"):
         Scenario(time_scale=0)
+
+
+@pytest.mark.parametrize(
+    ("build", "data", "field"),
+    [
+        (lambda: ImageBehaviour(for_seconds=-1), {"images": {"x": {"for_seconds": -1}}}, "for_seconds"),
+        (lambda: RunSpec(stop_seconds=-1), {"images": {"x": {"run": {"stop_seconds": -1}}}}, "stop_seconds"),
+        (
+            lambda: Disruption("x", -1, "evict"),
+            {"disruptions": [{"kind": "evict", "after_seconds": -1}]},
+            "after",
+        ),
+        (
+            lambda: Disruption("x", 1, "evict", count=0),
+            {"disruptions": [{"kind": "evict", "count": 0}]},
+            "count",
+        ),
+        (lambda: Fault("get", "pods", 500, times=0), {"faults": [{"status": 500, "times": 0}]}, "times"),
+        (lambda: Scenario(kubernetes_version="2.0"), {"kubernetes_version": "2.0"}, "kubernetes_version"),
+    ],
+)
+def test_one_rule_checks_files_and_python_objects_alike(
+    build: Callable[[], object], data: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ScenarioError) as from_python:
+        build()
+    with pytest.raises(ScenarioError) as from_file:
+        Scenario.from_dict(data)
+    assert field in str(from_python.value)
+    python_reason = str(from_python.value).split(": ", 1)[1]
+    file_reason = str(from_file.value).split(": ", 1)[1]
+    assert python_reason == file_reason  # the same rule, named under the file's key path

@@ -128,53 +128,16 @@ class JobController:
         job = self.store.get("jobs", namespace, name)
         if job is None or _finished(job):
             return
-        uid = job["metadata"]["uid"]
-        spec = job["spec"]
-        state = self.tracking.setdefault(uid, _Tracking())
-        pods = [p for p in self.store.items("pods", namespace) if _owner_uid(p) == uid]
-        active = [
-            p
-            for p in pods
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and not p["metadata"].get("deletionTimestamp")
-        ]
+        state = self.tracking.setdefault(job["metadata"]["uid"], _Tracking())
+        pods = self._pods(job)
+        active = _active(pods)
         terminating = [p for p in pods if p["metadata"].get("deletionTimestamp")]
         status = copy.deepcopy(job.get("status") or {})
         status.setdefault("startTime", now_iso(state.started))
         conditions: list[Obj] = status.setdefault("conditions", [])
         target = next((c for c in conditions if c["type"] in ("FailureTarget", "SuccessCriteriaMet")), None)
-
         if target is None:
-            failure = None
-            if len(state.failed) > int(spec.get("backoffLimit", 6)):
-                failure = BACKOFF_LIMIT_EXCEEDED
-            elif spec.get("activeDeadlineSeconds") is not None and (
-                time.time() - state.started >= self.clock.scale * float(spec["activeDeadlineSeconds"])
-            ):
-                failure = DEADLINE_EXCEEDED
-            if failure is not None:
-                target = _condition("FailureTarget", *failure)
-                conditions.append(target)
-                for pod in active:
-                    self._delete_pod(job, pod)
-                active = []
-            elif len(state.succeeded) >= int(spec.get("completions") or 1):
-                target = _condition("SuccessCriteriaMet", *COMPLETIONS_REACHED)
-                conditions.append(target)
-                for pod in active:
-                    self._delete_pod(job, pod)
-                active = []
-            else:
-                self._scale(job, state, active)
-                active = [
-                    p
-                    for p in self.store.items("pods", namespace)
-                    if _owner_uid(p) == uid
-                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                    and not p["metadata"].get("deletionTimestamp")
-                ]
-                self._deadline_timer(job, state)
-
+            target, active = self._reconcile(job, state, conditions, active)
         status["active"] = len(active)
         status["succeeded"] = len(state.succeeded)
         status["failed"] = len(state.failed)
@@ -182,26 +145,59 @@ class JobController:
         status["ready"] = sum(1 for p in active if _ready(p))
         status["uncountedTerminatedPods"] = {}
         if target is not None and not terminating:
-            final = "Failed" if target["type"] == "FailureTarget" else "Complete"
-            conditions.append(_condition(final, target["reason"], target["message"]))
-            if final == "Complete":
-                status["completionTime"] = now_iso()
-                self.store.record_event(
-                    job, "Completed", "Job completed", component="job-controller", kind="Job"
-                )
-            else:
-                self.store.record_event(
-                    job,
-                    target["reason"],
-                    target["message"],
-                    type_="Warning",
-                    component="job-controller",
-                    kind="Job",
-                )
+            self._finish(job, status, conditions, target)
         if status != (job.get("status") or {}):
             updated = copy.deepcopy(job)
             updated["status"] = status
             self.store.put("jobs", updated, "MODIFIED")
+
+    def _pods(self, job: Obj) -> list[Obj]:
+        uid = job["metadata"]["uid"]
+        return [p for p in self.store.items("pods", job["metadata"]["namespace"]) if _owner_uid(p) == uid]
+
+    def _target(self, spec: Obj, state: _Tracking) -> tuple[str, str, str] | None:
+        """The condition the Job has just reached (FailureTarget or SuccessCriteriaMet), if any."""
+        if len(state.failed) > int(spec.get("backoffLimit", 6)):
+            return ("FailureTarget", *BACKOFF_LIMIT_EXCEEDED)
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None and time.time() - state.started >= self.clock.scale * float(deadline):
+            return ("FailureTarget", *DEADLINE_EXCEEDED)
+        if len(state.succeeded) >= int(spec.get("completions") or 1):
+            return ("SuccessCriteriaMet", *COMPLETIONS_REACHED)
+        return None
+
+    def _reconcile(
+        self, job: Obj, state: _Tracking, conditions: list[Obj], active: list[Obj]
+    ) -> tuple[Obj | None, list[Obj]]:
+        """Reach a target condition (deleting the active pods) or scale; returns it and the active pods."""
+        reached = self._target(job["spec"], state)
+        if reached is not None:
+            target = _condition(*reached)
+            conditions.append(target)
+            for pod in active:
+                self._delete_pod(job, pod)
+            return target, []
+        self._scale(job, state, active)
+        active = _active(self._pods(job))
+        self._deadline_timer(job, state)
+        return None, active
+
+    def _finish(self, job: Obj, status: Obj, conditions: list[Obj], target: Obj) -> None:
+        """No pod is terminating any more: the final condition, and its Event."""
+        final = "Failed" if target["type"] == "FailureTarget" else "Complete"
+        conditions.append(_condition(final, target["reason"], target["message"]))
+        if final == "Complete":
+            status["completionTime"] = now_iso()
+            self.store.record_event(job, "Completed", "Job completed", component="job-controller", kind="Job")
+        else:
+            self.store.record_event(
+                job,
+                target["reason"],
+                target["message"],
+                type_="Warning",
+                component="job-controller",
+                kind="Job",
+            )
 
     def _scale(self, job: Obj, state: _Tracking, active: list[Obj]) -> None:
         spec = job["spec"]
@@ -308,6 +304,16 @@ def _finished(job: Mapping[str, Any]) -> bool:
         c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
         for c in (job.get("status") or {}).get("conditions") or []
     )
+
+
+def _active(pods: list[Obj]) -> list[Obj]:
+    """The pods neither finished nor being deleted."""
+    return [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
