@@ -29,7 +29,17 @@ from airflow_k8s_retry.testing.selectors import Matcher
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
 
-RESOURCES = ("pods", "events", "namespaces", "secrets", "configmaps", "nodes", "jobs")
+RESOURCES = (
+    "pods",
+    "events",
+    "namespaces",
+    "secrets",
+    "configmaps",
+    "nodes",
+    "jobs",
+    "resourcequotas",
+    "poddisruptionbudgets",
+)
 KINDS = {
     "pods": "Pod",
     "events": "Event",
@@ -38,9 +48,11 @@ KINDS = {
     "configmaps": "ConfigMap",
     "nodes": "Node",
     "jobs": "Job",
+    "resourcequotas": "ResourceQuota",
+    "poddisruptionbudgets": "PodDisruptionBudget",
 }
 #: Resources outside the core group, by their group/version (served under ``/apis/``).
-API_VERSIONS = {"jobs": "batch/v1"}
+API_VERSIONS = {"jobs": "batch/v1", "poddisruptionbudgets": "policy/v1"}
 CLUSTER_SCOPED = frozenset({"namespaces", "nodes"})
 
 
@@ -212,7 +224,8 @@ class Store:
         """Forget the history, as etcd compaction does: older resourceVersions become 410 Gone."""
         with self.lock:
             self.history.clear()
-            self.oldest_rv = self.rv + 1
+            # A watch from the current version misses nothing; only older ones are gone.
+            self.oldest_rv = self.rv
 
     # -- writing (event loop thread only) -------------------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ import pytest
 from airflow_k8s_retry.kube.aio import AsyncKube, WatchEvent
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.testing.controlplane import ControlPlane
+from tests.cluster.examples import ExampleRuns, selected
 from tests.support.airflow_runner import MigratedDatabase
 
 
@@ -73,10 +75,24 @@ def watch_probe(control_plane: ControlPlane) -> WatchProbe:
 
 
 @pytest.fixture(scope="session")
-def kubeconfig(control_plane: ControlPlane, watch_probe: WatchProbe) -> Path:
-    return control_plane.kubeconfig
+def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> MigratedDatabase:
+    return MigratedDatabase.create(Path(tmp_path_factory.mktemp("airflow-template")))
 
 
 @pytest.fixture(scope="session")
-def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> MigratedDatabase:
-    return MigratedDatabase.create(Path(tmp_path_factory.mktemp("airflow-template")))
+def example_runs(
+    tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase
+) -> Iterator[ExampleRuns]:
+    """The example DAGs on a control plane of their own, started now and read at the end."""
+    runs = ExampleRuns.start(tmp_path_factory.mktemp("examples-on-cluster"), migrated_database)
+    try:
+        yield runs
+    finally:
+        runs.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(control_plane: ControlPlane, watch_probe: WatchProbe, request: pytest.FixtureRequest) -> Path:
+    if selected(request.session.items):  # start them with the first cluster test (tests/cluster/examples.py)
+        request.getfixturevalue("example_runs")
+    return control_plane.kubeconfig

@@ -113,3 +113,81 @@ def wait_for_node_ready(api: k.CoreV1Api, name: str, timeout: float = 60.0) -> b
             w.stop()
             return True
     return False
+
+
+class PodRecorder:
+    """Every pod of a namespace as last seen, and which of them were deleted, from one watch kept
+    open while DAGs run (the pods are gone by the time the runs end, their verdict stamps with them).
+
+    Example::
+
+        with PodRecorder(kubeconfig) as recorder:
+            ...  # run DAGs
+        assert recorder.deleted == set(recorder.pods)
+    """
+
+    def __init__(self, kubeconfig: Path, namespace: str = "default") -> None:
+        import threading
+
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.pods: dict[str, dict[str, Any]] = {}  # by uid
+        self.deleted: set[str] = set()  # uids
+        #: uid -> the first container's waiting reasons, in the order they were seen
+        self.waiting: dict[str, list[str]] = {}
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._listed = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PodRecorder:
+        self._thread.start()
+        if not self._listed.wait(30):
+            raise AssertionError(f"the pod recorder could not list pods: {self.error}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            with core_api(self.kubeconfig) as api:
+                listing = api.list_namespaced_pod(self.namespace)
+                for pod in listing.items:
+                    self._seen(as_json(api, pod))
+                rv = listing.metadata.resource_version
+                self._listed.set()
+                while not self._stop.is_set():
+                    for event in watch.Watch().stream(
+                        api.list_namespaced_pod, self.namespace, resource_version=rv, timeout_seconds=2
+                    ):
+                        obj = as_json(api, event["object"])
+                        rv = obj["metadata"]["resourceVersion"]
+                        self._seen(obj)
+                        if event["type"] == "DELETED":
+                            self.deleted.add(obj["metadata"]["uid"])
+        except ApiException as exc:  # a 410 would lose deletions: fail rather than re-list
+            self.error = exc
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self._listed.set()
+
+    def _seen(self, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        self.pods[uid] = pod
+        reason = waiting_reason(pod)
+        history = self.waiting.setdefault(uid, [])
+        if reason and (not history or history[-1] != reason):
+            history.append(reason)
+
+    def of_dag(self, dag_id: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods.values() if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id]
+
+    def deleted_names(self) -> set[str]:
+        return {p["metadata"]["name"] for uid, p in self.pods.items() if uid in self.deleted}

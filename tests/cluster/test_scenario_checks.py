@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from airflow_k8s_retry.testing.controlplane import COMPONENTS, ControlPlane, ControlPlaneError
+from airflow_k8s_retry.testing.controlplane.cluster import KWOK_CRDS
 from airflow_k8s_retry.testing.controlplane.stages import UnsupportedScenario, check_supported, kwok_config
 from airflow_k8s_retry.testing.scenario import Scenario
 
@@ -19,8 +20,7 @@ from airflow_k8s_retry.testing.scenario import Scenario
     [
         ({"faults": [{"verb": "list", "resource": "pods", "status": 500}]}, "scenario.faults"),
         ({"autoscaler": {}}, "scenario.autoscaler"),
-        ({"images": {"a:1": {"pull": "not_found", "for_seconds": 5}}}, "for_seconds"),
-        ({"images": {"a:1": {"run": {"log": "hello"}}}}, "run.log"),
+        ({"images": {"a:1": {"run": {"xcom": {"rows": 3}}}}}, "run.xcom"),
         ({"kubernetes_version": "1.30"}, "scenario.kubernetes_version"),
     ],
 )
@@ -37,6 +37,26 @@ def test_the_tier_scenario_becomes_kwok_stages():
     assert len(names) == len(set(names))
     expected = {"node-initialize", "pod-create", "config-missing", "pod-start", "pod-exit", "pod-delete"}
     assert expected <= set(names)
+
+
+def test_the_demo_scenario_runs_on_the_real_backend():
+    """An outage that ends (``for_seconds``) and container logs (``run.log``) are played there."""
+    scenario = Scenario.load(Path(__file__).parents[2] / "demo" / "scenario.yaml")
+    check_supported(scenario)
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(kwok_config(scenario))]
+    report = sorted(scenario.images).index("registry.example.com/team/report:1.4")
+    assert {f"image-{report}-pulled", f"image-{report}-pulled-after-back-off", f"image-{report}-exit"} <= set(
+        names
+    )
+
+
+def test_kwok_is_never_given_an_exec_target():
+    """KWOK's only exec runs the client's command on this machine (the XCom sidecar's
+    ``kill -s SIGINT 1`` would reach this machine's PID 1): no Exec in its config or its CRDs."""
+    scenario = Scenario.load(Path(__file__).parents[2] / "demo" / "scenario.yaml")
+    kinds = {d["kind"] for d in yaml.safe_load_all(kwok_config(scenario))}
+    assert kinds == {"Stage"}
+    assert not [crd for crd in KWOK_CRDS if "exec" in crd.lower() or "attach" in crd.lower()]
 
 
 def test_missing_binaries_are_one_line_that_says_what_to_do(tmp_path: Path):

@@ -46,6 +46,4 @@ def test_a_two_slot_pool_that_counts_deferred_tasks_never_runs_more_than_two_pod
     assert all(dep.tries(DAG_ID, run_id, t) == [(1, "success")] for t in ("a", "b", "c"))
     assert failed_at is not None and next_start_after_failure is not None
     assert next_start_after_failure - failed_at < 15, "the failed task's slot took too long to free"
-    print(
-        f"\nmost live pods: {most_live}; next pod {next_start_after_failure - failed_at:.1f} s after"
-    )
+    print(f"\nmost live pods: {most_live}; next pod {next_start_after_failure - failed_at:.1f} s after")

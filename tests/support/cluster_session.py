@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCENARIO_FILE = REPO / "tests" / "cluster" / "scenario.yaml"
 
 
-def _bin_dir() -> Path | None:
+def bin_dir() -> Path | None:
+    """The folder ``make controlplane`` built the binaries into, or ``None``."""
     given = os.environ.get("AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN")
     if given:
         return Path(given)
@@ -43,13 +44,13 @@ def control_plane(
     if running is not None and running.scenario.to_dict() == cluster_scenario.to_dict():
         yield running
         return
-    bin_dir = _bin_dir()
-    if bin_dir is None:
+    found = bin_dir()
+    if found is None:
         message = "the control plane is not built; run 'make controlplane'"
         if os.environ.get("AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER") == "1":
             pytest.fail(message)
         pytest.skip(message)
-    cp = ControlPlane(tmp_path_factory.mktemp("controlplane") / "cluster", bin_dir, cluster_scenario)
+    cp = ControlPlane(tmp_path_factory.mktemp("controlplane") / "cluster", found, cluster_scenario)
     cp.start()
     try:
         yield cp

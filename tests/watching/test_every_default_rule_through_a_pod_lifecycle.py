@@ -69,15 +69,27 @@ CASES = {
         "busy:1", Outcome.RETRY, "image.rate_limited", grace=900, signal="image.rate_limited:base"
     ),
     "missing secret waits 60 s": Case(
-        "long:1", Outcome.RETRY, "config.missing_secret", grace=60, signal="config.missing_secret:base",
+        "long:1",
+        Outcome.RETRY,
+        "config.missing_secret",
+        grace=60,
+        signal="config.missing_secret:base",
         pod={"env_from_secret": "nowhere"},
     ),
     "failed mount waits 5 min": Case(
-        "long:1", Outcome.RETRY, "volume.mount_failed", grace=300, signal="volume.mount_failed",
+        "long:1",
+        Outcome.RETRY,
+        "volume.mount_failed",
+        grace=300,
+        signal="volume.mount_failed",
         pod={"spec": {"volumes": [{"name": "creds", "secret": {"secretName": "absent"}}]}},
     ),
     "unschedulable waits schedule_timeout": Case(
-        "long:1", Outcome.RETRY, "schedule.timeout", grace=600, signal="schedule.unschedulable",
+        "long:1",
+        Outcome.RETRY,
+        "schedule.timeout",
+        grace=600,
+        signal="schedule.unschedulable",
         pod={"resources": {"requests": {"cpu": "5000"}}},
     ),
     "oom killed retries": Case("oom:1", Outcome.RETRY, "container.oom"),
@@ -100,7 +112,12 @@ CASES = {
         "long:1", Outcome.RETRY, "pod.deleted_externally", disrupt="force_delete"
     ),
     "execution timeout retries": Case(
-        "long:1", Outcome.RETRY, "execution.timeout", execution_timeout=3600, grace=3600, running=True,
+        "long:1",
+        Outcome.RETRY,
+        "execution.timeout",
+        execution_timeout=3600,
+        grace=3600,
+        running=True,
         timer=600,
     ),
 }

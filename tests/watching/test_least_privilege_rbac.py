@@ -184,9 +184,7 @@ async def test_a_missing_verb_is_named_in_one_line(
             run = Run(trigger).start()
             # The trigger sees the pod (through whatever the rules still allow) and settles.
             await manual_clock.wait_for_sleeper(within=30)
-            await asyncio.to_thread(
-                cluster.wait_for, lambda c: (verb, resource, "default") in refused(c), 20
-            )
+            await asyncio.to_thread(cluster.wait_for, lambda c: (verb, resource, "default") in refused(c), 20)
             await asyncio.sleep(0.2)
             await run.stop()
         # The hub logs through logging, the trigger through Airflow's (structured) task logger.

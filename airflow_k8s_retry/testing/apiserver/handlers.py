@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from airflow_k8s_retry.testing.apiserver import admission
 from airflow_k8s_retry.testing.apiserver import jobs as job_strategy
 from airflow_k8s_retry.testing.apiserver import pods as pod_strategy
 from airflow_k8s_retry.testing.apiserver.errors import ApiError, Cause, invalid, not_found, success
@@ -72,14 +73,14 @@ class Resources:
         if obj is None:
             raise not_found(info.resource, info.name)
         info.uid = obj["metadata"].get("uid")
-        return obj
+        return admission.with_status(self.store, info.resource, obj)
 
     def list_objects(self, request: web.Request, info: RequestInfo) -> Obj:
         labels, fields, _ = selectors(request, info.resource)
         self._check_exact_version(request)
         namespace = None if info.resource in CLUSTER_SCOPED else info.namespace
         items = [
-            obj
+            admission.with_status(self.store, info.resource, obj)
             for obj in self.store.candidates(info.resource, namespace, request.query.get("fieldSelector"))
             if labels(obj["metadata"].get("labels") or {}) and fields(obj)
         ]
@@ -138,6 +139,8 @@ class Resources:
                 details={"name": meta["name"], "kind": info.resource},
             )
         self._fill_in(info, obj, namespace)
+        if info.resource == "pods":
+            admission.admit_pod(self.store, obj, namespace)
         self.store.put(info.resource, obj, "ADDED")
         info.uid = meta["uid"]
         if info.resource == "pods":

@@ -211,9 +211,11 @@ def delete_pod(store: Store, components: Components, current: Obj, requested_gra
     grace = deletion_grace(current, requested_grace)
     if not current["metadata"].get("deletionTimestamp") or grace == 0:
         current = stamp_deletion(current, grace)
+        # The API server writes the deletion mark first, a deletion without grace too (watchers
+        # see MODIFIED, then DELETED), and then removes the object at once.
+        store.put("pods", current, "MODIFIED")
         if grace == 0 and not held_by_finalizers(current):
             components.delete(current, 0)
             return current
-        store.put("pods", current, "MODIFIED")
     components.delete(current, grace)
     return store.get("pods", current["metadata"]["namespace"], current["metadata"]["name"]) or current

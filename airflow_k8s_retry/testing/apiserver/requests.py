@@ -94,9 +94,10 @@ def _verb(method: str, name: str | None, sub: str | None, watch: bool) -> str:
 def parse_request(method: str, path: str, query: Mapping[str, str]) -> RequestInfo | None:
     """Resolve ``/api/v1/...`` into a RequestInfo (None for non-resource paths)."""
     parts = [p for p in path.split("/") if p]
-    grouped = parts[:3] == ["apis", "batch", "v1"] and len(parts) >= 4
+    group = "/".join(parts[1:3]) if parts[:1] == ["apis"] and len(parts) >= 4 else None
+    grouped = group in set(API_VERSIONS.values())
     if grouped:
-        parts = ["api", "v1", *parts[3:]]  # batch/v1 Jobs, routed as core resources
+        parts = ["api", "v1", *parts[3:]]  # batch/v1 Jobs, policy/v1 budgets: routed as core resources
     if parts[:2] != ["api", "v1"] or len(parts) < 3:
         return None
     rest = parts[2:]
@@ -105,7 +106,7 @@ def parse_request(method: str, path: str, query: Mapping[str, str]) -> RequestIn
         namespace = rest[1]
         rest = rest[2:]
     resource = rest[0]
-    if grouped != (resource in API_VERSIONS):
+    if (group if grouped else None) != API_VERSIONS.get(resource):
         resource = f"{resource} (not in this API group)"  # unknown here: 404 as on a real server
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else None

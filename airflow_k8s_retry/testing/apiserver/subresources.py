@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from airflow_k8s_retry.testing.apiserver import admission
 from airflow_k8s_retry.testing.apiserver import pods as pod_strategy
 from airflow_k8s_retry.testing.apiserver.errors import ApiError
 from airflow_k8s_retry.testing.apiserver.requests import RequestInfo, flag, int_param, read_body
@@ -111,6 +112,7 @@ class PodSubresources:
     async def evict(self, request: web.Request, info: RequestInfo) -> Obj:
         """The Eviction API: mark the pod as a disruption target, then delete it gracefully."""
         pod = self.get_object(info)
+        admission.check_eviction(self.components.status.store, pod)
         body = await read_body(request)
         options = (body.get("deleteOptions") if isinstance(body, dict) else None) or {}
         grace = options.get("gracePeriodSeconds")

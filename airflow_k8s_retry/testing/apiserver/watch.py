@@ -3,7 +3,8 @@
 A watch snapshots the matching objects (for ``resourceVersion`` "" or "0", or
 ``sendInitialEvents``) or replays the history after the version asked for, and subscribes, with
 no ``await`` in between so no change slips through. It then streams changes in batches,
-``BOOKMARK`` events every ``bookmark_interval`` when asked for, and ends at ``timeoutSeconds``,
+``BOOKMARK`` events every ``bookmark_interval`` and 2 s before ``timeoutSeconds`` when asked
+for, and ends at ``timeoutSeconds``,
 when the server stops, or when ``FakeCluster.drop_watches`` cuts it (cleanly or by a reset).
 """
 
@@ -54,6 +55,13 @@ def table_renderer(resource: str) -> Render:
     return render
 
 
+#: A watch with bookmarks gets one this many real seconds before its ``timeoutSeconds`` (the
+#: API server's watch cache does so, so that a client resumes from a recent version).
+PRE_TIMEOUT_BOOKMARK = 2.0
+#: What an empty object of a kind looks like serialized by the API server (a bookmark carries one).
+EMPTY_FIELDS: dict[str, Obj] = {"pods": {"spec": {"containers": None}, "status": {}}}
+
+
 def bookmark(resource: str, rv: int, *, initial_end: bool = False) -> bytes:
     meta: Obj = {"resourceVersion": str(rv)}
     if initial_end:
@@ -64,6 +72,7 @@ def bookmark(resource: str, rv: int, *, initial_end: bool = False) -> bytes:
             "kind": KINDS[resource],
             "apiVersion": API_VERSIONS.get(resource, "v1"),
             "metadata": meta,
+            **EMPTY_FIELDS.get(resource, {}),
         },
     }
     return json.dumps(event).encode() + b"\n"
@@ -184,7 +193,7 @@ class Watches:
         """Stream changes until the timeout, the server's stop or the watch being cut."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + stream.timeout_seconds if stream.timeout_seconds else None
-        stream.next_bookmark = loop.time() + self.bookmark_interval
+        stream.next_bookmark = self._next_bookmark(loop.time(), deadline)
         stop = asyncio.ensure_future(self.stopping.wait())
         dropped = asyncio.ensure_future(stream.watcher.dropped.wait())
         try:
@@ -197,6 +206,13 @@ class Watches:
         finally:
             stop.cancel()
             dropped.cancel()
+
+    def _next_bookmark(self, now: float, deadline: float | None) -> float:
+        """Every ``bookmark_interval``, and once shortly before the watch's timeout."""
+        at = now + self.bookmark_interval
+        if deadline is not None and deadline - PRE_TIMEOUT_BOOKMARK > now:
+            at = min(at, deadline - PRE_TIMEOUT_BOOKMARK)
+        return at
 
     async def _wait(
         self,
@@ -221,7 +237,7 @@ class Watches:
             getter.cancel()
             if stream.bookmarks and loop.time() >= stream.next_bookmark:
                 await stream.response.write(bookmark(stream.resource, self.store.rv))
-                stream.next_bookmark = loop.time() + self.bookmark_interval
+                stream.next_bookmark = self._next_bookmark(loop.time(), deadline)
             return True
         await stream.write([getter.result().payload, *stream.drain(BATCH - 1)])
         return True

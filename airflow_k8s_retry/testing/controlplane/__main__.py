@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--dir", default=Path(".cluster"), type=Path)
     status = sub.add_parser("status", help="say whether a control plane runs from the folder")
     status.add_argument("--dir", default=Path(".cluster"), type=Path)
-    disrupt = sub.add_parser("disrupt", help="play the scenario's disruptions (started by 'up')")
-    disrupt.add_argument("--dir", default=Path(".cluster"), type=Path)
+    harness = sub.add_parser(
+        "harness", help="play the scenario's disruptions, registry outages and logs (started by 'up')"
+    )
+    harness.add_argument("--dir", default=Path(".cluster"), type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -47,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             stopped = ControlPlane.stop_in(args.dir)
             print(f"controlplane: stopped {', '.join(stopped)}" if stopped else "controlplane: nothing ran")
-        elif args.command == "disrupt":
-            from airflow_k8s_retry.testing.controlplane.disruptions import run_forever
+        elif args.command == "harness":
+            from airflow_k8s_retry.testing.controlplane.harness import run_forever
 
             state = json.loads((args.dir / "state.json").read_text())
             run_forever(args.dir.absolute(), Scenario.from_dict(state["scenario"]))

@@ -37,8 +37,14 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 CORE = COMPONENTS[:4]
 #: Process name prefix of the KWOK process that plays one node: ``kwok@NODE``.
 KWOK_PREFIX = "kwok@"
-#: The process that plays a scenario's disruptions (only when it has some).
-DISRUPTOR = "disruptor"
+#: Port name prefix of a node's kubelet endpoint (the harness's front of its KWOK process).
+KUBELET_PREFIX = "kubelet@"
+#: The process that plays what KWOK's Stages cannot: the scenario's disruptions, registry outages
+#: that end (``for_seconds``) and the containers' logs (``run.log``); see :mod:`.harness`.
+HARNESS = "harness"
+#: The KWOK resources read from the API server instead of the config file. Never ``Exec`` or
+#: ``ClusterExec``: KWOK's exec runs the client's command on this machine.
+KWOK_CRDS = ("Logs",)
 #: The annotation KWOK selects the nodes it plays the kubelet of by.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -154,7 +160,7 @@ class ControlPlane:
         return f"http://127.0.0.1:{self.ports['etcd']}"
 
     def binary(self, name: str) -> str:
-        if name == DISRUPTOR:
+        if name == HARNESS:
             return sys.executable
         if name.startswith(KWOK_PREFIX):
             name = "kwok"
@@ -180,7 +186,7 @@ class ControlPlane:
         cp.ports = {k: int(v) for k, v in state["ports"].items()}
         cp.pids = {k: int(v) for k, v in state["pids"].items()}
         cp.args = {k: list(v) for k, v in state.get("args", {}).items()}
-        core = {name: cp.pids.get(name) for name in (*CORE, DISRUPTOR) if name in cp.pids or name in CORE}
+        core = {name: cp.pids.get(name) for name in (*CORE, HARNESS)}
         if all(pid is not None and _alive(pid, cp.binary(name)) for name, pid in core.items()):
             return cp
         return None
@@ -247,30 +253,37 @@ class ControlPlane:
         self._wait("kube-apiserver", deadline, functools.partial(self._https_ok, "kube-apiserver", "/readyz"))
         self._launch("kube-controller-manager", self._controller_manager_args(pki))
         self._launch("kube-scheduler", self._scheduler_args(pki))
-        config = self.directory / "kwok.yaml"
-        config.write_text(kwok_config(self.scenario))
-        given = () if self.scenario.nodes == DEFAULT_NODES else self.scenario.nodes
-        nodes = list(given) or [NodeSpec(name=f"kwok-node-{i + 1}") for i in range(self.nodes)]
-        for node in nodes:
-            self.ports[f"{KWOK_PREFIX}{node.name}"] = free_port()
-            self._launch(f"{KWOK_PREFIX}{node.name}", self._kwok_args(node.name, config))
-        self._write_state()
-        for name in ("kube-controller-manager", "kube-scheduler"):
-            self._wait(name, deadline, functools.partial(self._https_ok, name, "/healthz"))
         from airflow_k8s_retry.testing.controlplane.objects import ClusterObjects
 
         objects = ClusterObjects(self.kubeconfig)
         try:
+            # Before KWOK starts: it watches Logs objects from the start.
+            objects.create_logs_definition()
+            self._wait("kube-apiserver", deadline, objects.logs_definition_established)
+            nodes = self._launch_nodes()
+            for name in ("kube-controller-manager", "kube-scheduler"):
+                self._wait(name, deadline, functools.partial(self._https_ok, name, "/healthz"))
             objects.create_nodes(KWOK_NODE_ANNOTATION, nodes)
             objects.create_scenario_objects(self.scenario)
             self._wait(f"{KWOK_PREFIX}{nodes[0].name}", deadline, objects.nodes_ready)
             self._wait("kube-controller-manager", deadline, objects.service_accounts_ready)
         finally:
             objects.close()
-        if self.scenario.disruptions:
-            module = "airflow_k8s_retry.testing.controlplane"
-            self._launch(DISRUPTOR, ["-m", module, "disrupt", "--dir", str(self.directory)])
-            self._wait(DISRUPTOR, deadline, (self.directory / "disruptor.ready").exists)
+        module = "airflow_k8s_retry.testing.controlplane"
+        self._launch(HARNESS, ["-m", module, "harness", "--dir", str(self.directory)])
+        self._wait(HARNESS, deadline, (self.directory / "harness.ready").exists)
+
+    def _launch_nodes(self) -> list[NodeSpec]:
+        config = self.directory / "kwok.yaml"
+        config.write_text(kwok_config(self.scenario))
+        given = () if self.scenario.nodes == DEFAULT_NODES else self.scenario.nodes
+        nodes = list(given) or [NodeSpec(name=f"kwok-node-{i + 1}") for i in range(self.nodes)]
+        for node in nodes:
+            self.ports[f"{KWOK_PREFIX}{node.name}"] = free_port()
+            self.ports[f"{KUBELET_PREFIX}{node.name}"] = free_port()
+            self._launch(f"{KWOK_PREFIX}{node.name}", self._kwok_args(node.name, config))
+        self._write_state()
+        return nodes
 
     # -- the components -------------------------------------------------------------------------
 
@@ -307,6 +320,8 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--kubelet-client-certificate={pki.kubelet_client.cert}",
             f"--kubelet-client-key={pki.kubelet_client.key}",
+            # KWOK's node servers present a certificate of this CA: pods/log is verified TLS.
+            f"--kubelet-certificate-authority={pki.ca.cert}",
             "--kubelet-preferred-address-types=InternalIP",
             f"--cert-dir={self.directory / 'pki' / 'apiserver'}",
             "--profiling=false",
@@ -349,13 +364,18 @@ class ControlPlane:
 
     def _kwok_args(self, node: str, config: Path) -> list[str]:
         # One KWOK process per node, as one kubelet per node: stopping it stops that node's
-        # heartbeats (its Lease) and nothing else.
+        # heartbeats (its Lease) and nothing else. The node's status advertises the port of the
+        # harness's kubelet front (see .kubeletfront), which passes only container-log requests
+        # on to KWOK's own server here: KWOK can only exec on this machine, which a test must
+        # never do, so exec, attach and port-forward never reach it (and it has no exec target).
         return [
             f"--kubeconfig={self.directory / 'kwok.kubeconfig'}",
             f"--config={config}",
             f"--manage-single-node={node}",
             "--node-ip=127.0.0.1",
-            f"--node-port={self.ports[KWOK_PREFIX + node]}",
+            f"--node-port={self.ports[KUBELET_PREFIX + node]}",
+            f"--server-address=127.0.0.1:{self.ports[KWOK_PREFIX + node]}",
+            f"--enable-crds={','.join(KWOK_CRDS)}",
             "--node-lease-duration-seconds=40",
             "--cidr=10.244.0.1/16",
         ]
@@ -509,7 +529,7 @@ class ControlPlane:
     def stop(self, grace: float = 10.0) -> None:
         """Stop every component (newest first) and remove the folder; safe to call twice."""
         nodes = [name for name in self.pids if name.startswith(KWOK_PREFIX)]
-        for name in (DISRUPTOR, *nodes, *reversed(CORE)):
+        for name in (HARNESS, *nodes, *reversed(CORE)):
             self._stop_one(name, grace)
         self.pids.clear()
         self._procs.clear()

@@ -14,8 +14,8 @@ The disruptor watches pods in every namespace; ``after_seconds`` (times the scen
   controller marks it not ready after its grace period (50 s) and the taint eviction controller
   evicts its pods after their ``tolerationSeconds`` (300 s by default).
 
-It runs as its own process next to the components (``python -m
-airflow_k8s_retry.testing.controlplane disrupt``) and writes what it did to its log.
+It is one part of the harness process (:mod:`.harness`), which feeds it every pod it sees, and
+writes what it did to the harness's log.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.testing.scenario import Disruption, Scenario
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1Pod
 
 log = logging.getLogger(__name__)
 
@@ -36,48 +39,23 @@ PREEMPTOR_CLASS = "airflow-k8s-retry-preemptor"
 
 
 class Disruptor:
-    def __init__(self, directory: Path, scenario: Scenario) -> None:
-        from kubernetes import client, config
+    def __init__(self, api_client: ApiClient, directory: Path, scenario: Scenario) -> None:
+        from kubernetes import client
 
         self.directory = directory
-        self._api_client = config.new_client_from_config(str(directory / "kubeconfig"))
-        self.core = client.CoreV1Api(self._api_client)
-        self.scheduling = client.SchedulingV1Api(self._api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.scheduling = client.SchedulingV1Api(api_client)
         self.scenario = scenario
         self.left: list[int | None] = [d.count for d in scenario.disruptions]
         self.seen: set[str] = set()
         self._timers: list[threading.Timer] = []
 
-    def run(self, stop: threading.Event, ready: Path | None = None) -> None:
-        from kubernetes import watch
-
-        listing = self.core.list_pod_for_all_namespaces()
-        for pod in listing.items:
+    def on_pod(self, kind: str, pod: V1Pod) -> None:
+        if kind == "ADDED":
             meta = pod.metadata
             self._on_created(meta.namespace, meta.name, meta.uid, meta.creation_timestamp)
-        rv = listing.metadata.resource_version
-        if ready is not None:
-            ready.write_text(rv)
-        while not stop.is_set():
-            w = watch.Watch()
-            try:
-                for event in w.stream(
-                    self.core.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=30
-                ):
-                    pod = event["object"]
-                    rv = pod.metadata.resource_version
-                    if event["type"] == "ADDED":
-                        meta = pod.metadata
-                        self._on_created(meta.namespace, meta.name, meta.uid, meta.creation_timestamp)
-                    if stop.is_set():
-                        w.stop()
-            except Exception as exc:
-                status = getattr(exc, "status", None)
-                if status == 410:
-                    rv = self.core.list_pod_for_all_namespaces().metadata.resource_version
-                else:
-                    log.warning("watching pods failed (%s); watching again", exc)
-                    stop.wait(1.0)
+
+    def close(self) -> None:
         for timer in self._timers:
             timer.cancel()
 
@@ -178,17 +156,3 @@ class Disruptor:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(pid))
         os.kill(pid, signal.SIGTERM)
-
-
-def run_forever(directory: Path, scenario: Scenario) -> None:
-    """The disruptor process of the control plane in ``directory``: runs until SIGTERM."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    disruptor = Disruptor(directory, scenario)
-    ready = directory / "disruptor.ready"
-    log.info("disruptor running for %d disruption entries", len(scenario.disruptions))
-    thread = threading.Thread(target=disruptor.run, args=(stop, ready), daemon=True)
-    thread.start()
-    while not stop.is_set():
-        stop.wait(1.0)

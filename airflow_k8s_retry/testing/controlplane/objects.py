@@ -1,4 +1,5 @@
-"""The objects a scenario puts in the real cluster: KWOK nodes, namespaces, Secrets, ConfigMaps."""
+"""The objects a scenario puts in the real cluster: KWOK nodes, namespaces, Secrets, ConfigMaps,
+and the definition of KWOK's ``Logs`` resource."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_k8s_retry.testing.scenario import NodeSpec, ObjectSpec, Scenario
+
+LOGS_DEFINITION = "logs.kwok.x-k8s.io"
+ANY_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
 def _quantity(value: float) -> str:
@@ -47,6 +51,42 @@ class ClusterObjects:
                 if exc.status != 409:
                     raise
             self.node_names.append(spec.name)
+
+    def create_logs_definition(self) -> None:
+        """The CustomResourceDefinition of KWOK's namespaced ``Logs`` (kwok.x-k8s.io/v1alpha1): one
+        object per pod, named as the pod, says which file holds each container's log."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        body = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": LOGS_DEFINITION},
+            "spec": {
+                "group": "kwok.x-k8s.io",
+                "scope": "Namespaced",
+                "names": {"kind": "Logs", "listKind": "LogsList", "plural": "logs", "singular": "logs"},
+                "versions": [
+                    {
+                        "name": "v1alpha1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": ANY_OBJECT},
+                    }
+                ],
+            },
+        }
+        try:
+            client.ApiextensionsV1Api(self._api_client).create_custom_resource_definition(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def logs_definition_established(self) -> bool:
+        from kubernetes import client
+
+        crd = client.ApiextensionsV1Api(self._api_client).read_custom_resource_definition(LOGS_DEFINITION)
+        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
 
     def nodes_ready(self) -> bool:
         for name in self.node_names:

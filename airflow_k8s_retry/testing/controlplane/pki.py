@@ -38,6 +38,8 @@ class Pki:
     ca: KeyPair
     apiserver: KeyPair
     kubelet_client: KeyPair
+    #: The serving certificate of every KWOK node server (what a kubelet serves on its port).
+    kubelet: KeyPair
     service_account_key: Path
     service_account_pub: Path
     clients: dict[str, KeyPair]
@@ -103,9 +105,7 @@ def create(directory: Path, clients: dict[str, tuple[str, tuple[str, ...]]]) -> 
     ca.cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_key(ca.key, ca_key)
 
-    def issue(
-        stem: str, common_name: str, orgs: tuple[str, ...], *, server: bool = False
-    ) -> KeyPair:
+    def issue(stem: str, common_name: str, orgs: tuple[str, ...], *, server: bool = False) -> KeyPair:
         key = ec.generate_private_key(ec.SECP256R1())
         attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
@@ -137,6 +137,7 @@ def create(directory: Path, clients: dict[str, tuple[str, tuple[str, ...]]]) -> 
 
     apiserver = issue("apiserver", "kube-apiserver", (), server=True)
     kubelet_client = issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
+    kubelet = issue("kubelet", "system:node:kwok", ("system:nodes",), server=True)
     issued = {stem: issue(stem, cn, orgs, server=True) for stem, (cn, orgs) in clients.items()}
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -147,4 +148,4 @@ def create(directory: Path, clients: dict[str, tuple[str, tuple[str, ...]]]) -> 
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    return Pki(directory, ca, apiserver, kubelet_client, sa_key_path, sa_pub_path, issued)
+    return Pki(directory, ca, apiserver, kubelet_client, kubelet, sa_key_path, sa_pub_path, issued)

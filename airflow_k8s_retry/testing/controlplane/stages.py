@@ -9,10 +9,16 @@ module turns a :class:`~airflow_k8s_retry.testing.scenario.Scenario` into that c
   waits in ``CreateContainerConfigError`` with the kubelet's message;
 * an image with a failing ``pull`` waits in ``ErrImagePull``, then ``ImagePullBackOff``, and
   tries again (containerd's message texts, the same ones the simulator writes);
-  ``invalid_name`` waits in ``InvalidImageName`` for good;
+  ``invalid_name`` waits in ``InvalidImageName`` for good; with ``for_seconds``, the first pull
+  that starts after the outage works (the harness's registry controller stamps each pod of the
+  image with the time the outage ends, counted from the image's first pull anywhere);
 * every other pod starts, runs ``run.duration_seconds`` and terminates with its exit code
   (``Completed``, ``Error`` or ``OOMKilled``); images not listed exit 0 after 1 s;
 * a pod being deleted is removed, as a kubelet confirms a deletion.
+
+A node's status names its KWOK process's port (``daemonEndpoints``), so the API server reaches
+it as it reaches a kubelet: ``pods/log`` is served from the files the harness writes
+(``run.log``, see :mod:`.podlogs`).
 
 Everything the real backend cannot honour raises :class:`UnsupportedScenario` naming the key:
 there is no silent fallback to different behaviour.
@@ -25,7 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow_k8s_retry.testing.controllers.registry import pull_error
-from airflow_k8s_retry.testing.scenario import Scenario, ScenarioError
+from airflow_k8s_retry.testing.scenario import ImageBehaviour, Scenario, ScenarioError
 
 #: The jq query every image Stage selects on: the pod's first (main) container's image.
 IMAGE_KEY = ".spec.containers.[0].image"
@@ -36,6 +42,10 @@ BACKOFF_SECONDS = 1.0
 PULL_RETRY_SECONDS = 10.0
 START_SECONDS = 0.2
 DELETE_SECONDS = 0.0
+#: The annotation the harness's registry controller puts on each pod of an image whose pull fails
+#: for ``for_seconds``: the Unix time from which pulls of that image work (a registry outage is
+#: global, so it counts from the first pull attempt of the image anywhere in the cluster).
+REGISTRY_UP_AT = "testing.airflow-k8s-retry.io/registry-up-at"
 #: The Kubernetes minor release the control plane runs (tools/controlplane/go.mod pins it).
 KUBERNETES_MINOR = 36
 
@@ -62,19 +72,10 @@ def check_supported(scenario: Scenario, where: str = "scenario") -> None:
             f"not {scenario.kubernetes_version}; drop the key or set it to '1.{KUBERNETES_MINOR}'"
         )
     for ref, behaviour in scenario.images.items():
-        at = f"{where}.images[{ref!r}]"
-        if behaviour.for_seconds is not None:
-            raise UnsupportedScenario(
-                f"{at}.for_seconds: a registry outage that ends is not driven on the real control "
-                "plane yet; run it on FakeCluster"
-            )
-        if behaviour.run.log:
-            raise UnsupportedScenario(
-                f"{at}.run.log: KWOK nodes serve no container logs; drop the log or run it on FakeCluster"
-            )
         if behaviour.run.xcom is not None:
             raise UnsupportedScenario(
-                f"{at}.run.xcom: KWOK nodes cannot exec into the XCom sidecar; run it on FakeCluster"
+                f"{where}.images[{ref!r}].run.xcom: reading the XCom sidecar needs exec, and KWOK's "
+                "only exec runs the command on the machine that runs KWOK; run it on FakeCluster"
             )
     for spec in (*scenario.secrets, *scenario.configmaps):
         if spec.data is None:
@@ -138,6 +139,10 @@ PENDING = _expr(".status.phase", "In", ["Pending"])
 
 def _waiting(reason: str) -> dict[str, Any]:
     return _expr(".status.containerStatuses.[0].state.waiting.reason", "In", [reason])
+
+
+#: A pod past admission (it has an IP) whose containers are being created.
+CREATING = [ALIVE, PENDING, _expr(".status.podIP", "Exists"), _waiting("ContainerCreating")]
 
 
 def _first_container_status(state: str) -> str:
@@ -207,8 +212,8 @@ startTime: {{ $now | Quote }}
     "{{ range $i, $c := .spec.containers }}{{ if $i }} {{ end }}{{ $c.name }}{{ end }}]'",
 ).replace(
     "POD_IP",
-    "{{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid \"\" ) "
-    "( or .metadata.name \"\" ) ( or .metadata.namespace \"\" ) | Quote }}",
+    '{{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) '
+    '( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}',
 )
 
 RUNNING_STATUS = """\
@@ -286,14 +291,14 @@ def _terminated_status(exit_code: int, oom: bool) -> str:
 def _config_refs_query(known: list[str]) -> str:
     """jq: the first Secret/ConfigMap (``secret:NS/NAME``) a pod's env needs that does not exist."""
     refs = (
-        '.metadata.namespace as $ns | [.spec.containers[] | ('
-        '((.env // [])[] | .valueFrom.secretKeyRef | select(. != null and .optional != true) '
+        ".metadata.namespace as $ns | [.spec.containers[] | ("
+        "((.env // [])[] | .valueFrom.secretKeyRef | select(. != null and .optional != true) "
         '| "secret:\\($ns)/\\(.name)"), '
-        '((.envFrom // [])[] | .secretRef | select(. != null and .optional != true) '
+        "((.envFrom // [])[] | .secretRef | select(. != null and .optional != true) "
         '| "secret:\\($ns)/\\(.name)"), '
-        '((.env // [])[] | .valueFrom.configMapKeyRef | select(. != null and .optional != true) '
+        "((.env // [])[] | .valueFrom.configMapKeyRef | select(. != null and .optional != true) "
         '| "configmap:\\($ns)/\\(.name)"), '
-        '((.envFrom // [])[] | .configMapRef | select(. != null and .optional != true) '
+        "((.envFrom // [])[] | .configMapRef | select(. != null and .optional != true) "
         '| "configmap:\\($ns)/\\(.name)"))]'
     )
     return f"{refs} - {json.dumps(known)} | .[0]"
@@ -329,85 +334,129 @@ CONFIG_ERROR_STATUS = (
 )
 
 
+def _outage(delay: float, over: bool) -> dict[str, Any]:
+    """Selects a pod whose image's outage (``for_seconds``) is ``over`` (or not) for a pull that
+    starts ``delay`` real seconds from now. A pod the harness's registry controller has not
+    annotated yet matches neither, and waits in ``ContainerCreating`` until it has."""
+    up_at = f'.metadata.annotations["{REGISTRY_UP_AT}"]'
+    query = f"if {up_at} then (({up_at} | tonumber) <= (now + {delay:.3f})) else null end"
+    return _expr(query, "In", ["true" if over else "false"])
+
+
+def _pull_stages(index: int, ref: str, behaviour: ImageBehaviour, scenario: Scenario) -> list[dict[str, Any]]:
+    """The Stages of one image whose pull fails: ``ErrImagePull``, ``ImagePullBackOff``, a pull
+    again after the back-off; with ``for_seconds``, the first pull after the outage works."""
+    image = _expr(IMAGE_KEY, "In", [ref])
+    creating = [*CREATING, _expr(scenario_config_query(scenario), "DoesNotExist"), image]
+    if behaviour.pull == "invalid_name":
+        message = (
+            f'Failed to apply default image tag "{ref}": '
+            f'couldn\'t parse image name "{ref}": invalid reference format'
+        )
+        return [
+            _stage(
+                f"image-{index}-invalid-name",
+                creating,
+                delay_ms=_ms(START_SECONDS, scenario),
+                status=_first_container_status(_waiting_state("InvalidImageName", message)),
+                event=("Warning", "InspectFailed", message),
+            )
+        ]
+    grpc, _ = pull_error(behaviour.pull, ref)
+    failed_event = ("Warning", "Failed", f'Failed to pull image "{ref}": {grpc}')
+    backoff = f'Back-off pulling image "{ref}"'
+    backing_off = [ALIVE, PENDING, image, _waiting("ImagePullBackOff")]
+    ends = behaviour.for_seconds is not None
+    fail_first = [_outage(_ms(PULL_FAIL_SECONDS, scenario) / 1000, over=False)] if ends else []
+    fail_again = [_outage(_ms(PULL_RETRY_SECONDS, scenario) / 1000, over=False)] if ends else []
+    out = [
+        _stage(
+            f"image-{index}-pull-failed",
+            [*creating, *fail_first],
+            delay_ms=_ms(PULL_FAIL_SECONDS, scenario),
+            status=_first_container_status(_waiting_state("ErrImagePull", grpc)),
+            event=failed_event,
+        ),
+        _stage(
+            f"image-{index}-back-off",
+            [ALIVE, PENDING, image, _waiting("ErrImagePull")],
+            delay_ms=_ms(BACKOFF_SECONDS, scenario),
+            status=_first_container_status(
+                _waiting_state("ImagePullBackOff", f"{backoff}: ErrImagePull: {grpc}")
+            ),
+            event=("Normal", "BackOff", backoff),
+        ),
+        _stage(
+            f"image-{index}-pull-again",
+            [*backing_off, *fail_again],
+            delay_ms=_ms(PULL_RETRY_SECONDS, scenario),
+            status=_first_container_status(_waiting_state("ErrImagePull", grpc)),
+            event=failed_event,
+        ),
+    ]
+    if ends:
+        started = ("Normal", "Started", "Started container")
+        out += [
+            _stage(
+                f"image-{index}-pulled",
+                [*creating, _outage(_ms(START_SECONDS, scenario) / 1000, over=True)],
+                delay_ms=_ms(START_SECONDS, scenario),
+                status=RUNNING_STATUS,
+                event=started,
+            ),
+            _stage(
+                f"image-{index}-pulled-after-back-off",
+                [*backing_off, _outage(_ms(PULL_RETRY_SECONDS, scenario) / 1000, over=True)],
+                delay_ms=_ms(PULL_RETRY_SECONDS, scenario),
+                status=RUNNING_STATUS,
+                event=started,
+            ),
+        ]
+    return out
+
+
+def scenario_config_query(scenario: Scenario) -> str:
+    """jq: the first Secret/ConfigMap a pod needs that the scenario does not create."""
+    return _config_refs_query(_known_objects(scenario))
+
+
+def _known_objects(scenario: Scenario) -> list[str]:
+    return sorted(
+        [f"secret:{s.namespace}/{s.name}" for s in scenario.secrets]
+        + [f"configmap:{c.namespace}/{c.name}" for c in scenario.configmaps]
+    )
+
+
+def runs(behaviour: ImageBehaviour) -> bool:
+    """Whether a pod of this image ever starts (its pull works, at once or after ``for_seconds``)."""
+    return behaviour.pull == "ok" or (behaviour.pull != "invalid_name" and behaviour.for_seconds is not None)
+
+
 def stages(scenario: Scenario) -> list[dict[str, Any]]:
     """The pod Stages for ``scenario`` (call :func:`check_supported` first)."""
+    known = _known_objects(scenario)
+    missing_config = _config_refs_query(known)
     out: list[dict[str, Any]] = [
         _stage(
             "pod-create",
             [ALIVE, _expr(".status.podIP", "DoesNotExist")],
             delay_ms=_ms(CREATE_SECONDS, scenario),
             status=CREATE_STATUS,
-        )
-    ]
-    known = sorted(
-        [f"secret:{s.namespace}/{s.name}" for s in scenario.secrets]
-        + [f"configmap:{c.namespace}/{c.name}" for c in scenario.configmaps]
-    )
-    missing_config = _config_refs_query(known)
-    creating = [ALIVE, PENDING, _expr(".status.podIP", "Exists"), _waiting("ContainerCreating")]
-    out.append(
+        ),
         _stage(
             "config-missing",
-            [*creating, _expr(missing_config, "Exists")],
+            [*CREATING, _expr(missing_config, "Exists")],
             delay_ms=_ms(START_SECONDS, scenario),
             status=CONFIG_ERROR_STATUS.replace("KNOWN", " ".join(json.dumps(k) for k in known)),
             event=("Warning", "Failed", "Error: CreateContainerConfigError"),
-        )
-    )
-    not_pulling: list[str] = []
-    for index, (ref, behaviour) in enumerate(sorted(scenario.images.items())):
-        if behaviour.pull == "ok":
-            continue
-        not_pulling.append(ref)
-        image = _expr(IMAGE_KEY, "In", [ref])
-        config_ok = _expr(missing_config, "DoesNotExist")
-        if behaviour.pull == "invalid_name":
-            message = (
-                f'Failed to apply default image tag "{ref}": '
-                f'couldn\'t parse image name "{ref}": invalid reference format'
-            )
-            out.append(
-                _stage(
-                    f"image-{index}-invalid-name",
-                    [*creating, config_ok, image],
-                    delay_ms=_ms(START_SECONDS, scenario),
-                    status=_first_container_status(_waiting_state("InvalidImageName", message)),
-                    event=("Warning", "InspectFailed", message),
-                )
-            )
-            continue
-        grpc, _ = pull_error(behaviour.pull, ref)
-        out.append(
-            _stage(
-                f"image-{index}-pull-failed",
-                [*creating, config_ok, image],
-                delay_ms=_ms(PULL_FAIL_SECONDS, scenario),
-                status=_first_container_status(_waiting_state("ErrImagePull", grpc)),
-                event=("Warning", "Failed", f'Failed to pull image "{ref}": {grpc}'),
-            )
-        )
-        backoff = f'Back-off pulling image "{ref}"'
-        out.append(
-            _stage(
-                f"image-{index}-back-off",
-                [ALIVE, PENDING, image, _waiting("ErrImagePull")],
-                delay_ms=_ms(BACKOFF_SECONDS, scenario),
-                status=_first_container_status(
-                    _waiting_state("ImagePullBackOff", f"{backoff}: ErrImagePull: {grpc}")
-                ),
-                event=("Normal", "BackOff", backoff),
-            )
-        )
-        out.append(
-            _stage(
-                f"image-{index}-pull-again",
-                [ALIVE, PENDING, image, _waiting("ImagePullBackOff")],
-                delay_ms=_ms(PULL_RETRY_SECONDS, scenario),
-                status=_first_container_status(_waiting_state("ErrImagePull", grpc)),
-                event=("Warning", "Failed", f'Failed to pull image "{ref}": {grpc}'),
-            )
-        )
-    start = [*creating, _expr(missing_config, "DoesNotExist")]
+        ),
+    ]
+    images = sorted(scenario.images.items())
+    not_pulling = [ref for ref, behaviour in images if behaviour.pull != "ok"]
+    for index, (ref, behaviour) in enumerate(images):
+        if behaviour.pull != "ok":
+            out += _pull_stages(index, ref, behaviour, scenario)
+    start = [*CREATING, _expr(missing_config, "DoesNotExist")]
     if not_pulling:
         start.append(_expr(IMAGE_KEY, "NotIn", not_pulling))
     out.append(
@@ -425,20 +474,17 @@ def stages(scenario: Scenario) -> list[dict[str, Any]]:
         _expr(".spec.restartPolicy", "In", ["Never"]),
         _expr(".status.containerStatuses.[0].state.running.startedAt", "Exists"),
     ]
-    listed: list[str] = []
-    for index, (ref, behaviour) in enumerate(sorted(scenario.images.items())):
-        if behaviour.pull != "ok":
-            continue
-        listed.append(ref)
-        run = behaviour.run
-        out.append(
-            _stage(
-                f"image-{index}-exit",
-                [*running, _expr(IMAGE_KEY, "In", [ref])],
-                delay_ms=_ms(run.duration_seconds, scenario),
-                status=_terminated_status(run.exit_code, run.oom),
+    listed = [ref for ref, behaviour in images if runs(behaviour)]
+    for index, (ref, behaviour) in enumerate(images):
+        if runs(behaviour):
+            out.append(
+                _stage(
+                    f"image-{index}-exit",
+                    [*running, _expr(IMAGE_KEY, "In", [ref])],
+                    delay_ms=_ms(behaviour.run.duration_seconds, scenario),
+                    status=_terminated_status(behaviour.run.exit_code, behaviour.run.oom),
+                )
             )
-        )
     default_exit = list(running)
     if listed:
         default_exit.append(_expr(IMAGE_KEY, "NotIn", listed))
@@ -500,6 +546,9 @@ nodeInfo:
   bootID: ""
   osImage: ""
   systemUUID: ""
+daemonEndpoints:
+  kubeletEndpoint:
+    Port: {{ NodePort }}
 phase: Running
 """
 
@@ -516,11 +565,7 @@ def node_stages() -> list[dict[str, Any]]:
             "metadata": {"name": "node-initialize"},
             "spec": {
                 "resourceRef": {"apiGroup": "v1", "kind": "Node"},
-                "selector": {
-                    "matchExpressions": [
-                        _expr(NODE_READY, "NotIn", ["True"])
-                    ]
-                },
+                "selector": {"matchExpressions": [_expr(NODE_READY, "NotIn", ["True"])]},
                 "next": {"statusTemplate": NODE_INITIALIZE},
             },
         }

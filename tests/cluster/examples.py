@@ -1,0 +1,104 @@
+"""The example DAGs (dags/01-05) started on a control plane of their own when the cluster tier
+begins, and read back by ``test_the_example_dags.py`` at its end.
+
+The runs mostly wait (graces, retry delays, pods' run times), and so do the tier's other tests,
+so they overlap instead of adding up: the session fixture ``example_runs`` (tests/cluster/
+conftest.py) starts them with the first cluster test whenever the example module is selected.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from airflow_k8s_retry.testing.controlplane import ControlPlane
+from airflow_k8s_retry.testing.scenario import Scenario
+from demo.run import DAGS, SCENARIO
+from tests.cluster.kube import PodRecorder
+from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
+from tests.support.cluster_session import REPO, bin_dir
+
+EXAMPLES = (
+    "01_basic",
+    "02_image_pull_retry",
+    "03_rate_limit_recovers",
+    "04_missing_secret",
+    "05_eviction_relaunch",
+)
+TRAIN = "example.com/ml/train:2"
+MODULE = "test_the_example_dags"
+
+
+def cluster_scenario() -> Scenario:
+    """demo/scenario.yaml, with 05's eviction where the trigger already watches.
+
+    FakeCluster's ``evict`` keeps the evicted pod (a kubelet eviction); the real one is the
+    Eviction API, whose graceful deletion KWOK confirms at once, so a pod evicted before the
+    trigger's first look is simply gone (``pod.deleted_externally``, a spent try: what a real
+    cluster does to a pod whose container exits at SIGTERM). ``airflow dags test`` starts the
+    trigger a few seconds after the pod on a busy machine; evicting after 10 s (not 1 s), in a
+    20 s run (not 3 s), puts the eviction where the trigger watches, which is what 05 is about.
+    """
+    import yaml
+
+    data = yaml.safe_load(SCENARIO.read_text())
+    data["images"][TRAIN]["run"]["duration_seconds"] = 200
+    (evict,) = [d for d in data["disruptions"] if d["pod_name_prefix"].startswith("05-")]
+    evict["after_seconds"] = 100
+    return Scenario.from_dict(data)
+
+
+@dataclass
+class ExampleRuns:
+    control_plane: ControlPlane
+    owned: bool  # started here (not make cluster-up's), so stopped here
+    recorder: PodRecorder
+    pool: ThreadPoolExecutor
+    futures: dict[str, Future[DagRunResult]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, work: Path, database: MigratedDatabase) -> ExampleRuns:
+        scenario = cluster_scenario()
+        running = ControlPlane.attach(REPO / ".cluster")
+        if running is not None and running.scenario.to_dict() == scenario.to_dict():
+            cp, owned = running, False
+        else:
+            found = bin_dir()
+            if found is None:
+                message = "the control plane is not built; run 'make controlplane'"
+                if os.environ.get("AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER") == "1":
+                    pytest.fail(message)
+                pytest.skip(message)
+            cp, owned = ControlPlane(work / "controlplane", found, scenario), True
+            cp.start()
+        recorder = PodRecorder(cp.kubeconfig).__enter__()
+        runs = cls(cp, owned, recorder, ThreadPoolExecutor(max_workers=len(EXAMPLES)))
+
+        def run(dag_id: str) -> DagRunResult:
+            home = AirflowHome.create(work / dag_id, dags_folder=DAGS, database=database)
+            result = home.run_dag(dag_id, kubeconfig=cp.kubeconfig, timeout=600)
+            (work / dag_id / "airflow-output.log").write_text(result.output)
+            return result
+
+        runs.futures = {dag_id: runs.pool.submit(run, dag_id) for dag_id in EXAMPLES}
+        return runs
+
+    def results(self) -> dict[str, DagRunResult]:
+        """Every run's result, once all have ended; the recorder stops then."""
+        results = {dag_id: future.result() for dag_id, future in self.futures.items()}
+        self.recorder.__exit__(None, None, None)
+        return results
+
+    def stop(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.recorder.__exit__(None, None, None)
+        if self.owned:
+            self.control_plane.stop()
+
+
+def selected(items: list[pytest.Item]) -> bool:
+    return any(item.nodeid.split("::")[0].endswith(f"{MODULE}.py") for item in items)
