@@ -1,0 +1,26 @@
+"""Guard rails for the package's structure: no module grows past what one reader holds at once.
+
+Complexity is ruff's C901 (``max-complexity = 10`` in pyproject.toml); module size has no ruff rule,
+so it is checked here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import airflow_k8s_retry
+
+#: The most lines a module of the package may have.
+MAX_MODULE_LINES = 600
+
+PACKAGE = Path(airflow_k8s_retry.__file__).parent
+
+
+def test_no_module_of_the_package_is_over_the_size_limit() -> None:
+    sizes = {
+        str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert len(sizes) > 50, "the package's modules were not found"
+    too_big = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert too_big == {}, f"modules over {MAX_MODULE_LINES} lines (split them by concept): {too_big}"
