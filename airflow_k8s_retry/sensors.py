@@ -283,9 +283,9 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         return with_hint(report, pod_event.verdict)
 
     def _delete(self, client: PodClient, pod_event: PodEvent) -> None:
-        """``delete_pod_on_finish``: delete by UID through the operator's lifecycle (transient errors
-        retried, the verdict stamped only if the delete did not get through); an API error is
-        logged, never raised: the verdict, not the cleanup, decides how the task ends."""
+        """``delete_pod_on_finish``: stamp the verdict and delete by UID through the operator's
+        lifecycle (transient errors retried); an API error is logged, never raised: the verdict, not
+        the cleanup, decides how the task ends."""
         from airflow_k8s_retry.kube import lifecycle
 
         pod = _pod_of(pod_event)

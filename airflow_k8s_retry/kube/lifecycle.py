@@ -293,16 +293,18 @@ def finish(
     sleep: Callable[[float], None] = time.sleep,
     grace_period_seconds: int | None = None,
 ) -> Ending:
-    """End a pod's business in the fewest requests; API errors are logged, never raised.
+    """End a pod's business: stamp its verdict, then delete it by UID unless kept; API errors are
+    logged, never raised.
 
-    A kept pod is stamped, so anything that finds it later treats it as finished business; a pod
-    whose stamp does not get through is deleted instead. Any other pod is deleted by UID (transient
-    errors retried), and stamped only when the delete did not get through: the next try's sweep
-    deletes it, and nothing re-detects it meanwhile.
+    The stamp comes first, so whatever finds the pod afterwards (a trigger that starts late, a
+    sweep, ``kubectl get pod`` while it terminates, the demo's table) reads the verdict instead of
+    judging it again. A pod to be kept whose stamp does not get through is deleted instead: an
+    unmarked pod could not be told from a leaked one. A delete that does not get through (transient
+    errors retried) leaves the pod to the next try's sweep.
     """
-    if kept and verdict is not None and stamp(client, pod, verdict, kept=True, log=log, sleep=sleep):
+    stamped = verdict is not None and stamp(client, pod, verdict, kept=kept, log=log, sleep=sleep)
+    if kept and stamped:
         return Ending.KEPT
-    # Only a stamped pod is kept: unmarked, nothing could tell it from a leaked one.
     try:
         deleted = delete(
             client, pod.namespace, pod.name, pod.uid, grace_period_seconds=grace_period_seconds, sleep=sleep
@@ -315,8 +317,8 @@ def finish(
             pod.uid,
             exc,
         )
-        if verdict is not None:
-            stamp(client, pod, verdict, kept=False, log=log, sleep=sleep)
+        if kept and verdict is not None:
+            stamp(client, pod, verdict, kept=False, log=log, sleep=sleep)  # no longer kept: sweep it
         return Ending.LEFT
     return Ending.DELETED if deleted else Ending.GONE
 

@@ -109,15 +109,7 @@ def test_trigger_moves_to_the_other_triggerer_and_keeps_pod_and_timer(deployment
     assert dep.tries(DAG_ID, run_id, TASK_ID) == [(1, "failed")]
     [pod] = dep.pods_of(DAG_ID)  # still exactly one pod
     assert pod["metadata"]["uid"] == uid
-    # A pod that is deleted carries no verdict stamp; the verdict the task published is in XCom.
-    assert VERDICT_ANNOTATION not in _annotations(pod)
-    [(raw,)] = dep.query(
-        "select value from xcom where dag_id = ? and run_id = ? and task_id = ? and key = 'verdict'",
-        DAG_ID,
-        run_id,
-        TASK_ID,
-    )
-    verdict = json.loads(raw) if isinstance(raw, str | bytes) else raw
+    verdict = json.loads(_annotations(pod)[VERDICT_ANNOTATION])
     assert verdict["reason"] == "image.not_found"
     # The history the new trigger carried on with still starts at the first trigger's first sighting.
     kept = json.loads(_annotations(pod)[HISTORY_ANNOTATION])

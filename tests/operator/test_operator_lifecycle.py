@@ -123,7 +123,7 @@ def test_a_pod_of_another_try_under_the_name_is_never_adopted(make_cluster, cont
     assert requests(cluster, "delete") == []
 
 
-def test_retry_verdict_reports_deletes_and_raises_pod_failure(make_cluster, context, ti):
+def test_retry_verdict_stamps_reports_deletes_and_raises_pod_failure(make_cluster, context, ti):
     cluster = make_cluster()
     op = operator()
     trigger = defer(op, context)
@@ -138,9 +138,11 @@ def test_retry_verdict_reports_deletes_and_raises_pod_failure(make_cluster, cont
         "reason": "image.not_found",
         "message": "image notavalidimage was not found",
     }
-    # A pod that is deleted needs no stamp: one DELETE by UID, no PATCH.
-    assert requests(cluster, "patch") == []
-    assert len(requests(cluster, "delete", 200)) == 1
+    # The verdict is stamped (one PATCH), then the pod is deleted by UID.
+    patches = requests(cluster, "patch", 200)
+    deletes = requests(cluster, "delete", 200)
+    assert len(patches) == 1 and len(deletes) == 1
+    assert patches[0]["t"] <= deletes[0]["t"]
     assert cluster.wait_for(lambda c: not cluster.pods(), timeout=10)
 
 

@@ -62,7 +62,8 @@ def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, contex
     assert env == {"DB_PASSWORD": DB_PASSWORD, "API_KEY": API_KEY}
 
     # What the package wrote: task log, stdout/stderr, trigger kwargs and event, XCom, the
-    # exception, the annotations on the pod (and the stamp a kept pod gets), and the cluster's Events.
+    # exception, the verdict and history stamped on the pod (and the stamp a kept pod gets), and the
+    # cluster's Events.
     out = capsys.readouterr()
     stamped = created["metadata"].get("annotations") or {}
     written = {
@@ -79,8 +80,7 @@ def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, contex
     # The report is really there (so an empty capture cannot pass this test) ...
     assert "container.exit_code" in written["log"] + written["stdout"]
     assert "container.exit_code" in written["xcom"]
-    # A deleted pod is not stamped; a kept one would carry exactly this (what the exception carries).
-    assert not any("verdict" in key for key in stamped)
+    assert any("verdict" in key for key in stamped)
     assert "container.exit_code" in written["stamp of a kept pod"]
     # ... and nothing in it carries a secret or the cluster's bearer token.
     for where, text in written.items():
