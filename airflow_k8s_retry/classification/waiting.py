@@ -34,8 +34,11 @@ from airflow_k8s_retry.classification.registry_messages import pull_cause
 def _waiting(obs: Observation, reason: Reason, waiting: Iterable[str]) -> Fact | None:
     wanted = frozenset(waiting)
     container = first_matching(obs, lambda c: c.waiting_reason in wanted)
-    if container is None:
-        return None
+    return None if container is None else _waiting_fact(reason, container, image=container.image)
+
+
+def _waiting_fact(reason: Reason, container: ContainerView, *, image: str = "") -> Fact:
+    """The fact that ``container`` waits for ``reason``, citing its waiting reason and message."""
     detail = join(container.waiting_reason, container.waiting_message)
     return Fact(
         Sighting.WAITING,
@@ -44,7 +47,7 @@ def _waiting(obs: Observation, reason: Reason, waiting: Iterable[str]) -> Fact |
         detail,
         (cite(reason, container, detail),),
         container.name,
-        image=container.image,
+        image=image,
     )
 
 
@@ -141,17 +144,7 @@ def _config(kind: str | None, reason: Reason, doc: str) -> Matcher:
         container = first_matching(
             obs, lambda c: c.waiting_reason == "CreateContainerConfigError" and _config_kind(c) == kind
         )
-        if container is None:
-            return None
-        detail = join(container.waiting_reason, container.waiting_message)
-        return Fact(
-            Sighting.WAITING,
-            keys.of_container(reason, container.name),
-            container.label,
-            detail,
-            (cite(reason, container, detail),),
-            container.name,
-        )
+        return None if container is None else _waiting_fact(reason, container)
 
     match.__name__ = f"config_{kind or 'other'}"
     match.__doc__ = doc
