@@ -5,10 +5,10 @@ Airflow-free: it works on API JSON and a :class:`~airflow_k8s_retry.kube.pods.Po
 rules that keep "one pod per try" and "nothing left behind" are in one place and unit-testable.
 
 The verdict stamp has one owner here: :func:`encode_stamp` writes it, :func:`read_stamp` reads it
-and tolerates anything malformed. A pod is stamped when it outlives its verdict: when it is *kept*
-on purpose (``on_finish_action``), or when its delete did not get through (then the stamp says
-"not kept", and the next try's sweep finishes the job). A pod that is deleted needs no stamp, which
-saves a request per try (:func:`finish`).
+and tolerates anything malformed. Every pod is stamped before it is deleted or kept
+(:func:`finish`), so whatever meets it afterwards (a late trigger, a sweep, ``kubectl get pod``
+while it terminates) reads the verdict instead of judging again; a pod whose delete did not get
+through is left to the next try's sweep unless it was kept on purpose.
 """
 
 from __future__ import annotations
