@@ -469,6 +469,10 @@ class ChaosRun:
         result.max_lag = max(lags, default=0.0) / self.env.time_scale
         if result.max_lag > 200:
             self.notes.append(f"the simulator ran up to {result.max_lag:.0f} sim s late (a loaded machine)")
+        missed = [str(t) for t in range(1, try_number + 1) if str(t) not in self._disrupted]
+        if plan.fate.disruption is not None and missed:
+            # The harness disrupts a pod from its own loop; a loop that ran late let the pod finish.
+            self.notes.append(f"the drawn disruption never reached try {', '.join(missed)}'s pod")
         result.verdicts = [f"try {t} pod {u[:8]}: {o} {r}" for t, u, o, r in self.verdicts]
         result.faults_hit = Counter(
             f"{r['fault']} {r['verb']}" for r in audit if r.get("kind") == "request" and "fault" in r
