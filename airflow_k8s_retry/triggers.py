@@ -65,8 +65,9 @@ _STATE_LOOKUP_TIMEOUT = 10.0
 #: someone else now, and the next try's sweep removes anything left over.
 _KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
 
-#: Pauses between on_kill's attempts to read and delete the pod of a killed task (seconds).
-_KILL_BACKOFF = (0.5, 1.0, 2.0, 4.0)
+#: Pauses between on_kill's attempts to read and delete the pod of a killed task (seconds): eight
+#: attempts over about 22 s, inside Airflow's 30 s for on_kill with the state lookup before them.
+_KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 #: Pauses between looks at the task instance's state after the trigger fired, until its event was
 #: accepted (the state left ``deferred``): about 30 s.
 _FIRED_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)

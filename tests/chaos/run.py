@@ -246,11 +246,18 @@ LIMITS = """## What the suite does not show
   own `execution_timeout` deadline (simulated) is what ends long pods here.
 - A run is judged by simulated time: a machine that stalls the process for a real second moves the
   simulation 1,000 s. Runs whose simulator timers were that late are told apart (`starved_run`).
-- Left in the last 1,000 runs, apart from the starved ones: seed 107 (five failed DELETEs in a row
-  outlast on_kill's five attempts), seed 456 (a preemption while the Events feed was refused: no
-  evidence is left once the pod is gone, so it is judged an external deletion), seeds 156 and 372
-  (a node-lost pod's on_kill; a hang after a `kill -9` hand-over and three 410s on the re-list:
-  not yet diagnosed) and seed 195 (a hang that does not come back when replayed alone)."""
+- The next try's pod starts only once earlier tries' pods are out of the way: the sweep deletes
+  them with no grace (a graceful delete leaves containers running until they stop) and looks
+  again, for about 30 s, before it gives up and fails the try rather than run two pods at once.
+- A kill that lands before any triggerer has started the trigger (here: a user kill within a
+  simulated second of a hand-over) runs no code of the package: Airflow calls no `on_kill` for a
+  trigger that never ran, and a user's "mark failed" ends the task, so no later try sweeps the
+  pod (seed 107 in some replays). The harness is to time user kills from the trigger's start.
+- A pod taken away before the trigger first looked leaves only its Events as evidence; when the
+  Events feed was refused (a 403 the feed takes for missing RBAC, and then classifies without
+  Events), a preemption is judged an external deletion (seed 456).
+- Seed 372 (a `kill -9` hand-over, then three 410s on the pods re-list) hung in some full runs
+  and does not come back when replayed alone: not yet diagnosed."""
 
 
 def _rediagnose(saved: dict[str, Any]) -> None:

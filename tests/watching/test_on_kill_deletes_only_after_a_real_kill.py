@@ -266,6 +266,22 @@ async def test_a_kill_whose_delete_fails_for_a_while_still_deletes_the_pod(
     assert len(deletes) == 3 and deletes[-1]["status"] == 200, deletes
 
 
+async def test_a_kill_whose_deletes_fail_five_times_in_a_row_still_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chaos seed 107: three 410s from a proxy, then an authorizer's two denials.
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    cluster.add_fault(verb="delete", resource="pods", status=410, times=3)
+    cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
+    started = trigger.clock.now()
+    await on_kill_on_the_clock(trigger)
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    deletes = [
+        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
+    ]
+    assert [r["status"] for r in deletes] == [410, 410, 410, 403, 403, 200]
+    assert trigger.clock.now() - started < 30  # Airflow's limit for on_kill
+
 # -- killed in the moment the trigger fired: Airflow drops the event and calls no on_kill ---------
 
 
