@@ -71,6 +71,9 @@ _KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 #: Pauses between looks at the task instance's state after the trigger fired, until its event was
 #: accepted (the state left ``deferred``): about 30 s.
 _FIRED_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
+#: How long the after-firing check leaves a killed task's pod to its worker (whose own ``on_kill``
+#: deletes it when the kill came after the worker resumed) before it deletes what is left.
+_WORKER_FIRST = 60.0
 #: ``on_kill`` work that outlived the cancelled ``on_kill`` call; referenced here until it is done.
 _KILL_WORK: set[asyncio.Future[None]] = set()
 
@@ -477,8 +480,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         marked it failed, cleared it or deleted its run in the moment the trigger fired), and a
         trigger that has ended gets no ``on_kill``: no worker resumes and nothing else would
         delete the pod. So, after firing, the state is read until it leaves ``deferred``; in a
-        state only a kill leaves, the pod is deleted as ``on_kill`` would. Any other state means
-        the worker acts on the verdict, and a state that cannot be read leaves the pod alone.
+        state only a kill leaves, what is left of the pod a minute later (unless stamped) is
+        deleted as ``on_kill`` would: a worker that had resumed deletes it itself. Any other state
+        means the worker acts on the verdict, and a state that cannot be read leaves the pod alone.
         """
         for pause in _FIRED_BACKOFF:
             await self.clock.sleep_until(self.clock.now() + pause)
@@ -493,7 +497,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             if state == "deferred" and not gone:
                 continue
             if gone or state in _KILLED_STATES:
-                why = gone or f"Task instance is {state or 'cleared'} before the verdict was acted on"
+                # The kill may also have come after the worker resumed: its on_kill goes first.
+                await self.clock.sleep_until(self.clock.now() + _WORKER_FIRST)
+                why = gone or f"Task instance is {state or 'cleared'} after the trigger fired"
                 await self._delete_with_retries(why)
             return
 

@@ -305,6 +305,11 @@ def _pace(clock: Any, scale: float) -> Any:
     # The worker's backoff between API retries: a second is a simulated second, as the cluster's.
     saved_sleep = RetryingPodOperator.__dict__["retry_sleep"]
     RetryingPodOperator.retry_sleep = staticmethod(lambda seconds: time.sleep(seconds * scale))
+    # The worker's client (urllib3) waits out a 429's Retry-After (1 s): a simulated second too.
+    from urllib3.util.retry import Retry
+
+    saved_retry_after = Retry.get_retry_after
+    Retry.get_retry_after = lambda self, response: (saved_retry_after(self, response) or 0) * scale or None  # type: ignore[method-assign]
     shipped = HubSettings.from_env()
     paced = dataclasses.replace(
         shipped,
@@ -318,6 +323,7 @@ def _pace(clock: Any, scale: float) -> Any:
     finally:
         PodStateTrigger.clock = saved_clock
         RetryingPodOperator.retry_sleep = saved_sleep
+        Retry.get_retry_after = saved_retry_after  # type: ignore[method-assign]
 
 
 # -- one run ---------------------------------------------------------------------------------------

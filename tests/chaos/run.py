@@ -245,7 +245,9 @@ LIMITS = """## What the suite does not show
   simulated one, so the simulated deferral timeout is longer than Airflow's would be; the trigger's
   own `execution_timeout` deadline (simulated) is what ends long pods here.
 - A run is judged by simulated time: a machine that stalls the process for a real second moves the
-  simulation 1,000 s. Runs whose simulator timers were that late are told apart (`starved_run`).
+  simulation 1,000 s. The package's own waits run at the simulation's pace (the trigger's clock,
+  the worker's backoff, the watch hub's settings, and the worker client's wait for a 429's
+  `Retry-After`). Runs whose simulator timers were that late are told apart (`starved_run`).
 - The next try's pod starts only once earlier tries' pods are out of the way: the sweep deletes
   them with no grace (a graceful delete leaves containers running until they stop) and looks
   again, for about 30 s, before it gives up and fails the try rather than run two pods at once.
@@ -255,9 +257,7 @@ LIMITS = """## What the suite does not show
   pod (seed 107 in some replays). The harness is to time user kills from the trigger's start.
 - A pod taken away before the trigger first looked leaves only its Events as evidence; when the
   Events feed was refused (a 403 the feed takes for missing RBAC, and then classifies without
-  Events), a preemption is judged an external deletion (seed 456).
-- Seed 372 (a `kill -9` hand-over, then three 410s on the pods re-list) hung in some full runs
-  and does not come back when replayed alone: not yet diagnosed."""
+  Events), a preemption is judged an external deletion (seed 456)."""
 
 
 def _rediagnose(saved: dict[str, Any]) -> None:

@@ -313,8 +313,8 @@ async def fired_and_ended(
 
 
 async def past_the_check(clock: ManualClock) -> None:
-    """Move the clock on past every pause of the trigger's after-firing check (about 30 s)."""
-    for _ in range(60):
+    """Move the clock on past every pause of the trigger's after-firing check (about 90 s)."""
+    for _ in range(120):
         clock.advance(1.0)
         await asyncio.sleep(0.02)
 
