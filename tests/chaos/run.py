@@ -258,10 +258,6 @@ LIMITS = """## What the suite does not show
 - The next try's pod starts only once earlier tries' pods are out of the way: the sweep deletes
   them with no grace (a graceful delete leaves containers running until they stop) and looks
   again, for about 30 s, before it gives up and fails the try rather than run two pods at once.
-- A kill that lands before any triggerer has started the trigger (here: a user kill within a
-  simulated second of a hand-over) runs no code of the package: Airflow calls no `on_kill` for a
-  trigger that never ran, and a user's "mark failed" ends the task, so no later try sweeps the
-  pod (seed 107 in some replays). The harness is to time user kills from the trigger's start.
 - A pod taken away before the trigger first looked leaves only its Events as evidence; when the
   Events feed was refused (a 403 the feed takes for missing RBAC, and then classifies without
   Events), a preemption is judged an external deletion (seed 456)."""
