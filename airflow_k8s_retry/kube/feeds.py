@@ -8,7 +8,9 @@ The loop, in the order it tries things:
   delivered, vanished ones delivered as deleted);
 * ``5xx``, ``429`` and dropped connections: reconnect after a capped, jittered :class:`Backoff`;
 * ``401``: reload the cluster credentials (short-lived tokens) before reconnecting;
-* ``403``: see :data:`NEXT_MODE_ON_FORBIDDEN`; each move is logged once, naming verb and resource.
+* ``403``: see :data:`NEXT_MODE_ON_FORBIDDEN`; the first move is logged as an error naming verb and
+  resource. After ``HubSettings.rbac_recheck`` of polling the feed tries its LIST+WATCH again (a
+  denial that was momentary ends there; a lasting one steps down again, logged at INFO).
   At the cluster scope a ``403`` ends the feed instead: the hub moves its readers to one feed per
   namespace (a namespaced Role is enough for those).
 
@@ -138,6 +140,9 @@ class Feed:
         self._step = Step.LIST
         self._on_cluster_refused = on_cluster_refused
         self._backoff = Backoff(base=settings.backoff_base, cap=settings.backoff_cap)
+        #: When a 403 first moved this feed off WATCH (loop time), and whether that was logged.
+        self._stepped_down_at: float | None = None
+        self._refusal_logged = False
 
     @property
     def where(self) -> str:
@@ -233,6 +238,7 @@ class Feed:
 
     async def _once(self) -> None:
         """One turn of the loop in the current mode."""
+        self._maybe_step_up()
         if self.mode is FeedMode.WATCH:
             if self.resource_version is None:
                 self._step = Step.LIST
@@ -282,6 +288,18 @@ class Feed:
         else:
             self._backoff.attempt = 1
 
+    def _maybe_step_up(self) -> None:
+        """After ``rbac_recheck`` of polling, try the LIST+WATCH again (see the module docstring)."""
+        if self._stepped_down_at is None or self.mode is FeedMode.WATCH:
+            return
+        polled = asyncio.get_running_loop().time() - self._stepped_down_at
+        if polled < self.settings.rbac_recheck:
+            return
+        log.info("%s feed in %s: trying LIST+WATCH again after %.0f s polling", self.kind, self.where, polled)
+        self.mode = FeedMode.WATCH
+        self.resource_version = None
+        self._stepped_down_at = None
+
     async def _after_forbidden(self, exc: Forbidden) -> bool:
         if self.namespace is None and self._on_cluster_refused is not None:
             # The cluster scope is not granted (a namespaced Role only): a feed per namespace.
@@ -291,10 +309,16 @@ class Feed:
         if after is None:
             await asyncio.sleep(max(self.poll_interval, self._backoff.next()))
             return True
+        level = logging.INFO if self._refusal_logged else logging.ERROR
+        self._refusal_logged = True
         if after is FeedMode.POLL_LIST:
-            log.error(
+            log.log(
+                level,
                 "RBAC: may not watch %s in %s, polling with LIST every %.0f s instead: %s",
-                self.kind, self.where, self.poll_interval, exc,
+                self.kind,
+                self.where,
+                self.poll_interval,
+                exc,
             )
         else:
             instead = (
@@ -302,7 +326,9 @@ class Feed:
                 if self.kind == "pods"
                 else "classifying without Events"
             )
-            log.error("RBAC: may not list %s in %s, %s: %s", self.kind, self.where, instead, exc)
+            log.log(level, "RBAC: may not list %s in %s, %s: %s", self.kind, self.where, instead, exc)
+        if self._stepped_down_at is None:
+            self._stepped_down_at = asyncio.get_running_loop().time()
         self.mode = after
         return True
 

@@ -55,6 +55,10 @@ class HubSettings:
     watch_timeout: tuple[int, int] = (1800, 3600)
     #: Cluster-wide feeds where RBAC allows, or always per namespace (``AIRFLOW_K8S_RETRY_WATCH_SCOPE``).
     scope: WatchScope = WatchScope.CLUSTER
+    #: How long a feed that a ``403`` moved to polling polls before it tries its LIST+WATCH again:
+    #: an authorizer that denied for a moment (a webhook's timeout) must not cost the watch, or the
+    #: Events, for the rest of the triggerer's life. A lasting denial costs one refused request here.
+    rbac_recheck: float = 300.0
 
     def __post_init__(self) -> None:
         if not (self.backoff_base > 0 and self.backoff_cap > 0):
@@ -62,6 +66,8 @@ class HubSettings:
                 f"HubSettings: backoff_base and backoff_cap must be > 0 seconds, got "
                 f"{self.backoff_base!r} and {self.backoff_cap!r}"
             )
+        if not self.rbac_recheck > 0:
+            raise ValueError(f"HubSettings.rbac_recheck must be > 0 seconds, got {self.rbac_recheck!r}")
         if self.confirm_delay < 0:
             raise ValueError(f"HubSettings.confirm_delay must be >= 0 seconds, got {self.confirm_delay!r}")
         low, high = self.watch_timeout

@@ -96,3 +96,50 @@ async def test_a_refused_watch_polls_with_list_and_a_refused_list_with_get() -> 
     finally:
         await feed.stop()
         await asyncio.sleep(0)
+
+
+class WaitingClient(Client):
+    """Its watch waits as a server's does (until its timeout) instead of ending at once."""
+
+    async def watch_pods(self, namespace: str | None, **kwargs: Any) -> AsyncIterator[WatchEvent]:
+        self._check("watch")
+        await asyncio.sleep(0.05)
+        yield WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": kwargs["resource_version"]}})
+
+
+async def test_a_momentary_refusal_does_not_cost_the_watch_for_good() -> None:
+    # An authorizer that denied for a moment (a webhook's timeout): after rbac_recheck of polling
+    # the feed lists and watches again, and a denial that lasts steps it down again.
+    client = WaitingClient()
+    holder = Holder(client)
+    client.refused = {"watch", "list"}
+
+    async def closed(_: PodSubscription) -> None:
+        return None
+
+    settings = HubSettings(
+        backoff_base=0.01, backoff_cap=0.02, confirm_delay=0.01, watch_timeout=(1, 1), rbac_recheck=0.2
+    )
+    feed = PodFeed(holder, "ns", "app=x", settings, poll_interval=0.01)
+    sub = PodSubscription(holder, "ns", "p", "u-1", poll_interval=0.01, on_close=closed)
+    feed.add(sub)
+    feed.start()
+    try:
+        assert await next_phase(sub) == "Running"  # read with GET: LIST and WATCH are refused
+        assert feed.mode is FeedMode.POLL_GET
+        client.refused = set()  # the authorizer answers again
+        for _ in range(200):
+            if feed.mode is FeedMode.WATCH and "watch" in client.calls[-3:]:
+                break
+            await asyncio.sleep(0.01)
+        assert feed.mode is FeedMode.WATCH
+        assert client.calls.count("list") >= 2 and "watch" in client.calls  # a LIST, then the WATCH
+        client.refused = {"watch"}  # a lasting denial of the watch alone
+        for _ in range(200):
+            if feed.mode is FeedMode.POLL_LIST:
+                break
+            await asyncio.sleep(0.01)
+        assert feed.mode is FeedMode.POLL_LIST
+    finally:
+        await feed.stop()
+        await asyncio.sleep(0)
