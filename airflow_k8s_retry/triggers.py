@@ -32,6 +32,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_k8s_retry import metrics
 from airflow_k8s_retry.classification.model import History, Verdict
+from airflow_k8s_retry.kube import snapshot
 from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFound
@@ -88,6 +89,9 @@ class PodEvent:
     relaunches: int
     #: Where the trigger's log streaming stopped (``logging_interval``); the worker writes the rest.
     log_position: LogPosition | None = None
+    #: What the verdict was judged on (:func:`airflow_k8s_retry.kube.snapshot.take`): the worker's
+    #: failure report reads it instead of the API. ``None``: not carried (too large, older trigger).
+    seen: Mapping[str, Any] | None = None
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -99,6 +103,8 @@ class PodEvent:
         }
         if self.log_position is not None:
             payload["log_position"] = self.log_position.to_payload()
+        if self.seen is not None:
+            payload["seen"] = dict(self.seen)
         return payload
 
     @classmethod
@@ -113,6 +119,7 @@ class PodEvent:
             verdict=Verdict.from_payload(data["verdict"]),
             relaunches=int(data.get("relaunches", 0)),
             log_position=LogPosition.from_payload(data.get("log_position")),
+            seen=data.get("seen") if isinstance(data.get("seen"), Mapping) else None,
         )
 
 
@@ -235,6 +242,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self._config: ClusterConfig | None = None
         self._subscription: PodSubscription | None = None
         self._log_position: LogPosition | None = None
+        self._seen: dict[str, Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -297,6 +305,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             verdict=verdict,
             relaunches=self.relaunches,
             log_position=self._log_position,
+            seen=self._seen,
         )
         yield TriggerEvent(event.to_payload())
 
@@ -331,12 +340,17 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         """Perform the tracker's steps until it emits a verdict."""
         tracker = self._tracker()
         step = tracker.apply(sub.drain(), sub.events, self.clock.now())
+        looked: dict[str, Any] | None = None
         while True:
             await self._perform(sub, tracker, step)
             if isinstance(step, Emit):
+                # What the verdict was judged on travels with it: the worker's report reads no API.
+                pod = looked if snapshot.uid_of(looked) == self.pod_uid else tracker.pod
+                self._seen = snapshot.take(pod, sub.events, self.pod_uid)
                 return step.verdict
             if isinstance(step, LookAgain):
-                step = tracker.looked(await self._look(sub), sub.events, self.clock.now())
+                looked = await self._look(sub)
+                step = tracker.looked(looked, sub.events, self.clock.now())
             else:
                 step = tracker.apply(sub.drain(), sub.events, self.clock.now())
 
