@@ -10,9 +10,14 @@ lines are copied into the trigger's log (which Airflow 3 shows in the task's log
 
 Restart safety: trigger kwargs are frozen when the task defers, so what the trigger learns later
 (the first time a signal was seen, the strongest image-pull cause) is stamped on the pod as the
-``airflow-k8s-retry.io/history`` annotation whenever it changes, and merged back when a trigger is
-re-created in another process (the earliest first-seen time wins). A pod that already carries a
-verdict stamp is finished business: its stamped verdict is emitted as it is.
+``airflow-k8s-retry.io/history`` annotation, and merged back when a trigger is re-created in
+another process (the earliest first-seen time wins). It is stamped at once when a grace timer
+starts or a stronger pull cause is seen, and at most a few seconds late otherwise (the tracker's
+``HISTORY_SETTLE``: a starting pod's first seconds are written together with what follows). A pod
+that already carries a verdict stamp is finished business: its stamped verdict is emitted as it is.
+
+The event carries what the verdict was judged on (the pod's status and its last Events,
+:mod:`airflow_k8s_retry.kube.snapshot`), so the worker's failure report needs no API reads.
 
 The trigger never deletes a pod while it runs; the operator does that after acting on the
 verdict. :meth:`PodStateTrigger.on_kill` is the one exception, and only once the task instance is
