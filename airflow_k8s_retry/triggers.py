@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_k8s_retry import metrics
-from airflow_k8s_retry.classification.model import History, Verdict
+from airflow_k8s_retry.classification.model import History, Outcome, Verdict
 from airflow_k8s_retry.kube import snapshot
 from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
@@ -349,9 +349,10 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         while True:
             await self._perform(sub, tracker, step)
             if isinstance(step, Emit):
-                # What the verdict was judged on travels with it: the worker's report reads no API.
-                pod = looked if snapshot.uid_of(looked) == self.pod_uid else tracker.pod
-                self._seen = snapshot.take(pod, sub.events, self.pod_uid)
+                if step.verdict.outcome is not Outcome.SUCCEED:
+                    # What a failure was judged on travels with it: the worker's report reads no API.
+                    pod = looked if snapshot.uid_of(looked) == self.pod_uid else tracker.pod
+                    self._seen = snapshot.take(pod, sub.events, self.pod_uid)
                 return step.verdict
             if isinstance(step, LookAgain):
                 looked = await self._look(sub)
