@@ -44,12 +44,14 @@ RELAUNCH_HOLD_PADDING = 30.0
 #: While a grace runs, one line this often says what is awaited and until when.
 GRACE_NOTE_EVERY = 60.0
 #: How long (on the trigger's clock) a history change may wait to be stamped when it bears on no
-#: running grace timer but a starting pod's (see :meth:`PodTracker._to_remember`).
+#: running grace timer but one of :data:`SETTLING_RULES` (see :meth:`PodTracker._to_remember`).
 HISTORY_SETTLE = 5.0
 #: Rules whose timer is written with the next change, at most :data:`HISTORY_SETTLE` later: a pod
 #: is pending for a moment before anything is known about it, and the signal that follows (a pull
-#: error, a missing secret, the pod running) usually comes within that moment.
-_SETTLING_RULES = frozenset({"starting"})
+#: error, a missing secret, the pod running) usually comes within that moment; the generic pull
+#: back-off is usually followed by the Event that names its cause (a trigger that starts on a pod
+#: already backing off lists the pods before the Events). Both timers are minutes long.
+SETTLING_RULES = frozenset({"starting", "image_pull_backoff"})
 
 _GRACE_RULES = frozenset(rule.name for rule in RULES if rule.outcome is not Outcome.WAIT and rule.grace)
 
@@ -150,7 +152,8 @@ class PodTracker:
     :param log_container: the container whose log is streamed (KPO's ``base_container_name``).
     :param started: the time the trigger started (the quiet limit counts from it).
     :param history_settle: how long a history change that bears on no running grace timer but a
-        starting pod's may wait to be stamped (0: every change is stamped at once).
+        starting pod's or a generic pull back-off's may wait to be stamped (0: every change is
+        stamped at once).
     """
 
     pod_uid: str
@@ -330,8 +333,8 @@ class PodTracker:
 
         A change that bears on a running grace timer (the timer of ``verdict``, a grace rule) or a
         stronger image-pull cause is due at once: a restarted trigger keeps that timer and cause.
-        Any other change (a starting pod's first-seen time: its timer is minutes long; a signal no
-        timer runs on) is due :data:`HISTORY_SETTLE` after the history first differed from the
+        Any other change (under :data:`SETTLING_RULES`: a starting pod, a generic pull back-off; a
+        signal no timer runs on) is due :data:`HISTORY_SETTLE` after the history first differed from the
         stamp, so the changes of a pod's first seconds are written together, once its first grace
         timer runs (``verdict`` ``None``: due now). A restart in that window starts those timers
         again, at most that much later.
@@ -346,9 +349,9 @@ class PodTracker:
             self.unsaved_since = now
         if verdict is None or now >= self.unsaved_since + self.history_settle:
             return self.history
-        if verdict.rule in _SETTLING_RULES:
-            # A pull cause seen while the pod still counts as starting came from an Event (a status
-            # that names one makes a pull rule match), and a restarted trigger reads it again there.
+        if verdict.rule in SETTLING_RULES:
+            # A pull cause seen under these rules came from an Event (a status that names one makes
+            # a pull rule match), and a restarted trigger reads it again there.
             return None
         stronger = payload["strongest"] != (self.stamped or {}).get("strongest")
         return self.history if stronger or verdict.rule in _GRACE_RULES else None

@@ -10,13 +10,13 @@ history annotation the trigger stamps), and the driver performs each step the tr
   deadline, and its extra wake-ups come before it;
 * the stamp keeps up: whenever the tracker waits, what it learned is on the pod, or it wakes to
   stamp it at most ``HISTORY_SETTLE`` seconds after the history first differed from the stamp (a
-  pod's first seconds are written together), and never waits with a running grace timer, or a
-  stronger pull cause, unstamped;
+  pod's first seconds are written together), and never waits with a running grace timer (but a
+  starting pod's or a generic pull back-off's) or a stronger pull cause unstamped;
 * a restart from the history payload is equivalent to no restart: a tracker re-created in the
   middle of a run (from the trigger's kwargs, merging the stamped history off the pod) emits the
   same verdict at the same time. The restart comes while the tracker sleeps with its history
-  stamped: a restart inside a settle window restarts a starting pod's timer at most
-  ``HISTORY_SETTLE`` seconds late, which the property above bounds.
+  stamped: a restart inside a settle window restarts a starting pod's (or a generic back-off's)
+  timer at most ``HISTORY_SETTLE`` seconds late, which the property above bounds.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from airflow_k8s_retry.classification.rules import RULES
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION
 from airflow_k8s_retry.tracker import (
     HISTORY_SETTLE,
+    SETTLING_RULES,
     Emit,
     FetchLogs,
     LookAgain,
@@ -130,8 +131,8 @@ def check_stamp_keeps_up(world: World, track: PodTracker, step: SleepUntil, now:
         trace.unsaved_since = now
     assert min((step.until, *step.wake)) <= trace.unsaved_since + HISTORY_SETTLE, (step, trace.unsaved_since)
     waiting = track.waiting
-    if waiting is None or waiting.outcome is not Outcome.WAIT or waiting.rule == "starting":
-        return  # nothing runs on the unstamped part but a starting pod's timer
+    if waiting is None or waiting.outcome is not Outcome.WAIT or waiting.rule in SETTLING_RULES:
+        return  # nothing runs on the unstamped part but a starting pod's or a generic back-off's timer
     assert waiting.rule not in GRACE_RULES, f"the timer of {waiting.rule} runs unstamped"
     stamped = json.loads(world.stamp) if world.stamp else {}
     assert track.history.to_payload()["strongest"] == stamped.get("strongest"), "a pull cause unstamped"
