@@ -85,3 +85,22 @@ def test_without_a_settle_time_every_change_is_stamped_at_once() -> None:
     tracker = PodTracker(pod_uid="u-1", started=T0, history_settle=0)
     first = stamp(tracker, tracker.apply([Change(PENDING)], [], T0))
     assert first.remember is not None and first.remember.first_seen == {"pod.pending": T0}
+
+
+def test_a_generic_back_off_waits_for_the_event_that_names_its_cause() -> None:
+    # A trigger that starts on a pod already backing off lists the pods before the Events.
+    tracker = PodTracker(pod_uid="u-1", started=T0)
+    backing_off = pod(3, {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "notavalidimage"'})
+    first = stamp(tracker, tracker.apply([Change(backing_off)], [], T0))
+    assert isinstance(first, SleepUntil) and first.remember is None
+    event = {
+        "type": "Warning",
+        "reason": "Failed",
+        "message": NOT_FOUND,
+        "count": 1,
+        "involvedObject": {"kind": "Pod", "name": "p", "uid": "u-1", "fieldPath": "spec.containers{base}"},
+        "lastTimestamp": "2027-01-15T08:00:00Z",
+    }
+    second = stamp(tracker, tracker.apply([], [event], T0 + 0.1))
+    assert isinstance(second, SleepUntil) and second.remember is not None
+    assert second.remember.strongest is not None and "image.not_found:base" in second.remember.first_seen
