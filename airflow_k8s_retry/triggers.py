@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -44,6 +43,7 @@ from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFou
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.logstream import LogPosition
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity
+from airflow_k8s_retry.kube.pod_event import PodEvent
 from airflow_k8s_retry.kube.rbac import rbac_message
 from airflow_k8s_retry.tracker import (
     Emit,
@@ -60,6 +60,9 @@ from airflow_k8s_retry.tracker import (
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification import FailurePolicy
     from airflow_k8s_retry.kube.aio import AsyncKube
+
+#: ``PodEvent`` lives in ``kube.pod_event`` and is imported from here, as it always was.
+__all__ = ["CLASSPATH", "PodEvent", "PodStateTrigger", "TaskInstanceGone", "airflow_task_state"]
 
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
@@ -88,51 +91,6 @@ TaskStateLookup = Callable[[TryIdentity], Awaitable[str | None]]
 
 class TaskInstanceGone(LookupError):
     """The task instance no longer exists: its DAG run (or DAG) was deleted."""
-
-
-@dataclass(frozen=True)
-class PodEvent:
-    """The payload of the one ``TriggerEvent`` a :class:`PodStateTrigger` emits."""
-
-    namespace: str
-    pod_name: str
-    pod_uid: str
-    verdict: Verdict
-    relaunches: int
-    #: Where the trigger's log streaming stopped (``logging_interval``); the worker writes the rest.
-    log_position: LogPosition | None = None
-    #: What the verdict was judged on (:func:`airflow_k8s_retry.kube.snapshot.take`): the worker's
-    #: failure report reads it instead of the API. ``None``: not carried (too large, older trigger).
-    seen: Mapping[str, Any] | None = None
-
-    def to_payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "namespace": self.namespace,
-            "pod_name": self.pod_name,
-            "pod_uid": self.pod_uid,
-            "verdict": self.verdict.to_payload(),
-            "relaunches": self.relaunches,
-        }
-        if self.log_position is not None:
-            payload["log_position"] = self.log_position.to_payload()
-        if self.seen is not None:
-            payload["seen"] = dict(self.seen)
-        return payload
-
-    @classmethod
-    def from_payload(cls, data: Mapping[str, Any]) -> PodEvent:
-        missing = [k for k in ("namespace", "pod_name", "pod_uid", "verdict") if k not in data]
-        if missing:
-            raise ValueError(f"not a PodStateTrigger event payload: missing {', '.join(missing)}")
-        return cls(
-            namespace=str(data["namespace"]),
-            pod_name=str(data["pod_name"]),
-            pod_uid=str(data["pod_uid"]),
-            verdict=Verdict.from_payload(data["verdict"]),
-            relaunches=int(data.get("relaunches", 0)),
-            log_position=LogPosition.from_payload(data.get("log_position")),
-            seen=data.get("seen") if isinstance(data.get("seen"), Mapping) else None,
-        )
 
 
 async def airflow_task_state(identity: TryIdentity) -> str | None:
