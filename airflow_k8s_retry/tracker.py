@@ -334,10 +334,10 @@ class PodTracker:
         A change that bears on a running grace timer (the timer of ``verdict``, a grace rule) or a
         stronger image-pull cause is due at once: a restarted trigger keeps that timer and cause.
         Any other change (under :data:`SETTLING_RULES`: a starting pod, a generic pull back-off; a
-        signal no timer runs on) is due :data:`HISTORY_SETTLE` after the history first differed from the
-        stamp, so the changes of a pod's first seconds are written together, once its first grace
-        timer runs (``verdict`` ``None``: due now). A restart in that window starts those timers
-        again, at most that much later.
+        signal no timer runs on) is due :data:`HISTORY_SETTLE` after the history first differed
+        from the stamp, so the changes of a pod's first seconds are written together, once its
+        first grace timer runs (``verdict`` ``None``: due now). A restart in that window starts
+        those timers again, at most that much later.
         """
         if not self.may_annotate or not self.history.first_seen:
             return None
