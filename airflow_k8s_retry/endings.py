@@ -1,10 +1,12 @@
 """What ``RetryingPodOperator`` does with a finished try's pod before it is cleaned up: the success's
 logs and XCom result, the failure's report, and the provider's callbacks.
 
-It reads as few things as it needs: the failure report comes from one read of the pod and one of
-its Events, and container logs are read only for containers that ever ran (a pod whose image never
-pulled has no log, and reading it would cost three requests for nothing). The operator's
-``get_logs`` writes the whole log right after the report, so the report carries no separate tail.
+It reads as few things as it needs: the failure report comes from what the trigger judged the pod
+on, carried in its event (:mod:`airflow_k8s_retry.kube.snapshot`), or, for an event without it,
+from one read of the pod and one of its Events; container logs are read only for containers that
+ever ran (a pod whose image never pulled has no log, and reading it would cost three requests for
+nothing). The operator's ``get_logs`` writes the whole log right after the report, so the report
+carries no separate tail.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.kube.errors import KubeError
-    from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
+    from airflow_k8s_retry.kube.pods import CreatedPod, Json, PodClient
     from airflow_k8s_retry.operators import RetryingPodOperator
 
 
@@ -58,7 +60,7 @@ def failed(
     from airflow_k8s_retry.kube import lifecycle
     from airflow_k8s_retry.kube.pods import failure_report
 
-    body, events, _ = lifecycle.evidence(client, pod, None, log=op.log.warning)
+    body, events = judged_on(op, client, pod)
     published = lifecycle.withhold_termination_messages(verdict, body)
     shown = verdict if op.get_logs else published
     report = with_hint(failure_report(shown.to_payload(), pod=body, events=events, log_tail=""), verdict)
@@ -73,6 +75,18 @@ def failed(
     if op.do_xcom_push and ran:  # as KPO: a result written before the failure is still pushed
         push_partial_result(op, context, client, pod)
     return published
+
+
+def judged_on(op: RetryingPodOperator, client: PodClient, pod: CreatedPod) -> tuple[Json | None, list[Json]]:
+    """The pod and its Events as the trigger saw them when it judged (carried in its event), or as
+    read now when the event carries none (an older trigger's, or a snapshot too large to carry)."""
+    from airflow_k8s_retry.kube import lifecycle, snapshot
+
+    carried = snapshot.unpack(op._seen, pod.uid)
+    if carried is not None:
+        return carried
+    body, events, _ = lifecycle.evidence(client, pod, None, log=op.log.warning)
+    return body, events
 
 
 def write_logs(op: RetryingPodOperator, pod: CreatedPod) -> None:

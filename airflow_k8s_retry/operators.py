@@ -113,6 +113,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         )
         self._pod: CreatedPod | None = None
         self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
+        self._seen: Mapping[str, Any] | None = None  # what the trigger judged the pod on
         # Runs where the worker cannot: in the DAG processor after a heartbeat timeout (a dead worker).
         self.on_failure_callback = with_lost_try_cleanup(getattr(self, "on_failure_callback", None))
 
@@ -262,6 +263,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             raise PodFailure("the pod watch ended without a verdict; the try is failed so Airflow retries it")
         pod_event = PodEvent.from_payload(event)
         self._log_position = pod_event.log_position
+        self._seen = pod_event.seen
         created = CreatedPod(
             pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={}
         )

@@ -43,6 +43,15 @@ QUIET_LIMIT = 300.0
 RELAUNCH_HOLD_PADDING = 30.0
 #: While a grace runs, one line this often says what is awaited and until when.
 GRACE_NOTE_EVERY = 60.0
+#: How long (on the trigger's clock) a history change may wait to be stamped when it bears on no
+#: running grace timer but one of :data:`SETTLING_RULES` (see :meth:`PodTracker._to_remember`).
+HISTORY_SETTLE = 5.0
+#: Rules whose timer is written with the next change, at most :data:`HISTORY_SETTLE` later: a pod
+#: is pending for a moment before anything is known about it, and the signal that follows (a pull
+#: error, a missing secret, the pod running) usually comes within that moment; the generic pull
+#: back-off is usually followed by the Event that names its cause (a trigger that starts on a pod
+#: already backing off lists the pods before the Events). Both timers are minutes long.
+SETTLING_RULES = frozenset({"starting", "image_pull_backoff"})
 
 _GRACE_RULES = frozenset(rule.name for rule in RULES if rule.outcome is not Outcome.WAIT and rule.grace)
 
@@ -142,6 +151,9 @@ class PodTracker:
     :param logging_interval: seconds between log reads while ``log_container`` runs; None: none.
     :param log_container: the container whose log is streamed (KPO's ``base_container_name``).
     :param started: the time the trigger started (the quiet limit counts from it).
+    :param history_settle: how long a history change that bears on no running grace timer but a
+        starting pod's or a generic pull back-off's may wait to be stamped (0: every change is
+        stamped at once).
     """
 
     pod_uid: str
@@ -153,6 +165,7 @@ class PodTracker:
     logging_interval: float | None = None
     log_container: str = "base"
     started: float = 0.0
+    history_settle: float = HISTORY_SETTLE
     #: Whether annotating the pod is allowed (set False after a 403) and what it carries now.
     may_annotate: bool = True
     stamped: Json | None = None
@@ -171,6 +184,8 @@ class PodTracker:
         self.waiting: Verdict | None = None  # the verdict the current sleep waits on
         self.note_at: float | None = None
         self.logs_at: float | None = None
+        #: Since when the history differs from what is stamped on the pod (None: it does not).
+        self.unsaved_since: float | None = None
 
     @property
     def quiet_limit(self) -> float:
@@ -204,7 +219,8 @@ class PodTracker:
             # An extra wake-up (a progress line, a log read), not a timer of the verdict: judging
             # again would move a running pod's re-check deadline with every log read.
             note = self._grace_note(self.waiting, now)
-            return self._sleep([self.due], now, notes=[note] if note else [])
+            remember = self._to_remember(self.waiting, now)
+            return self._sleep([self.due], now, remember=remember, notes=[note] if note else [])
         return self._judge(now)
 
     def looked(self, fresh: Json | None, events: Sequence[Json], now: float) -> Step:
@@ -230,6 +246,7 @@ class PodTracker:
     def stamped_on_pod(self, history: History) -> None:
         """The trigger stamped ``history`` on the pod (a :class:`Step`'s ``remember``)."""
         self.stamped = history.to_payload()
+        self.unsaved_since = None
 
     # -- the parts ------------------------------------------------------------------------------
 
@@ -268,13 +285,14 @@ class PodTracker:
         self.history = verdict.history
         notes: list[str] = []
         hold = None if self.gone else self._relaunch_hold(verdict, self.pod, now, notes)
-        remember = None if verdict.outcome.is_final else self._to_remember()
+        remember = None if verdict.outcome.is_final else self._to_remember(verdict, now)
         if verdict.outcome.is_final and hold is None:
             if verdict.outcome in LOOK_AGAIN:
                 self.looking = verdict
                 return LookAgain(verdict=verdict, notes=tuple(notes))
             return Emit(verdict=verdict, notes=tuple(notes))
         if self._overdue(now):
+            remember = None if verdict.outcome.is_final else self._to_remember(None, now)
             return Emit(verdict=self._timed_out(verdict, now), remember=remember, notes=tuple(notes))
         note = self._grace_note(verdict, now)
         if note:
@@ -296,7 +314,12 @@ class PodTracker:
             self.logs_at = None
         elif self.logs_at is None:
             self.logs_at = now + float(self.logging_interval or 0)
-        wake = tuple(t for t in (self.note_at, self.logs_at) if t is not None and now < t < self.due)
+        save_at = None
+        if remember is None and self.unsaved_since is not None and self.may_annotate:
+            save_at = self.unsaved_since + self.history_settle  # the history waits no longer
+        wake = tuple(
+            sorted({t for t in (self.note_at, self.logs_at, save_at) if t is not None and now < t < self.due})
+        )
         return SleepUntil(until=self.due, wake=wake, remember=remember, notes=tuple(notes))
 
     def _classify(self, pod: Mapping[str, Any] | None, history: History, now: float) -> Verdict:
@@ -305,11 +328,33 @@ class PodTracker:
     def _overdue(self, now: float) -> bool:
         return self.execution_deadline is not None and now >= self.execution_deadline
 
-    def _to_remember(self) -> History | None:
-        """The history, when it should be stamped: changed, non-empty, and annotating allowed."""
+    def _to_remember(self, verdict: Verdict | None, now: float) -> History | None:
+        """The history, when it should be stamped: changed, non-empty, annotating allowed, and due.
+
+        A change that bears on a running grace timer (the timer of ``verdict``, a grace rule) or a
+        stronger image-pull cause is due at once: a restarted trigger keeps that timer and cause.
+        Any other change (under :data:`SETTLING_RULES`: a starting pod, a generic pull back-off; a
+        signal no timer runs on) is due :data:`HISTORY_SETTLE` after the history first differed
+        from the stamp, so the changes of a pod's first seconds are written together, once its
+        first grace timer runs (``verdict`` ``None``: due now). A restart in that window starts
+        those timers again, at most that much later.
+        """
         if not self.may_annotate or not self.history.first_seen:
             return None
-        return None if self.history.to_payload() == self.stamped else self.history
+        payload = self.history.to_payload()
+        if payload == self.stamped:
+            self.unsaved_since = None
+            return None
+        if self.unsaved_since is None:
+            self.unsaved_since = now
+        if verdict is None or now >= self.unsaved_since + self.history_settle:
+            return self.history
+        if verdict.rule in SETTLING_RULES:
+            # A pull cause seen under these rules came from an Event (a status that names one makes
+            # a pull rule match), and a restarted trigger reads it again there.
+            return None
+        stronger = payload["strongest"] != (self.stamped or {}).get("strongest")
+        return self.history if stronger or verdict.rule in _GRACE_RULES else None
 
     def _relaunch_hold(
         self, verdict: Verdict, pod: Mapping[str, Any] | None, now: float, notes: list[str]

@@ -10,9 +10,14 @@ lines are copied into the trigger's log (which Airflow 3 shows in the task's log
 
 Restart safety: trigger kwargs are frozen when the task defers, so what the trigger learns later
 (the first time a signal was seen, the strongest image-pull cause) is stamped on the pod as the
-``airflow-k8s-retry.io/history`` annotation whenever it changes, and merged back when a trigger is
-re-created in another process (the earliest first-seen time wins). A pod that already carries a
-verdict stamp is finished business: its stamped verdict is emitted as it is.
+``airflow-k8s-retry.io/history`` annotation, and merged back when a trigger is re-created in
+another process (the earliest first-seen time wins). It is stamped at once when a grace timer
+starts or a stronger pull cause is seen, and at most a few seconds late otherwise (the tracker's
+``HISTORY_SETTLE``: a starting pod's first seconds are written together with what follows). A pod
+that already carries a verdict stamp is finished business: its stamped verdict is emitted as it is.
+
+The event carries what the verdict was judged on (the pod's status and its last Events,
+:mod:`airflow_k8s_retry.kube.snapshot`), so the worker's failure report needs no API reads.
 
 The trigger never deletes a pod while it runs; the operator does that after acting on the
 verdict. :meth:`PodStateTrigger.on_kill` is the one exception, and only once the task instance is
@@ -25,19 +30,20 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_k8s_retry import metrics
-from airflow_k8s_retry.classification.model import History, Verdict
+from airflow_k8s_retry.classification.model import History, Outcome, Verdict
+from airflow_k8s_retry.kube import snapshot
 from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.logstream import LogPosition
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity
+from airflow_k8s_retry.kube.pod_event import PodEvent
 from airflow_k8s_retry.kube.rbac import rbac_message
 from airflow_k8s_retry.tracker import (
     Emit,
@@ -54,6 +60,9 @@ from airflow_k8s_retry.tracker import (
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification import FailurePolicy
     from airflow_k8s_retry.kube.aio import AsyncKube
+
+#: ``PodEvent`` lives in ``kube.pod_event`` and is imported from here, as it always was.
+__all__ = ["CLASSPATH", "PodEvent", "PodStateTrigger", "TaskInstanceGone", "airflow_task_state"]
 
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
@@ -82,45 +91,6 @@ TaskStateLookup = Callable[[TryIdentity], Awaitable[str | None]]
 
 class TaskInstanceGone(LookupError):
     """The task instance no longer exists: its DAG run (or DAG) was deleted."""
-
-
-@dataclass(frozen=True)
-class PodEvent:
-    """The payload of the one ``TriggerEvent`` a :class:`PodStateTrigger` emits."""
-
-    namespace: str
-    pod_name: str
-    pod_uid: str
-    verdict: Verdict
-    relaunches: int
-    #: Where the trigger's log streaming stopped (``logging_interval``); the worker writes the rest.
-    log_position: LogPosition | None = None
-
-    def to_payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "namespace": self.namespace,
-            "pod_name": self.pod_name,
-            "pod_uid": self.pod_uid,
-            "verdict": self.verdict.to_payload(),
-            "relaunches": self.relaunches,
-        }
-        if self.log_position is not None:
-            payload["log_position"] = self.log_position.to_payload()
-        return payload
-
-    @classmethod
-    def from_payload(cls, data: Mapping[str, Any]) -> PodEvent:
-        missing = [k for k in ("namespace", "pod_name", "pod_uid", "verdict") if k not in data]
-        if missing:
-            raise ValueError(f"not a PodStateTrigger event payload: missing {', '.join(missing)}")
-        return cls(
-            namespace=str(data["namespace"]),
-            pod_name=str(data["pod_name"]),
-            pod_uid=str(data["pod_uid"]),
-            verdict=Verdict.from_payload(data["verdict"]),
-            relaunches=int(data.get("relaunches", 0)),
-            log_position=LogPosition.from_payload(data.get("log_position")),
-        )
 
 
 async def airflow_task_state(identity: TryIdentity) -> str | None:
@@ -242,6 +212,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self._config: ClusterConfig | None = None
         self._subscription: PodSubscription | None = None
         self._log_position: LogPosition | None = None
+        self._seen: dict[str, Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -304,6 +275,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             verdict=verdict,
             relaunches=self.relaunches,
             log_position=self._log_position,
+            seen=self._seen,
         )
         if self.owned and self._identity is not None:
             _keep_until_done(self._after_firing(self._identity))
@@ -340,12 +312,18 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         """Perform the tracker's steps until it emits a verdict."""
         tracker = self._tracker()
         step = tracker.apply(sub.drain(), sub.events, self.clock.now())
+        looked: dict[str, Any] | None = None
         while True:
             await self._perform(sub, tracker, step)
             if isinstance(step, Emit):
+                if step.verdict.outcome is not Outcome.SUCCEED:
+                    # What a failure was judged on travels with it: the worker's report reads no API.
+                    pod = looked if snapshot.uid_of(looked) == self.pod_uid else tracker.pod
+                    self._seen = snapshot.take(pod, sub.events, self.pod_uid)
                 return step.verdict
             if isinstance(step, LookAgain):
-                step = tracker.looked(await self._look(sub), sub.events, self.clock.now())
+                looked = await self._look(sub)
+                step = tracker.looked(looked, sub.events, self.clock.now())
             else:
                 step = tracker.apply(sub.drain(), sub.events, self.clock.now())
 

@@ -8,9 +8,15 @@ history annotation the trigger stamps), and the driver performs each step the tr
   moves forward between any two steps that wait (no busy loop);
 * every wait is bounded: a ``SleepUntil`` is finite, in the future, never past the execution
   deadline, and its extra wake-ups come before it;
+* the stamp keeps up: whenever the tracker waits, what it learned is on the pod, or it wakes to
+  stamp it at most ``HISTORY_SETTLE`` seconds after the history first differed from the stamp (a
+  pod's first seconds are written together), and never waits with a running grace timer (but a
+  starting pod's or a generic pull back-off's) or a stronger pull cause unstamped;
 * a restart from the history payload is equivalent to no restart: a tracker re-created in the
   middle of a run (from the trigger's kwargs, merging the stamped history off the pod) emits the
-  same verdict at the same time.
+  same verdict at the same time. The restart comes while the tracker sleeps with its history
+  stamped: a restart inside a settle window restarts a starting pod's (or a generic back-off's)
+  timer at most ``HISTORY_SETTLE`` seconds late, which the property above bounds.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from airflow_k8s_retry.classification import FailurePolicy
+from airflow_k8s_retry.classification import FailurePolicy, Outcome
+from airflow_k8s_retry.classification.rules import RULES
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION
 from airflow_k8s_retry.tracker import (
+    HISTORY_SETTLE,
+    SETTLING_RULES,
     Emit,
     FetchLogs,
     LookAgain,
@@ -101,6 +110,35 @@ class World:
 class Trace:
     steps: list[Step] = field(default_factory=list)
     emitted: list[tuple[float, Emit]] = field(default_factory=list)
+    #: Since when the tracker's history differs from the stamp on the pod (None: it does not).
+    unsaved_since: float | None = None
+
+
+def saved(world: World, track: PodTracker) -> bool:
+    """Whether the pod carries what the tracker knows (an empty history is never stamped)."""
+    if not track.history.first_seen:
+        return True
+    return world.stamp == json.dumps(track.history.to_payload(), sort_keys=True)
+
+
+def check_stamp_keeps_up(world: World, track: PodTracker, step: SleepUntil, now: float, trace: Trace) -> None:
+    if saved(world, track) or track.relaunch_seen is not None:
+        # (A RELAUNCH waiting for the old containers is a final verdict: nothing is stamped for it,
+        # and a restart starts that wait again.)
+        trace.unsaved_since = None
+        return
+    if trace.unsaved_since is None:
+        trace.unsaved_since = now
+    assert min((step.until, *step.wake)) <= trace.unsaved_since + HISTORY_SETTLE, (step, trace.unsaved_since)
+    waiting = track.waiting
+    if waiting is None or waiting.outcome is not Outcome.WAIT or waiting.rule in SETTLING_RULES:
+        return  # nothing runs on the unstamped part but a starting pod's or a generic back-off's timer
+    assert waiting.rule not in GRACE_RULES, f"the timer of {waiting.rule} runs unstamped"
+    stamped = json.loads(world.stamp) if world.stamp else {}
+    assert track.history.to_payload()["strongest"] == stamped.get("strongest"), "a pull cause unstamped"
+
+
+GRACE_RULES = frozenset(r.name for r in RULES if r.outcome is not Outcome.WAIT and r.grace)
 
 
 def tracker(policy: FailurePolicy, deadline: float, now: float) -> PodTracker:
@@ -138,9 +176,11 @@ def drive(
         else:
             assert isinstance(step, SleepUntil)
             check_bounded(step, now, track)
+            check_stamp_keeps_up(world, track, step, now, trace)
             wake = min((step.until, *step.wake))
             arrival = world.next_at()
-            if stop_at is not None and min(wake, arrival or wake) >= stop_at:
+            # A restart is taken where the pod carries what the tracker knows (see the docstring).
+            if stop_at is not None and min(wake, arrival or wake) >= stop_at and saved(world, track):
                 return now
             if arrival is not None and arrival < wake:
                 now = max(now, arrival)

@@ -1,0 +1,136 @@
+"""The failure report is written from what the trigger judged the pod on, carried in its event.
+
+The trigger holds the pod (its last look) and the pod's Events when it emits a failure, so its event
+carries a compact snapshot of them (``airflow_k8s_retry.kube.snapshot``) and ``execute_complete``
+reads neither. The snapshot keeps what the report and the worker's decisions read (status,
+container names and termination-message policies, the last 10 Events) and nothing of the spec's
+env, commands or annotations; it survives Airflow's serialization of a trigger event; one too large
+is left out, and then (as for an older trigger's event) the worker reads the pod and its Events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from airflow_k8s_retry.compat import TaskDeferred
+from airflow_k8s_retry.exceptions import PodFailure
+from airflow_k8s_retry.kube import snapshot
+from airflow_k8s_retry.operators import RetryingPodOperator
+from airflow_k8s_retry.triggers import PodEvent
+
+SECRET = "pw-0d1e2f3a-do-not-carry"
+SCENARIO = {"time_scale": 0.05, "images": {"etl:3": {"run": {"exit_code": 3, "duration_seconds": 0.1}}}}
+
+
+def pod(uid: str = "u-1", message: str = "boom") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid, "annotations": {"team": SECRET}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "base",
+                    "image": "etl:3",
+                    "command": ["run", SECRET],
+                    "env": [{"name": "DB_PASSWORD", "value": SECRET}],
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }
+            ]
+        },
+        "status": {
+            "phase": "Failed",
+            "conditions": [
+                {"type": "Ready", "status": "False", "lastTransitionTime": "2026-03-14T09:41:00Z"}
+            ],
+            "containerStatuses": [
+                {
+                    "name": "base",
+                    "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": message}},
+                }
+            ],
+        },
+    }
+
+
+def events(n: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "Warning", "reason": f"R{i}", "count": 1, "message": f"m{i}", "metadata": {"name": f"e{i}"}}
+        for i in range(n)
+    ]
+
+
+def test_the_snapshot_keeps_what_the_report_reads_and_no_secret():
+    taken = snapshot.take(pod(), events(12), "u-1")
+    assert taken is not None
+    body, evs = snapshot.unpack(taken, "u-1") or (None, [])
+    assert body is not None
+    assert body["status"] == pod()["status"]
+    container = {"name": "base", "terminationMessagePolicy": "FallbackToLogsOnError"}
+    assert body["spec"] == {"containers": [container]}
+    assert [e["reason"] for e in evs] == [f"R{i}" for i in range(2, 12)]  # the newest 10
+    assert set(evs[0]) == {"type", "reason", "count", "message"}
+    assert SECRET not in json.dumps(taken)
+
+
+def test_the_snapshot_survives_airflows_serialization_of_a_trigger_event():
+    from airflow.serialization.serialized_objects import BaseSerialization
+
+    from airflow_k8s_retry.classification import Outcome, Reason, Verdict
+
+    verdict = Verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE, "exit 3", "exit_code")
+    payload = PodEvent("ns", "p", "u-1", verdict, 0, seen=snapshot.take(pod(), events(3), "u-1")).to_payload()
+    loaded = BaseSerialization.deserialize(BaseSerialization.serialize(payload))
+    assert loaded == payload
+    assert PodEvent.from_payload(loaded).seen == payload["seen"]
+
+
+def test_a_snapshot_too_large_or_of_another_pod_is_not_used():
+    assert snapshot.take(pod(message="x" * (snapshot.SIZE_LIMIT + 1)), [], "u-1") is None
+    other = snapshot.take(pod(uid="u-2"), events(1), "u-1")
+    assert other is not None and other["pod"] is None  # a replaced pod is not this pod's evidence
+    assert snapshot.unpack(snapshot.take(pod(), [], "u-1"), "u-2") is None
+    assert snapshot.unpack(None, "u-1") is None
+    assert snapshot.unpack({"uid": "u-1", "pod": None, "events": "nonsense"}, "u-1") is None
+
+
+async def _event(op: RetryingPodOperator, context: dict[str, Any]) -> dict[str, Any]:
+    with pytest.raises(TaskDeferred) as deferred:
+        await asyncio.to_thread(op.execute, context)
+    async for event in deferred.value.trigger.run():
+        return dict(event.payload)
+    raise AssertionError("the trigger ended without an event")
+
+
+def requests(cluster: Any, since: int) -> list[str]:
+    return [
+        f"{r['verb']} {r['resource']}" for r in cluster.audit_records()[since:] if r.get("kind") == "request"
+    ]
+
+
+@pytest.mark.parametrize("carried", [True, False], ids=["carried", "older trigger"])
+def test_the_report_reads_the_api_only_for_an_event_without_a_snapshot(
+    make_cluster, context, caplog, capsys, carried
+):
+    cluster = make_cluster(SCENARIO)
+    op = RetryingPodOperator(
+        task_id="load", image="etl:3", kubernetes_conn_id=None, namespace="default", get_logs=False
+    )
+    event = asyncio.run(_event(op, context))
+    assert snapshot.unpack(event.get("seen"), event["pod_uid"]) is not None
+    if not carried:
+        del event["seen"]  # as an event of a trigger from before the snapshot
+    caplog.set_level(logging.INFO)
+    since = len(cluster.audit_records())
+    with pytest.raises(PodFailure, match=r"container\.exit_code"):
+        op.execute_complete(context, event=event)
+    reads = [r for r in requests(cluster, since) if r in ("get pods", "list events")]
+    assert reads == ([] if carried else ["get pods", "list events"])
+    # Either way the report shows the container's end and the pod's Events.
+    out = capsys.readouterr()
+    written = caplog.text + out.out + out.err
+    assert "base: terminated, Error, exit code 3" in written
+    assert "events:" in written
