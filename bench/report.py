@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.log_streaming import section as streaming_section
 from bench.phases import HUB_WATCH_TIMEOUT
 
 SIDE_NAMES = {"ours": "PodStateTrigger", "kpo": "KubernetesPodTrigger"}
@@ -505,6 +506,8 @@ def render(results: dict[str, Any], plot_paths: list[Path]) -> str:
             out += ["Failed requests: " + "; ".join(issues), ""]
     if results.get("classic"):
         out += ["## 4. The classic failure under real Airflow", "", *classic_table(results["classic"]), ""]
+    if results.get("streaming"):
+        out += ["## 5. What `logging_interval` costs", "", *streaming_section(results["streaming"]), ""]
     if results.get("errors"):
         out += ["## Phases that did not complete", "", *[f"- {e}" for e in results["errors"]], ""]
     if plot_paths:

@@ -8,7 +8,8 @@ Usage::
 
 Phases run in an order that keeps CPU measurements clean: the footprint runs first, one process
 at a time, then detection latency; the classic Airflow failure runs in the background while the
-request-count phases (which count requests, not CPU time) run.
+request-count phases (which count requests, not CPU time) run, and so does ``logging_interval``'s
+cost (its pods run as long as the longest lifecycle, so it adds no time).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench.log_streaming import Streaming
 from bench.phases import Backend, LifecycleClass, run_footprint, run_latency, run_lifecycle
 from bench.simulator import SimulatorProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PHASES = ("footprint", "latency", "lifecycle", "classic")
+PHASES = ("footprint", "latency", "lifecycle", "classic", "streaming")
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class Plan:
     lifecycle_scale: float
     classic: bool
     classic_grace: float | None
+    #: ``logging_interval``'s cost (``bench/log_streaming.py``); None: not measured.
+    streaming: Streaming | None = None
     notes: list[str] = field(default_factory=list)
 
     def warmup(self, n: int) -> float:
@@ -76,6 +80,7 @@ FULL = Plan(
     lifecycle_scale=1.0,
     classic=True,
     classic_grace=None,
+    streaming=Streaming(intervals=(30, 60), seconds=600, pods=3),
 )
 
 QUICK = Plan(
@@ -94,6 +99,7 @@ QUICK = Plan(
     lifecycle_scale=0.05,
     classic=True,
     classic_grace=3.0,
+    streaming=Streaming(intervals=(30, 60), seconds=120, pods=2),
     notes=[
         "quick mode: smaller N, shorter windows, PodStateTrigger's not-found grace shortened to 3 s; "
         "the 60 s and 600 s pods run at time scale 0.05, which undercounts KubernetesPodTrigger's "
@@ -113,6 +119,7 @@ SMOKE = Plan(
     lifecycle_scale=0.1,
     classic=False,
     classic_grace=None,
+    streaming=Streaming(intervals=(2,), seconds=8, pods=1),
     notes=["smoke run: tiny N, both footprint processes at once (CPU figures not meaningful)"],
 )
 
@@ -199,18 +206,33 @@ def run_plan(
         log("classic failure under airflow dags test (both operators)")
         return run_classic(workdir / "classic", not_found_grace=plan.classic_grace, backend=backend)
 
+    def streaming() -> dict[str, Any]:
+        from bench.log_streaming import run_streaming
+
+        assert plan.streaming is not None
+        log(f"logging_interval's cost: intervals {plan.streaming.intervals} s, both sides")
+        return run_streaming(workdir / "streaming", plan.streaming, backend=backend)
+
+    wanted = {
+        "classic": plan.classic,
+        # KWOK nodes serve no logs (every pods/log read answers 500): nothing to stream on real.
+        "streaming": plan.streaming is not None and not real,
+    }
     with ThreadPoolExecutor(max_workers=4) as pool:
         if parallel_phases:
             futures = {"footprint": pool.submit(footprint), "latency": pool.submit(latency)}
             futures["lifecycle"] = pool.submit(lifecycle)
+            if wanted["streaming"]:
+                futures["streaming"] = pool.submit(streaming)
         else:
-            # In this order, classic in the background of lifecycle (which counts requests only).
+            # In this order, classic and streaming in the background of lifecycle (which counts
+            # requests only).
             steps: dict[str, Callable[[], Any]] = {"footprint": footprint, "latency": latency}
-            steps["classic"], steps["lifecycle"] = classic, lifecycle
+            steps["classic"], steps["streaming"], steps["lifecycle"] = classic, streaming, lifecycle
             futures = {}
-            for phase in (p for p in steps if p in phases and (p != "classic" or plan.classic)):
-                if phase == "classic":
-                    futures[phase] = pool.submit(_with_load_average, results, phase, classic)
+            for phase in (p for p in steps if p in phases and wanted.get(p, True)):
+                if phase in ("classic", "streaming"):
+                    futures[phase] = pool.submit(_with_load_average, results, phase, steps[phase])
                 else:
                     results[phase] = _with_load_average(results, phase, steps[phase])
         for key, future in futures.items():
@@ -355,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         results = merge(json.loads((out_dir / "results.json").read_text()), results, phases)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
     written = write_report(results, out_dir)
+    if results.get("streaming"):
+        from bench.log_streaming import section
+
+        log("logging_interval's cost:\n" + "\n".join(section(results["streaming"])))
     log("wrote " + ", ".join(str(p) for p in written))
     log(f"total {results['finished'] - results['started']:.0f} s; errors: {results['errors'] or 'none'}")
     return 0
