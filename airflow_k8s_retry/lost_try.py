@@ -23,14 +23,39 @@ from __future__ import annotations
 from typing import Any
 
 
+def with_lost_try_cleanup(callbacks: Any) -> list[Any]:
+    """The task's ``on_failure_callback`` list with :func:`delete_pods_left_by_failed_try` last."""
+    if callbacks is None:
+        listed: list[Any] = []
+    elif isinstance(callbacks, (list, tuple)):
+        listed = list(callbacks)
+    else:
+        listed = [callbacks]
+    if delete_pods_left_by_failed_try not in listed:
+        listed.append(delete_pods_left_by_failed_try)
+    return listed
+
+
+def _operator_of(context: Any) -> Any:
+    """The failed try's operator; a mapped task is expanded for the try's ``map_index`` first, as
+    the task runner does (``render_template_fields`` puts the expanded task in the context)."""
+    from airflow_k8s_retry.operators import RetryingPodOperator
+
+    task: Any = context.get("task") if hasattr(context, "get") else None
+    operator_class = getattr(task, "operator_class", None)
+    if isinstance(operator_class, type) and issubclass(operator_class, RetryingPodOperator):
+        task.render_template_fields(context)
+        task = context.get("task")
+    return task if isinstance(task, RetryingPodOperator) else None
+
+
 def delete_pods_left_by_failed_try(context: Any) -> None:
     """``on_failure_callback``: delete the pods of the failed try that nothing else will delete."""
     from airflow_k8s_retry.kube import lifecycle
     from airflow_k8s_retry.kube.errors import KubeError
-    from airflow_k8s_retry.operators import RetryingPodOperator
 
-    task = context.get("task") if hasattr(context, "get") else None
-    if not isinstance(task, RetryingPodOperator) or context.get("ti") is None:
+    task = _operator_of(context)
+    if task is None or context.get("ti") is None:
         return
     if task.on_kill_action.value == "keep_pod":
         return

@@ -26,7 +26,7 @@ from airflow_k8s_retry.exceptions import PodFailure, exception_for
 from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
 from airflow_k8s_retry.kpo_arguments import refusals
 from airflow_k8s_retry.kube.naming import TryIdentity
-from airflow_k8s_retry.lost_try import delete_pods_left_by_failed_try
+from airflow_k8s_retry.lost_try import with_lost_try_cleanup
 from airflow_k8s_retry.metrics import count_task_verdict
 
 if TYPE_CHECKING:
@@ -111,8 +111,16 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         self._pod: CreatedPod | None = None
         self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
         # Runs where the worker cannot: in the DAG processor after a heartbeat timeout (a dead worker).
-        callbacks: list[Any] = list(getattr(self, "on_failure_callback", None) or [])
-        self.on_failure_callback = [*callbacks, delete_pods_left_by_failed_try]
+        self.on_failure_callback = with_lost_try_cleanup(getattr(self, "on_failure_callback", None))
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """``.partial(...).expand(...)``: the mapped task carries the dead-worker cleanup too (the
+        DAG processor runs a mapped task's callbacks from its partial arguments, not ``__init__``)."""
+        partial = super().partial(**kwargs)
+        callbacks = partial.kwargs.get("on_failure_callback")
+        partial.kwargs["on_failure_callback"] = with_lost_try_cleanup(callbacks)
+        return partial
 
     # -- building: the provider's pod, this package's name, labels and annotations --------------
 

@@ -351,11 +351,15 @@ class Triggerer:
 
     USER_ACTION = "__airflow_user_action__"
 
-    def __init__(self, name: str, on_event: Callable[[str, int, Any], None]) -> None:
+    def __init__(
+        self, name: str, on_event: Callable[[str, int, Any], None], start_delay: float = 0.0
+    ) -> None:
         self.name = name
         self._on_event = on_event
+        self._start_delay = start_delay  # real seconds a busy loop takes before a new trigger's turn
         self._loop = asyncio.new_event_loop()
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._started: set[int] = set()
         self._thread = threading.Thread(target=self._serve, name=f"triggerer-{name}", daemon=True)
         self._thread.start()
         self.alive = True
@@ -372,6 +376,10 @@ class Triggerer:
         """Start a trigger from its stored kwargs (``TriggerRunner.create_triggers``)."""
 
         def start() -> None:
+            if self._start_delay:
+                import time
+
+                time.sleep(self._start_delay)  # the loop is busy elsewhere
             self._tasks[trigger_id] = self._loop.create_task(self._run_trigger(trigger_id, classpath, kwargs))
 
         self._submit(start)
@@ -380,8 +388,12 @@ class Triggerer:
         try:
             trigger = build_trigger(classpath, kwargs)
         except Exception as exc:  # the triggerer fails the deferral of a trigger it cannot build
+            self._started.add(trigger_id)
             self._on_event(self.name, trigger_id, TriggerFailed(repr(exc)))
             return
+        # As in ``TriggerRunner.run_trigger``: a cancellation that lands before this point (the task
+        # had not had its first turn) runs no ``on_kill``.
+        self._started.add(trigger_id)
         try:
             async for event in trigger.run():
                 self._on_event(self.name, trigger_id, event.payload)
@@ -401,6 +413,10 @@ class Triggerer:
         finally:
             with contextlib.suppress(Exception):  # the triggerer ignores cleanup errors
                 await trigger.cleanup()
+
+    def started(self, trigger_id: int) -> bool:
+        """Whether the trigger has had its first turn on this triggerer's loop."""
+        return trigger_id in self._started
 
     def cancel(self, trigger_id: int, *, user_action: bool = True) -> None:
         """The trigger is no longer assigned here (user action, hand-over, DAG run deleted)."""

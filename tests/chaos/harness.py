@@ -225,8 +225,10 @@ class Result:
 class Environment:
     """One simulator, one simulated clock and one model of task states for a process's runs."""
 
-    def __init__(self, time_scale: float = TIME_SCALE) -> None:
+    def __init__(self, time_scale: float = TIME_SCALE, triggerer_start_delay: float = 0.0) -> None:
         self.time_scale = time_scale
+        #: Real seconds a triggerer's loop is busy before a new trigger's first turn (a loaded machine).
+        self.triggerer_start_delay = triggerer_start_delay
         self.executions = 0
         _warm_up()
         self._start_cluster()
@@ -416,7 +418,7 @@ class ChaosRun:
         self.events.put((triggerer, trigger_id, payload))
 
     def triggerer(self, name: str) -> Triggerer:
-        t = Triggerer(name, self.on_event)
+        t = Triggerer(name, self.on_event, start_delay=self.env.triggerer_start_delay)
         self.triggerers.append(t)
         return t
 
@@ -607,10 +609,24 @@ class ChaosRun:
         timeout_at = deferred_at + deferral.timeout.total_seconds() if deferral.timeout is not None else None
         handover = None if self._handed_over else plan.triggerer
         user_kill = plan.user_kill
+        # The user's action and the hand-over are timed from the trigger's first turn on a
+        # triggerer, not from the deferral: a real triggerer takes a new trigger within about a
+        # second, while here a loaded machine can delay that turn by a tenth of a real second, which
+        # is a hundred simulated ones. (A trigger cancelled before its first turn gets no on_kill
+        # from Airflow; docs/reliability.md lists that as a limit.)
+        started_at: float | None = None
         while True:
             now = self.clock.now()
             self.advance()
-            if handover is not None and now >= deferred_at + handover[1]:
+            if started_at is None:
+                if not any(t.started(tid) for t in running_on):
+                    if now >= self.bound:
+                        started_at = now  # never started: the bound below ends the run
+                    else:
+                        time.sleep(0.001)
+                        continue
+                started_at = now if started_at is None else started_at
+            if handover is not None and now >= started_at + handover[1]:
                 kind = handover[0]
                 handover = None
                 self._handed_over = True
@@ -636,7 +652,7 @@ class ChaosRun:
                 self.notes.append(f"trigger {tid}: {kind} of triggerer {holder.name}, now on {other.name}")
                 running_on = [other] if kind != "stale" else [holder, other]
                 holder = other
-            if user_kill is not None and now >= deferred_at + user_kill[1]:
+            if user_kill is not None and now >= started_at + user_kill[1]:
                 kind = user_kill[0]
                 self.killed_by_user = True
                 if kind == "delete_run":

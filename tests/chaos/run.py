@@ -244,6 +244,13 @@ LIMITS = """## What the suite does not show
 - The operator computes its deferral timeout from the wall clock while the trigger runs on the
   simulated one, so the simulated deferral timeout is longer than Airflow's would be; the trigger's
   own `execution_timeout` deadline (simulated) is what ends long pods here.
+- A user action on a deferred task (mark failed, clear, delete the run) cancels its trigger. When
+  that cancellation reaches a triggerer before the trigger's first turn, or no triggerer holds the
+  trigger at all (all of them down), Airflow runs no `on_kill` and the pod is left. The runs time
+  the user's action from the trigger's start, as on a real triggerer, which takes a new trigger
+  within about a second. The pods carry the labels `airflow kubernetes cleanup-pods` selects on,
+  so it deletes such a pod once it has finished, or once it has been pending for
+  `--min-pending-minutes`.
 - A run is judged by simulated time: a machine that stalls the process for a real second moves the
   simulation 1,000 s. Runs whose simulator timers were that late are told apart (`starved_run`).
 - Left in the last 1,000 runs, apart from the starved ones: seed 107 (five failed DELETEs in a row

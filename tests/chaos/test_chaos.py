@@ -65,3 +65,18 @@ def test_the_runs_did_what_they_drew(results: dict[int, Result]) -> None:
     assert all(r.state in ("success", "failed", "skipped") for r in results.values())
     assert sum(sum(r.faults_hit.values()) for r in results.values()) > 0
     assert sum(len(r.verdicts) for r in results.values()) >= len(results) // 2
+
+
+def test_a_busy_triggerer_does_not_move_the_users_kill_before_the_trigger_starts() -> None:
+    # Seed 16 marks the task failed 115 simulated seconds after it deferred: 0.115 real seconds.
+    # A triggerer loop busy for 0.3 s (a loaded machine) used to receive that cancellation before
+    # the trigger's first turn, so no on_kill ran and the pod was left (Airflow does the same; see
+    # docs/reliability.md). The user acts that long after the trigger runs, as on a real triggerer.
+    env = Environment(triggerer_start_delay=0.3)
+    try:
+        result = run_seed(env, 16)
+    finally:
+        env.close()
+    assert "user=mark_failed" in result.plan
+    assert any("user mark_failed while deferred" in n for n in result.notes)
+    assert not broken(result), result.explain()

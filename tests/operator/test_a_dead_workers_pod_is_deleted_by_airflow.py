@@ -89,3 +89,42 @@ def test_keep_pod_on_kill_keeps_a_dead_workers_pod(make_cluster, context):
     trigger = defer(operator(retries=0, on_kill_action="keep_pod"), context)
     assert dag_processor_runs_failure_callbacks(operator(retries=0, on_kill_action="keep_pod"), context) == []
     assert live(cluster) == [trigger.pod_name]
+
+
+def as_run(context: dict[str, Any], task: Any) -> dict[str, Any]:
+    """The keys of a real template context that expanding a mapped task reads."""
+    from types import SimpleNamespace
+
+    return {**context, "task": task, "dag": task.dag, "dag_run": SimpleNamespace(conf={})}
+
+
+def mapped_load(dag_id: str = "etl") -> Any:
+    """A mapped task as a DAG file declares it: ``.partial(...).expand(...)`` (a fresh parse each call)."""
+    from airflow.sdk import DAG
+
+    with DAG(dag_id, schedule=None):
+        return RetryingPodOperator.partial(
+            task_id="load", kubernetes_conn_id=None, namespace="default", image="busybox:1.36", retries=0
+        ).expand(arguments=[["part-0"], ["part-1"]])
+
+
+def test_a_mapped_tasks_dead_worker_pod_is_deleted_too(make_cluster, context, ti):
+    cluster = make_cluster(RUNNING)
+    ti.map_index = 1
+    worker = as_run(context, mapped_load())
+    worker["task"].render_template_fields(worker)  # the task runner expands the try's task
+    expanded = worker["task"]
+    assert isinstance(expanded, RetryingPodOperator) and expanded.arguments == ["part-1"]
+    trigger = defer(expanded, worker)
+    assert live(cluster) == [trigger.pod_name]
+
+    parsed = mapped_load()  # the DAG processor's fresh parse: a MappedOperator, not the operator
+    assert not isinstance(parsed, RetryingPodOperator)
+    errors = []
+    for callback in parsed.on_failure_callback:
+        try:
+            callback(as_run(context, parsed))
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    assert errors == []
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
