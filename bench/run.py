@@ -9,7 +9,7 @@ Usage::
 Phases run in an order that keeps CPU measurements clean: the footprint runs first, one process
 at a time, then detection latency; the classic Airflow failure runs in the background while the
 request-count phases (which count requests, not CPU time) run, and so does ``logging_interval``'s
-cost (its pods run as long as the longest lifecycle, so it adds no time).
+cost (its pods end before the longest lifecycle's, so it adds no time).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ FULL = Plan(
     lifecycle_scale=1.0,
     classic=True,
     classic_grace=None,
-    streaming=Streaming(intervals=(30, 60), seconds=600, pods=3),
+    streaming=Streaming(intervals=(30, 60), seconds=540, pods=3),
 )
 
 QUICK = Plan(
