@@ -272,12 +272,15 @@ def _load_average(results: dict[str, Any], phase: str, when: str) -> None:
 
 
 def _with_load_average(results: dict[str, Any], phase: str, step: Callable[[], Any]) -> Any:
-    """``step()``, with the load average noted at its start and end (footprint notes its own per N)."""
+    """``step()``, with the load average noted at its start and end (footprint notes its own per N),
+    and its wall time in ``results["phase_seconds"]``."""
     if phase != "footprint":
         _load_average(results, phase, "start")
+    started = time.monotonic()
     try:
         return step()
     finally:
+        results.setdefault("phase_seconds", {})[phase] = round(time.monotonic() - started, 1)
         if phase != "footprint":
             _load_average(results, phase, "end")
 
@@ -287,6 +290,7 @@ def merge(old: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -> 
     out = {**old, "finished": new["finished"], "environment": new["environment"], "plan": new["plan"]}
     out["errors"] = [*old.get("errors", []), *new["errors"]]
     out["load_average"] = {**old.get("load_average", {}), **new.get("load_average", {})}
+    out["phase_seconds"] = {**old.get("phase_seconds", {}), **new.get("phase_seconds", {})}
     out["runs"] = [*old.get("runs", [_span(old)]), _span(new)]
     for phase in phases:
         if phase == "footprint":
