@@ -168,6 +168,9 @@ def kubernetes_hook(conn_id: str | None) -> Any:
 
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
+    from airflow_k8s_retry.kube.config import keep_response_bodies_out_of_logs
+
+    keep_response_bodies_out_of_logs()  # the hook's client logs pod specs (env values) at DEBUG
     path = os.environ.get("KUBECONFIG") if not conn_id else None
     if path and os.pathsep in path:
         path = None  # several files: leave it to the client's own default loading

@@ -200,6 +200,10 @@ def _uid(pod: Mapping[str, Any] | None) -> str:
     return str(((pod or {}).get("metadata") or {}).get("uid") or "")
 
 
+def _name_uid(pod: Mapping[str, Any]) -> tuple[str, str]:
+    return str((pod.get("metadata") or {}).get("name")), _uid(pod)
+
+
 def _going(pod: Mapping[str, Any] | None, verdict: Verdict) -> bool:
     """Gone, finished, being deleted, or being taken away by the cluster (an eviction, a
     preemption, a lost node: a relaunch verdict, given before the phase turns Failed): a pod the
@@ -260,6 +264,8 @@ class Follower:
         self.job_seen = False
         self.arrivals: dict[str, int] = {}  # pod uid -> order of first sight (ties within a second)
         self.job_failed_at: float | None = None
+        #: Once the Job has failed: its pods from a fresh LIST, by uid (see :meth:`_read_job_pods`).
+        self.listed: dict[str, Mapping[str, Any]] | None = None
 
     async def run(self) -> TargetEvent:
         from airflow_k8s_retry.kube.hub import WatchHub
@@ -294,6 +300,9 @@ class Follower:
         while True:
             newest, job_name = await self._look()
             job = self._job(job_name)
+            if job is not None and job.state is JobState.FAILED and self.listed is None:
+                await self._read_job_pods(job)
+                continue
             ended = self._job_ending(job, newest)
             if ended is not None:
                 return ended
@@ -320,7 +329,10 @@ class Follower:
         self.pods.drain()
         if self.jobs is not None:
             self.jobs.drain()
-        mine = [p for p in self.pods.objects.values() if self.target.wants(p)]
+        mine: list[Mapping[str, Any]] = [p for p in self.pods.objects.values() if self.target.wants(p)]
+        if self.listed:
+            fed = {_uid(p) for p in mine}
+            mine += [p for uid, p in self.listed.items() if uid not in fed]
         for p in mine:
             self.arrivals.setdefault(_uid(p), len(self.arrivals))
         newest = max(mine, key=self._created) if mine else None
@@ -333,6 +345,27 @@ class Follower:
                 self.config, self.target.namespace, jobs=True, poll_interval=self.trigger.poll_interval
             )
         return newest, job_name
+
+    async def _read_job_pods(self, job: JobStatus) -> None:
+        """Read the failed Job's pods afresh, once. The pods' and the Jobs' watches deliver
+        independently (and LIST at once when the sensor starts), so the Job's Failed condition can
+        arrive before its last pod does; the cause of the failure is that pod's, and a LIST made
+        after the Job failed holds it. A failed read leaves the pods the watch delivered."""
+        from airflow_k8s_retry.kube.errors import KubeError
+        from airflow_k8s_retry.kube.hub import WatchHub
+
+        self.listed = {}
+        raw = self.jobs.objects.get(job.name) if self.jobs is not None else None
+        labels = (((raw or {}).get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
+        try:
+            async with WatchHub.current().client(self.config) as kube:
+                listing = await kube.list_pods(self.target.namespace, label_selector=selector)
+        except KubeError as exc:
+            self.log.info("Could not list the pods of job %s (%s): judging the pods watched", job.name, exc)
+            return
+        ours = [p for p in listing.items if owning_job(p) == (job.name, job.uid)]
+        self.listed = {_uid(p): p for p in ours}
 
     def _past_a_deadline(
         self,
@@ -389,7 +422,7 @@ class Follower:
         if self.job_failed_at is None:
             self.job_failed_at = now
         if last is None and newest is not None and now < self.job_failed_at + LAST_POD_GRACE:
-            if self.judge is None or not self.judge.done():
+            if self.judge is None or not self.judge.done() or self.judging != _name_uid(newest):
                 return None  # the last pod's verdict (the cause) is on its way
             self._collect()
             last = self.judged.get(_uid(newest))
@@ -398,8 +431,7 @@ class Follower:
 
     async def _judge(self, pod: Mapping[str, Any]) -> None:
         """Judge ``pod`` (the newest) with a PodStateTrigger of its own, instead of an older one."""
-        meta = pod.get("metadata") or {}
-        wanted = (str(meta.get("name")), _uid(pod))
+        wanted = _name_uid(pod)
         if self.judging == wanted:
             return
         if self.judging is not None:

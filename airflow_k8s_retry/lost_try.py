@@ -75,7 +75,17 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
         )
         return
     # The last try's failure is also the last chance for pods earlier tries left (failed deletes).
-    lifecycle.sweep_earlier_tries(client, identity, namespace, log=log.warning, sleep=type(task).retry_sleep)
+    try:
+        lifecycle.sweep_earlier_tries(
+            client,
+            identity,
+            namespace,
+            log=log.warning,
+            sleep=type(task).retry_sleep,
+            backoff=lifecycle.DELETE_BACKOFF,
+        )
+    except lifecycle.EarlierTryNotGone as exc:
+        log.error("Pods of earlier tries left behind: %s", exc)
     for pod in pods:
         meta = pod.get("metadata") or {}
         if not identity.owns_pod(pod) or meta.get("deletionTimestamp"):

@@ -65,8 +65,15 @@ _STATE_LOOKUP_TIMEOUT = 10.0
 #: someone else now, and the next try's sweep removes anything left over.
 _KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
 
-#: Pauses between on_kill's attempts to read and delete the pod of a killed task (seconds).
-_KILL_BACKOFF = (0.5, 1.0, 2.0, 4.0)
+#: Pauses between on_kill's attempts to read and delete the pod of a killed task (seconds): eight
+#: attempts over about 22 s, inside Airflow's 30 s for on_kill with the state lookup before them.
+_KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+#: Pauses between looks at the task instance's state after the trigger fired, until its event was
+#: accepted (the state left ``deferred``): about 30 s.
+_FIRED_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
+#: How long the after-firing check leaves a killed task's pod to its worker (whose own ``on_kill``
+#: deletes it when the kill came after the worker resumed) before it deletes what is left.
+_WORKER_FIRST = 60.0
 #: ``on_kill`` work that outlived the cancelled ``on_kill`` call; referenced here until it is done.
 _KILL_WORK: set[asyncio.Future[None]] = set()
 
@@ -298,6 +305,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             relaunches=self.relaunches,
             log_position=self._log_position,
         )
+        if self.owned and self._identity is not None:
+            _keep_until_done(self._after_firing(self._identity))
         yield TriggerEvent(event.to_payload())
 
     def _judge(self, pod_name: str, pod_uid: str) -> PodStateTrigger:
@@ -454,18 +463,47 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         lookup and the delete therefore run in their own task, shielded: a repeated cancellation
         ends the wait here, not the work, which finishes on the triggerer's event loop.
         """
-        work = asyncio.ensure_future(self._kill())
-        _KILL_WORK.add(work)
-        work.add_done_callback(_KILL_WORK.discard)
-        await asyncio.shield(work)
+        await asyncio.shield(_keep_until_done(self._kill()))
 
     async def _kill(self) -> None:
         if not self.owned or self._identity is None:
             self.log.info("Pod %s is not owned by this task; it is left alone", self.pod_name)
             return
         why = await self._killed_why(self._identity)
-        if why is None:
+        if why is not None:
+            await self._delete_with_retries(why)
+
+    async def _after_firing(self, identity: TryIdentity) -> None:
+        """The task was killed before Airflow accepted this trigger's event: delete the pod.
+
+        Airflow drops an event that arrives once the task instance is no longer deferred (a user
+        marked it failed, cleared it or deleted its run in the moment the trigger fired), and a
+        trigger that has ended gets no ``on_kill``: no worker resumes and nothing else would
+        delete the pod. So, after firing, the state is read until it leaves ``deferred``; in a
+        state only a kill leaves, what is left of the pod a minute later (unless stamped) is
+        deleted as ``on_kill`` would: a worker that had resumed deletes it itself. Any other state
+        means the worker acts on the verdict, and a state that cannot be read leaves the pod alone.
+        """
+        for pause in _FIRED_BACKOFF:
+            await self.clock.sleep_until(self.clock.now() + pause)
+            try:
+                state = await asyncio.wait_for(type(self).task_state_lookup(identity), _STATE_LOOKUP_TIMEOUT)
+            except TaskInstanceGone as exc:
+                state, gone = None, f"Task instance is gone ({exc})"
+            except Exception:
+                return  # cannot tell: the worker, or the next try's sweep, decides
+            else:
+                gone = ""
+            if state == "deferred" and not gone:
+                continue
+            if gone or state in _KILLED_STATES:
+                # The kill may also have come after the worker resumed: its on_kill goes first.
+                await self.clock.sleep_until(self.clock.now() + _WORKER_FIRST)
+                why = gone or f"Task instance is {state or 'cleared'} after the trigger fired"
+                await self._delete_with_retries(why)
             return
+
+    async def _delete_with_retries(self, why: str) -> None:
         config = self._config
         if config is None:
             from airflow_k8s_retry.connection import aresolve_cluster_config
@@ -537,6 +575,14 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             return
         deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
         self.log.info("%s: pod %s %s", why, self.pod_name, "deleted" if deleted else "was already gone")
+
+
+def _keep_until_done(work: Awaitable[None]) -> asyncio.Future[None]:
+    """Run ``work`` on the event loop, referenced until it is done (it may outlive its caller)."""
+    future = asyncio.ensure_future(work)
+    _KILL_WORK.add(future)
+    future.add_done_callback(_KILL_WORK.discard)
+    return future
 
 
 def _load_policy(payload: Mapping[str, Any] | None) -> FailurePolicy | None:

@@ -174,7 +174,9 @@ class _WithoutResponseBodies(logging.Filter):
 _BODY_FILTER = _WithoutResponseBodies()
 
 
-def _keep_response_bodies_out_of_logs() -> None:
+def keep_response_bodies_out_of_logs() -> None:
+    """Filter the clients' response-body DEBUG records out, for every client the package uses
+    (its own, and the cncf provider's ``KubernetesHook``'s); idempotent."""
     for name in _BODY_LOGGERS:
         logger = logging.getLogger(name)
         if _BODY_FILTER not in logger.filters:
@@ -183,7 +185,7 @@ def _keep_response_bodies_out_of_logs() -> None:
 
 def sync_api_client(config: ClusterConfig) -> kubernetes.client.ApiClient:
     """A new synchronous ``kubernetes`` API client for ``config``; close it when done."""
-    _keep_response_bodies_out_of_logs()
+    keep_response_bodies_out_of_logs()
     from kubernetes import client
     from kubernetes import config as kconfig
     from kubernetes.config.config_exception import ConfigException
@@ -236,7 +238,7 @@ async def async_configuration(config: ClusterConfig) -> kubernetes_asyncio.clien
     the token expires, once for all concurrent requests. kubernetes_asyncio loads the token once
     and never refreshes it otherwise. In-cluster service-account tokens get the library's own hook.
     """
-    _keep_response_bodies_out_of_logs()
+    keep_response_bodies_out_of_logs()
     from kubernetes_asyncio import client
     from kubernetes_asyncio import config as kconfig
     from kubernetes_asyncio.config.config_exception import ConfigException

@@ -35,6 +35,9 @@ Log = Callable[..., None]
 
 #: Seconds between delete attempts; four attempts in all, about 3.5 s at most.
 DELETE_BACKOFF = (0.5, 1.0, 2.0)
+#: Seconds between the sweep's looks at earlier tries' pods that are still there (each look deletes
+#: them again); about 30 s in all, on the caller's clock.
+SWEEP_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 #: Seconds between create attempts after a transient error (the name makes creates idempotent).
 CREATE_BACKOFF = (1.0, 2.0)
 
@@ -160,6 +163,11 @@ def delete(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+class EarlierTryNotGone(RuntimeError):
+    """A pod of an earlier try of the task is still there and running (its deletes failed), or the
+    pods of earlier tries could not be listed: this try's pod is not started beside it."""
+
+
 def sweep_earlier_tries(
     client: PodClient,
     identity: TryIdentity,
@@ -167,50 +175,104 @@ def sweep_earlier_tries(
     *,
     log: Log,
     sleep: Callable[[float], None] = time.sleep,
+    backoff: tuple[float, ...] = SWEEP_BACKOFF,
 ) -> list[str]:
-    """Delete the pods earlier tries of this task left behind; return their names.
+    """Delete the pods earlier tries of this task left behind, and return once they are out of the
+    way; return their names.
 
     An earlier try can end without its cleanup: it was marked failed or cleared while deferred
-    before a triggerer ran its trigger, its worker died, or its delete failed after the stamp.
-    A new try proves the earlier one is over. Pods stamped as *kept* stay (``on_finish_action``);
-    pods of another deployment, DAG run, map index or task are never touched.
+    before a triggerer ran its trigger, its worker died, or its delete failed after the stamp. Its
+    pod may also still be stopping: a graceful delete leaves the containers running until they
+    stop (``deletionTimestamp`` set). A new try proves the earlier one is over, so such a pod is
+    deleted with no grace (which also shortens a pending graceful deletion) until it is gone or
+    none of its containers runs. Pods stamped as *kept* stay (``on_finish_action``); pods of
+    another deployment, DAG run, map index or task are never touched.
+
+    Raises :class:`EarlierTryNotGone` when, after ``backoff`` (about 30 s), a pod of an earlier
+    try still runs or the pods could not be listed: two pods of one task never run at once (the
+    try fails and Airflow retries it).
     """
     if identity.try_number <= 1:
         return []
+    deleted: list[str] = []
+    went_through: set[str] = set()  # UIDs whose delete was accepted
+    problem = ""
+    for pause in (*backoff, None):
+        try:
+            in_the_way = _earlier_pods_in_the_way(client, identity, namespace)
+        except KubeError as exc:
+            if isinstance(exc, (BadRequest, Invalid)):
+                raise EarlierTryNotGone(f"could not look for pods of earlier tries: {exc}") from exc
+            problem = f"could not look for pods of earlier tries: {exc}"
+            log("%s; retrying", problem)
+        else:
+            if not in_the_way:
+                return deleted
+            uids = {str(p["metadata"]["uid"]) for p in in_the_way}
+            if _delete_now(client, namespace, in_the_way, deleted, log=log) and not uids <= went_through:
+                went_through |= uids
+                continue  # every delete went through: look again at once
+            problem = "still there: " + ", ".join(str(p["metadata"]["name"]) for p in in_the_way)
+        if pause is not None:
+            sleep(pause)
+    raise EarlierTryNotGone(
+        f"pods of earlier tries of this task, {problem}; try {identity.try_number}'s pod is not "
+        "started beside them (Airflow retries the try)"
+    )
+
+
+def _earlier_pods_in_the_way(client: PodClient, identity: TryIdentity, namespace: str) -> list[Json]:
+    """Pods of earlier tries of this task that are neither kept on purpose nor stopped for good."""
     labels = identity.labels()
     selector = f"{MANAGED_SELECTOR},dag_id={labels['dag_id']},task_id={labels['task_id']}"
-    try:
-        pods = client.list_pods(namespace, selector)
-    except KubeError as exc:
-        log("Could not look for pods of earlier tries: %s", exc)
-        return []
-    deleted = []
-    for pod in pods:
+    found = []
+    for pod in client.list_pods(namespace, selector):
         meta = pod.get("metadata") or {}
         pod_labels = meta.get("labels") or {}
         try_label = str(pod_labels.get("try_number", ""))
         if not try_label.isdigit() or int(try_label) >= identity.try_number:
             continue
-        earlier = identity.earlier(int(try_label))
-        if not earlier.owns(pod_labels) or meta.get("deletionTimestamp"):
+        stamp_found = read_stamp(pod)
+        if not identity.earlier(int(try_label)).owns(pod_labels) or (
+            stamp_found is not None and stamp_found.kept
+        ):
             continue
-        found = read_stamp(pod)
-        if found is not None and found.kept:
-            continue
+        if not (meta.get("deletionTimestamp") and not _runs(pod)):
+            found.append(pod)
+    return found
+
+
+def _runs(pod: Mapping[str, Any]) -> bool:
+    """Whether any container of ``pod`` may still run (a pod that has not stopped for good)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    return not statuses or any("terminated" not in (cs.get("state") or {}) for cs in statuses)
+
+
+def _delete_now(client: PodClient, namespace: str, pods: list[Json], deleted: list[str], *, log: Log) -> bool:
+    """Delete ``pods`` with no grace, once each (the caller retries); True when none failed."""
+    ok = True
+    for pod in pods:
+        meta = pod["metadata"]
+        name, try_label = str(meta["name"]), (meta.get("labels") or {}).get("try_number")
         try:
             # No grace: the try it belongs to is over, and a container slow to stop after SIGTERM
             # would still run when this try's pod starts.
-            if delete(client, namespace, meta["name"], meta["uid"], grace_period_seconds=0, sleep=sleep):
-                deleted.append(str(meta["name"]))
+            if client.delete(namespace, name, meta["uid"], grace_period_seconds=0) and name not in deleted:
+                deleted.append(name)
                 log(
-                    "Deleted pod %s/%s left by try %s of this task (it ended without its cleanup)",
+                    "Deleted pod %s/%s left by try %s of this task (it ended without its cleanup, or "
+                    "was still stopping)",
                     namespace,
-                    meta["name"],
+                    name,
                     try_label,
                 )
         except KubeError as exc:
-            log("Pod %s of try %s left behind: delete failed: %s", meta["name"], try_label, exc)
-    return deleted
+            ok = False
+            log("Pod %s of try %s is still there: delete failed: %s", name, try_label, exc)
+    return ok
 
 
 def delete_try_pods(

@@ -307,6 +307,11 @@ def _pace(clock: Any, scale: float) -> Any:
     # The worker's backoff between API retries: a second is a simulated second, as the cluster's.
     saved_sleep = RetryingPodOperator.__dict__["retry_sleep"]
     RetryingPodOperator.retry_sleep = staticmethod(lambda seconds: time.sleep(seconds * scale))
+    # The worker's client (urllib3) waits out a 429's Retry-After (1 s): a simulated second too.
+    from urllib3.util.retry import Retry
+
+    saved_retry_after = Retry.get_retry_after
+    Retry.get_retry_after = lambda self, response: (saved_retry_after(self, response) or 0) * scale or None  # type: ignore[method-assign]
     shipped = HubSettings.from_env()
     paced = dataclasses.replace(
         shipped,
@@ -320,6 +325,7 @@ def _pace(clock: Any, scale: float) -> Any:
     finally:
         PodStateTrigger.clock = saved_clock
         RetryingPodOperator.retry_sleep = saved_sleep
+        Retry.get_retry_after = saved_retry_after  # type: ignore[method-assign]
 
 
 # -- one run ---------------------------------------------------------------------------------------
@@ -471,6 +477,10 @@ class ChaosRun:
         result.max_lag = max(lags, default=0.0) / self.env.time_scale
         if result.max_lag > 200:
             self.notes.append(f"the simulator ran up to {result.max_lag:.0f} sim s late (a loaded machine)")
+        missed = [str(t) for t in range(1, try_number + 1) if str(t) not in self._disrupted]
+        if plan.fate.disruption is not None and missed:
+            # The harness disrupts a pod from its own loop; a loop that ran late let the pod finish.
+            self.notes.append(f"the drawn disruption never reached try {', '.join(missed)}'s pod")
         result.verdicts = [f"try {t} pod {u[:8]}: {o} {r}" for t, u, o, r in self.verdicts]
         result.faults_hit = Counter(
             f"{r['fault']} {r['verb']}" for r in audit if r.get("kind") == "request" and "fault" in r

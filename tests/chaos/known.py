@@ -45,7 +45,8 @@ CAUSES: dict[str, tuple[str, str]] = {
     ),
     "starved_run": (
         "none (the test machine)",
-        "no verdict within the bound while the simulator itself ran late: a starved run, not a finding",
+        "no verdict within the bound, or a drawn disruption that never came, while the simulator "
+        "itself ran late: a starved run, not a finding",
     ),
     "unexplained": ("?", "not yet placed; see the seed's replay"),
 }
@@ -84,6 +85,8 @@ def diagnose(violation: Any, result: Any) -> str:
         return "stale_recheck_hang"
     if kind == "deleted_under_the_worker":
         return "handover_deletes_live_pod"
+    if kind == "wrong_end" and "disruption never reached" in notes and "a loaded machine" in notes:
+        return "starved_run"  # the harness's loop ran late: the pod finished before its disruption
     if kind in ("wrong_end", "retries_skipped") and "exceeded quota" in notes + detail:
         return "quota_403_permanent"
     if (

@@ -252,12 +252,15 @@ LIMITS = """## What the suite does not show
   so it deletes such a pod once it has finished, or once it has been pending for
   `--min-pending-minutes`.
 - A run is judged by simulated time: a machine that stalls the process for a real second moves the
-  simulation 1,000 s. Runs whose simulator timers were that late are told apart (`starved_run`).
-- Left in the last 1,000 runs, apart from the starved ones: seed 107 (five failed DELETEs in a row
-  outlast on_kill's five attempts), seed 456 (a preemption while the Events feed was refused: no
-  evidence is left once the pod is gone, so it is judged an external deletion), seeds 156 and 372
-  (a node-lost pod's on_kill; a hang after a `kill -9` hand-over and three 410s on the re-list:
-  not yet diagnosed) and seed 195 (a hang that does not come back when replayed alone)."""
+  simulation 1,000 s. The package's own waits run at the simulation's pace (the trigger's clock,
+  the worker's backoff, the watch hub's settings, and the worker client's wait for a 429's
+  `Retry-After`). Runs whose simulator timers were that late are told apart (`starved_run`).
+- The next try's pod starts only once earlier tries' pods are out of the way: the sweep deletes
+  them with no grace (a graceful delete leaves containers running until they stop) and looks
+  again, for about 30 s, before it gives up and fails the try rather than run two pods at once.
+- A pod taken away before the trigger first looked leaves only its Events as evidence; when the
+  Events feed was refused (a 403 the feed takes for missing RBAC, and then classifies without
+  Events), a preemption is judged an external deletion (seed 456)."""
 
 
 def _rediagnose(saved: dict[str, Any]) -> None:

@@ -30,6 +30,9 @@ FIXED: dict[str, list[int]] = {
     "an earlier try's orphan still stopping when the next try's pod ran": [247, 565],
     "a relaunch's old pod whose delete failed, after the try succeeded": [733],
     "the worker's backoff slept on the wall clock (a false hang)": [195],
+    "the next try started beside an earlier pod still stopping, or after the sweep's LIST failed": [506, 713],
+    "a task killed in the moment its trigger fired (the event dropped, no on_kill)": [736],
+    "the worker's client waited out a 429's Retry-After on the wall clock (1 s = 1,000 sim s)": [344],
 }
 #: A plain stretch of seeds on top.
 BATCH = list(range(0, 30))

@@ -72,6 +72,52 @@ def wait_for_pod(
     raise AssertionError(f"pod {name}: condition not reached in {timeout} s; last seen: {last}")
 
 
+def wait_for_events(
+    api: k.CoreV1Api,
+    name: str,
+    predicate: Callable[[list[dict[str, Any]]], bool],
+    *,
+    namespace: str = "default",
+    timeout: float = 30.0,
+) -> list[dict[str, Any]]:
+    """The Events about the object ``name`` once ``predicate(events_json)`` holds, through a watch.
+
+    A kubelet (and KWOK's Stages, and the scheduler) writes a pod's status first and its Event
+    after, asynchronously: a status seen does not mean its Event exists yet."""
+    deadline = time.monotonic() + timeout
+    selector = f"involvedObject.name={name}"
+    listing = api.list_namespaced_event(namespace, field_selector=selector)
+    events = {e.metadata.uid: as_json(api, e) for e in listing.items}
+    rv = listing.metadata.resource_version
+    while not predicate(list(events.values())):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"events of {name}: condition not reached in {timeout} s; seen: {events}")
+        w = watch.Watch()
+        for change in w.stream(
+            api.list_namespaced_event,
+            namespace,
+            field_selector=selector,
+            resource_version=rv,
+            timeout_seconds=max(1, int(left)),
+        ):
+            obj = as_json(api, change["object"])
+            rv = obj["metadata"]["resourceVersion"]
+            if change["type"] == "DELETED":
+                events.pop(obj["metadata"]["uid"], None)
+            else:
+                events[obj["metadata"]["uid"]] = obj
+            if predicate(list(events.values())):
+                w.stop()
+                break
+    return list(events.values())
+
+
+def reasons(*wanted: str) -> Callable[[list[dict[str, Any]]], bool]:
+    """An Events predicate: an Event of each of these reasons is there."""
+    return lambda events: set(wanted) <= {e.get("reason") for e in events}
+
+
 def waiting_reason(pod: dict[str, Any]) -> str | None:
     statuses = pod.get("status", {}).get("containerStatuses") or []
     return (statuses[0].get("state", {}).get("waiting") or {}).get("reason") if statuses else None

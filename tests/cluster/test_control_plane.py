@@ -14,7 +14,15 @@ from kubernetes import client as k
 from kubernetes.client.exceptions import ApiException
 
 from airflow_k8s_retry.testing.controlplane import ControlPlane
-from tests.cluster.kube import core_api, delete_now, eventually, pod_body, wait_for_pod
+from tests.cluster.kube import (
+    core_api,
+    delete_now,
+    eventually,
+    pod_body,
+    reasons,
+    wait_for_events,
+    wait_for_pod,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -37,9 +45,9 @@ def test_the_real_scheduler_binds_a_pod_to_a_kwok_node(kubeconfig: Path):
         try:
             pod = wait_for_pod(api, name, lambda p: p["status"].get("phase") == "Running")
             assert pod["spec"]["nodeName"].startswith("kwok-node-")
-            events = api.list_namespaced_event("default", field_selector=f"involvedObject.name={name}")
-            scheduled = [e for e in events.items if e.reason == "Scheduled"]
-            assert scheduled and scheduled[0].reporting_component == "default-scheduler"
+            events = wait_for_events(api, name, reasons("Scheduled"))  # written after the binding
+            scheduled = [e for e in events if e["reason"] == "Scheduled"]
+            assert scheduled and scheduled[0]["reportingComponent"] == "default-scheduler"
         finally:
             delete_now(api, name)
 

@@ -15,11 +15,12 @@ import pytest
 
 from airflow_k8s_retry.classification import classify
 from tests.cluster.kube import (
-    as_json,
     core_api,
     delete_now,
     pod_body,
+    reasons,
     terminated,
+    wait_for_events,
     wait_for_pod,
     waiting_reason,
 )
@@ -27,14 +28,17 @@ from tests.cluster.kube import (
 pytestmark = pytest.mark.cluster
 
 
-def run_pod(kubeconfig: Path, image: str, until: Any, **spec: Any) -> tuple[dict[str, Any], list[Any]]:
+def run_pod(
+    kubeconfig: Path, image: str, until: Any, *, events: Any = None, **spec: Any
+) -> tuple[dict[str, Any], list[Any]]:
+    """Run a pod until ``until(pod)``; with ``events``, also wait until ``events(its Events)`` holds
+    (a node writes an Event after the status it goes with)."""
     name = f"fate-{uuid.uuid4().hex[:8]}"
     with core_api(kubeconfig) as api:
         api.create_namespaced_pod("default", pod_body(name, image, **spec))
         try:
             pod = wait_for_pod(api, name, until, timeout=90)
-            events = api.list_namespaced_event("default", field_selector=f"involvedObject.name={name}")
-            return pod, [as_json(api, e) for e in events.items]
+            return pod, wait_for_events(api, name, events, timeout=60) if events is not None else []
         finally:
             delete_now(api, name)
 
@@ -71,7 +75,12 @@ def test_oom_killed(kubeconfig: Path):
 )
 def test_pull_failures_go_err_image_pull_then_back_off(kubeconfig: Path, tag: str, reason: str, text: str):
     image = f"registry.example.com/app:{tag}"
-    pod, events = run_pod(kubeconfig, image, lambda p: waiting_reason(p) == "ImagePullBackOff")
+    pod, events = run_pod(
+        kubeconfig,
+        image,
+        lambda p: waiting_reason(p) == "ImagePullBackOff",
+        events=reasons("Failed", "BackOff"),
+    )
     waiting = pod["status"]["containerStatuses"][0]["state"]["waiting"]
     assert waiting["message"].startswith(f'Back-off pulling image "{image}": ErrImagePull: rpc error: ')
     assert text in waiting["message"]

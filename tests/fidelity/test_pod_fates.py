@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.fidelity.probes import Backends, Side, as_json, assert_same, delete_now, follow, masked, pod_body
+from tests.cluster.kube import reasons, wait_for_events
+from tests.fidelity.probes import Backends, Side, assert_same, delete_now, follow, masked, pod_body
 
 pytestmark = pytest.mark.cluster
 
@@ -43,6 +44,20 @@ FATES: dict[str, tuple[str, dict[str, Any], Callable[[str, dict[str, Any]], bool
         _waiting("CreateContainerConfigError"),
     ),
     "running": ("registry.example.com/app:long", {}, _phase("Running")),
+}
+
+#: fate -> the reasons of the Events the node has written once that state is reached (it writes
+#: each after the status it goes with, so the probe waits for them)
+EVENTS: dict[str, tuple[str, ...]] = {
+    "success": ("Started",),
+    "exit code 3": ("Started",),
+    "OOMKilled": ("Started",),
+    "image not found": ("Failed", "BackOff"),
+    "registry unauthorized": ("Failed", "BackOff"),
+    "registry rate limit": ("Failed", "BackOff"),
+    "invalid image name": ("InspectFailed",),
+    "missing secret": ("Failed",),
+    "running": ("Started",),
 }
 
 
@@ -92,10 +107,7 @@ def _fate(side: Side, fate: str) -> dict[str, Any]:
     try:
         seen = follow(api, name, until, resource_version=rv, timeout=45)
         assert seen and until(*seen[-1]), f"{side.name}: {fate} not reached; last seen {seen[-1:]}"
-        events = [
-            as_json(api, e)
-            for e in api.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
-        ]
+        events = wait_for_events(api, name, reasons(*EVENTS[fate]), timeout=45)
         return _read(seen[-1][1], events, name)
     finally:
         delete_now(api, name)

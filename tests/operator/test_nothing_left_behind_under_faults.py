@@ -375,3 +375,72 @@ def test_a_timed_out_try_does_not_keep_its_running_pod(make_cluster, context):
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
         )
     assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+# -- the next try's sweep: the earlier try's pod is out of the way before this try's pod starts --
+
+SLOW_TO_STOP = {
+    "time_scale": 0.05,
+    # A container that takes 600 s to exit after SIGTERM, in a pod with a 900 s grace period.
+    "images": {"busybox:1.36": {"run": {"duration_seconds": 100_000, "stop_seconds": 600}}},
+}
+
+
+def lifetime(cluster: Any, uid: str) -> tuple[float, float]:
+    """When a container of the pod first ran, and when it stopped or the pod went (audit log)."""
+    changes = [
+        (r["t"], str(r["change"]))
+        for r in cluster.audit_records()
+        if r.get("kind") == "lifecycle" and r.get("uid") == uid
+    ]
+    start = min(t for t, change in changes if change.startswith("running:"))
+    ends = [t for t, change in changes if change.startswith("terminated:") or change == "deleted"]
+    return start, min(ends, default=float("inf"))
+
+
+def test_the_next_try_starts_only_once_the_earlier_pod_still_stopping_is_gone(make_cluster, context, ti):
+    cluster = make_cluster(SLOW_TO_STOP)
+    op = operator(termination_grace_period=900)
+    first = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    # Try 1 ends with a graceful delete: its container keeps running while it stops.
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(first, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
+        )
+    assert cluster.pod(first.pod_name)["metadata"].get("deletionTimestamp")
+
+    ti.try_number = 2
+    second = defer(operator(termination_grace_period=900), context)
+    assert cluster.wait_for(lambda c: running(c, second.pod_name), timeout=20)
+    _, first_ended = lifetime(cluster, first.pod_uid)
+    second_started, _ = lifetime(cluster, second.pod_uid)
+    assert first_ended < second_started, "try 2's pod ran beside try 1's"
+    assert cluster.pod(first.pod_name) is None
+
+
+def test_the_sweep_retries_a_list_refused_for_a_moment(make_cluster, context, ti):
+    cluster = make_cluster(LONG_RUNNING)
+    first = defer(operator(), context)  # its worker dies: nothing deletes the pod
+    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    cluster.add_fault(verb="list", resource="pods", status=403, times=2)
+    ti.try_number = 2
+    second = defer(operator(), context)
+    assert live(cluster) == [second.pod_name]
+
+
+def test_the_next_try_is_not_started_beside_an_earlier_pod_it_cannot_delete(
+    make_cluster, context, ti, no_backoff_sleep
+):
+    from airflow_k8s_retry.kube.lifecycle import SWEEP_BACKOFF, EarlierTryNotGone
+
+    cluster = make_cluster(LONG_RUNNING)
+    first = defer(operator(), context)  # its worker dies: nothing deletes the pod
+    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    cluster.add_fault(verb="delete", resource="pods", status=500, times=100)
+    ti.try_number = 2
+    with pytest.raises(EarlierTryNotGone, match=rf"still there: {first.pod_name}.*not started beside"):
+        operator().execute(context)
+    assert len(requests(cluster, "create")) == 1  # try 1's only
+    assert no_backoff_sleep == list(SWEEP_BACKOFF)
+    assert live(cluster) == [first.pod_name]

@@ -175,6 +175,59 @@ async def test_a_job_that_fails_reports_the_cause_of_its_last_pod(cluster: FakeC
     assert len(cluster.pods()) == 2, "backoffLimit 1: the first pod and one replacement"
 
 
+def job_failed(cluster: FakeCluster) -> bool:
+    conditions = [c for j in cluster.jobs() for c in (j.get("status") or {}).get("conditions") or []]
+    return any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions)
+
+
+@pytest.fixture
+def paced(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
+    """Slow enough that a Job's replacement pod is created in a later second than the pod it
+    replaces (a back-off of 10 simulated seconds is one real second): creationTimestamp, of
+    one-second resolution, then tells which pod is the last."""
+    with FakeCluster(SCENARIO, time_scale=0.1) as running:
+        use_cluster(monkeypatch, running)
+        yield running
+
+
+def assert_the_cause_of_the_last_pod(event: TargetEvent, cluster: FakeCluster) -> None:
+    assert event.event is not None
+    verdict = event.event.verdict
+    assert (verdict.outcome, verdict.reason) == (Outcome.RETRY, Reason.CONTAINER_EXIT_CODE), verdict.message
+    pods = sorted(cluster.pods(), key=lambda p: p["metadata"]["creationTimestamp"])
+    assert (
+        len(pods) == 2 and pods[0]["metadata"]["creationTimestamp"] < pods[1]["metadata"]["creationTimestamp"]
+    )
+    last = pods[-1]["metadata"]["name"]
+    assert (
+        "job default/etl failed (BackoffLimitExceeded: Job has reached the specified backoff limit)"
+        f" after 2 failed pod(s); its last pod {last}: container 'main' failed with exit code 3"
+    ) in verdict.message
+    assert event.event.pod_name == last  # the sensor task reads that pod's log for its report
+
+
+async def test_a_job_failed_before_the_sensor_started_reports_its_last_pod_whichever_list_answers_first(
+    paced: FakeCluster,
+) -> None:
+    """The pods' and the Jobs' feeds LIST at once; when the Jobs' answer comes first, the Job is
+    already Failed while the pods' view is still empty: the cause is still the last pod's."""
+    create(paced, "job", job("etl", "fails:1", backoff_limit=1))
+    await cluster_reaches(paced, job_failed, within=30)
+    paced.add_fault("list", "pods", "slow", delay_seconds=1.0)
+    event = await Following(following(Target("default", job_name="etl"))).finish(within=30)
+    assert_the_cause_of_the_last_pod(event, paced)
+
+
+async def test_a_job_s_failure_seen_before_its_last_pod_reports_that_pod(paced: FakeCluster) -> None:
+    """Two watches deliver independently: here the pods' watch lags behind the Jobs', so the Job's
+    Failed condition arrives before its pods do. The cause is still the last pod's."""
+    paced.add_fault("watch", "pods", "slow", delay_seconds=4.0)
+    run = Following(following(Target("default", job_name="etl")))
+    await cluster_reaches(paced, lambda c: any(w.resource == "jobs" for w in c.store.watchers), within=10)
+    create(paced, "job", job("etl", "fails:1", backoff_limit=1))
+    assert_the_cause_of_the_last_pod(await run.finish(within=30), paced)
+
+
 async def test_a_selector_on_a_jobs_pods_is_judged_as_the_job(cluster: FakeCluster) -> None:
     run = Following(following(Target("default", label_selector="app=etl")))
     await cluster_reaches(cluster, watching_pods, within=10)

@@ -21,7 +21,12 @@ from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
 from tests.watching.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
-SCENARIO = {"images": {"long:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 100_000}}}}
+SCENARIO = {
+    "images": {
+        "long:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 100_000}},
+        "fails:1": {"pull": "ok", "run": {"exit_code": 1, "duration_seconds": 1}},
+    }
+}
 
 
 @pytest.fixture
@@ -259,3 +264,79 @@ async def test_a_kill_whose_delete_fails_for_a_while_still_deletes_the_pod(
         r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
     ]
     assert len(deletes) == 3 and deletes[-1]["status"] == 200, deletes
+
+
+async def test_a_kill_whose_deletes_fail_five_times_in_a_row_still_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chaos seed 107: three 410s from a proxy, then an authorizer's two denials.
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    cluster.add_fault(verb="delete", resource="pods", status=410, times=3)
+    cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
+    started = trigger.clock.now()
+    await on_kill_on_the_clock(trigger)
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    deletes = [
+        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
+    ]
+    assert [r["status"] for r in deletes] == [410, 410, 410, 403, 403, 200]
+    assert trigger.clock.now() - started < 30  # Airflow's limit for on_kill
+
+# -- killed in the moment the trigger fired: Airflow drops the event and calls no on_kill ---------
+
+
+class StatesInTurn(StateLookup):
+    """Answers ``states`` one after another (the last one from then on)."""
+
+    def __init__(self, *states: str | None) -> None:
+        super().__init__()
+        self.states = list(states)
+
+    async def __call__(self, identity: TryIdentity) -> str | None:
+        self.asked.append(identity)
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+async def fired_and_ended(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup
+) -> tuple[str, ManualClock]:
+    """Run a trigger on a pod that fails until it fires its verdict and returns, as in a triggerer."""
+    use_cluster(monkeypatch, cluster)
+    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
+    clock = ManualClock()
+    monkeypatch.setattr(PodStateTrigger, "clock", clock)
+    identity = TryIdentity("kill", "task", "run-1", map_index=2)
+    pod = create_pod(cluster, pod_body(identity, "fails:1"))
+    event = await Run(trigger_for(pod, identity)).start().finish(within=20)
+    assert event.verdict.outcome.value == "retry", event.verdict
+    return pod["metadata"]["name"], clock
+
+
+async def past_the_check(clock: ManualClock) -> None:
+    """Move the clock on past every pause of the trigger's after-firing check (about 90 s)."""
+    for _ in range(120):
+        clock.advance(1.0)
+        await asyncio.sleep(0.02)
+
+
+async def test_a_task_killed_before_its_event_was_accepted_loses_its_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trigger fired; before the triggerer handed its event over, the user marked the task
+    # failed: the event is dropped, no worker resumes, and the ended trigger gets no on_kill.
+    lookup = StatesInTurn("deferred", "failed")
+    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
+    await past_the_check(clock)
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert len(lookup.asked) == 2
+
+
+async def test_after_its_event_was_accepted_the_pod_is_left_to_the_worker(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lookup = StatesInTurn("deferred", "scheduled", "failed")
+    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
+    await past_the_check(clock)
+    assert len(lookup.asked) == 2  # read until it left deferred, then no more
+    assert cluster.pod(name) is not None
+    assert cluster.request_counts()[("delete", "pods")] == 0
