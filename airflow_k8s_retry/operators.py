@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Container, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -25,7 +24,7 @@ from airflow_k8s_retry import endings, try_pod
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, exception_for
 from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
-from airflow_k8s_retry.kpo_arguments import local_config_errors, refusals
+from airflow_k8s_retry.kpo_arguments import refusals
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.lost_try import with_lost_try_cleanup
 from airflow_k8s_retry.metrics import count_task_verdict
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.classification.policy import FailurePolicy
     from airflow_k8s_retry.kube.logstream import LogPosition
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
-
-DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
 
 
 class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
@@ -140,15 +137,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         return kubernetes_hook(self.kubernetes_conn_id)
 
     def _client(self) -> PodClient:
-        import os
-
-        from airflow_k8s_retry.kube.pods import PodClient
-
-        source = f"connection {self.kubernetes_conn_id!r}"
-        if not self.kubernetes_conn_id:
-            source = f"default kubeconfig, KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}"
-        with local_config_errors(self.task_id, source):
-            return PodClient(self.hook.api_client)
+        return try_pod.pod_client(self)
 
     # -- running --------------------------------------------------------------------------------
 
@@ -224,29 +213,11 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         *,
         deadline: float | None,
     ) -> Any:
-        from airflow_k8s_retry.triggers import PodStateTrigger
-
         # A relaunch keeps the try's deadline: execution_timeout counts from the try's start.
         deadline = deadline if deadline is not None else try_pod.deadline_of(context, self.execution_timeout)
-        timeout = None
-        if deadline is not None:
-            timeout = timedelta(seconds=max(0.0, deadline - time.time())) + DEFER_TIMEOUT_PADDING
-        trigger = PodStateTrigger(
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            namespace=created.namespace,
-            pod_name=created.name,
-            pod_uid=created.uid,
-            identity=identity.to_payload(),
-            policy=self.failure_policy.to_payload(),
-            history=None,
-            relaunches=relaunch,
-            execution_deadline=deadline,
-            poll_interval=self.poll_interval,
-            owned=self.on_kill_action.value != "keep_pod",
-            logging_interval=self.logging_interval if self.get_logs else None,
-            base_container_name=self.base_container_name,
-        )
+        trigger = try_pod.trigger_for(self, identity, created, relaunch, deadline)
         kwargs = {"execution_deadline": deadline}
+        timeout = try_pod.defer_timeout(deadline)
         self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=timeout)
 
     def execute_complete(

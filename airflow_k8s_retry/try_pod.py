@@ -1,5 +1,6 @@
 """The pod a try of ``RetryingPodOperator`` creates: the cncf provider's pod, with this package's
-per-try name, labels, and annotations (the task instance, the base container).
+per-try name, labels, and annotations (the task instance, the base container); the client that
+creates it, and the trigger that watches it.
 
 The provider builds the pod (``build_pod_request_obj``: templating, pod templates, ``Secret``s, the
 XCom sidecar, KPO's labels, ``pod_mutation_hook``) once per try; each relaunch reuses it under its
@@ -22,7 +23,13 @@ from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
     from airflow_k8s_retry.operators import RetryingPodOperator
+    from airflow_k8s_retry.triggers import PodStateTrigger
+
+#: How much longer than the try's ``execution_timeout`` the deferral may last: the trigger itself
+#: ends the try at the deadline; Airflow's deferral timeout is only the backstop.
+DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
 
 
 def identity_of(context: Context) -> TryIdentity:
@@ -80,3 +87,51 @@ def build_try_pod(op: RetryingPodOperator, context: Context, relaunch: int = 0) 
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     annotations[BASE_CONTAINER_ANNOTATION] = str(containers[0].get("name") or op.base_container_name)
     return pod
+
+
+def pod_client(op: RetryingPodOperator) -> PodClient:
+    """The client of the operator's connection (or the default kubeconfig); a broken local
+    configuration is a one-line permanent failure naming where it came from."""
+    import os
+
+    from airflow_k8s_retry.kube.pods import PodClient
+
+    source = f"connection {op.kubernetes_conn_id!r}"
+    if not op.kubernetes_conn_id:
+        source = f"default kubeconfig, KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}"
+    with local_config_errors(op.task_id, source):
+        return PodClient(op.hook.api_client)
+
+
+def trigger_for(
+    op: RetryingPodOperator,
+    identity: TryIdentity,
+    created: CreatedPod,
+    relaunch: int,
+    deadline: float | None,
+) -> PodStateTrigger:
+    """The trigger that watches the try's pod ``created`` until its verdict."""
+    from airflow_k8s_retry.triggers import PodStateTrigger
+
+    return PodStateTrigger(
+        kubernetes_conn_id=op.kubernetes_conn_id,
+        namespace=created.namespace,
+        pod_name=created.name,
+        pod_uid=created.uid,
+        identity=identity.to_payload(),
+        policy=op.failure_policy.to_payload(),
+        history=None,
+        relaunches=relaunch,
+        execution_deadline=deadline,
+        poll_interval=op.poll_interval,
+        owned=op.on_kill_action.value != "keep_pod",
+        logging_interval=op.logging_interval if op.get_logs else None,
+        base_container_name=op.base_container_name,
+    )
+
+
+def defer_timeout(deadline: float | None) -> timedelta | None:
+    """The deferral's timeout: the time left to the deadline, plus :data:`DEFER_TIMEOUT_PADDING`."""
+    if deadline is None:
+        return None
+    return timedelta(seconds=max(0.0, deadline - time.time())) + DEFER_TIMEOUT_PADDING

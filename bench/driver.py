@@ -178,6 +178,8 @@ def make_trigger(side: str, spec: dict[str, Any], pod: dict[str, Any], uid: str)
             pod_uid=uid,
             identity=TryIdentity("bench", pod["name"], "bench-run").to_payload(),
             policy=spec.get("policy"),
+            logging_interval=spec.get("logging_interval"),
+            base_container_name=CONTAINER,
         )
     from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
 
@@ -192,7 +194,13 @@ def make_trigger(side: str, spec: dict[str, Any], pod: dict[str, Any], uid: str)
         startup_check_interval=kpo.get("startup_check_interval", 5),
         get_logs=True,
         on_finish_action="delete_pod",
+        logging_interval=spec.get("logging_interval"),
     )
+
+
+#: The loggers each side copies a container's log lines into, as ``[base] <line>`` at INFO
+#: (``logging_interval``); let through to the driver's output, where the analysis counts them.
+STREAM_LOGGERS = "airflow_k8s_retry.triggers=INFO airflow.providers.cncf.kubernetes.utils.pod_manager=INFO"
 
 
 def summarize(side: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -345,7 +353,7 @@ async def _drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) ->
             await trigger.cleanup()
 
     result["rss_before_triggers"] = _rss()
-    t_start = time.time()
+    cpu_start, t_start = time.process_time(), time.time()
     tasks = [asyncio.ensure_future(run_one(p)) for p in pods]
     result["t_triggers_started"] = t_start
     if mode == "complete":
@@ -354,6 +362,8 @@ async def _drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) ->
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        result["cpu_seconds"] = time.process_time() - cpu_start  # the triggers' run, from start to end
+        result["t_triggers_ended"] = time.time()
     else:
         await asyncio.sleep(spec["warmup"])
         cpu0, wall0, comp0 = time.process_time(), time.time(), components_cpu(pids)
@@ -392,6 +402,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.driver SPEC.json OUT.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
+    if spec.get("logging_interval"):  # before Airflow configures its logging
+        os.environ["AIRFLOW__LOGGING__NAMESPACE_LEVELS"] = STREAM_LOGGERS
     out_path = Path(argv[1])
 
     def out(result: dict[str, Any]) -> None:

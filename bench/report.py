@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.log_streaming import section as streaming_section
 from bench.phases import HUB_WATCH_TIMEOUT
 
 SIDE_NAMES = {"ours": "PodStateTrigger", "kpo": "KubernetesPodTrigger"}
@@ -424,7 +425,9 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
 def render(results: dict[str, Any], plot_paths: list[Path]) -> str:
     env = results["environment"]
     plan = results["plan"]
-    seconds = results["finished"] - results["started"]
+    runs = results.get("runs") or []
+    seconds = sum(r["finished"] - r["started"] for r in runs) if len(runs) > 1 else 0.0
+    seconds = seconds or results["finished"] - results["started"]
     out = [
         "# Benchmark results: PodStateTrigger vs the cncf KubernetesPodTrigger",
         "",
@@ -505,6 +508,8 @@ def render(results: dict[str, Any], plot_paths: list[Path]) -> str:
             out += ["Failed requests: " + "; ".join(issues), ""]
     if results.get("classic"):
         out += ["## 4. The classic failure under real Airflow", "", *classic_table(results["classic"]), ""]
+    if results.get("streaming"):
+        out += ["## 5. What `logging_interval` costs", "", *streaming_section(results["streaming"]), ""]
     if results.get("errors"):
         out += ["## Phases that did not complete", "", *[f"- {e}" for e in results["errors"]], ""]
     if plot_paths:
@@ -518,9 +523,7 @@ def _runs(results: dict[str, Any]) -> str:
     if len(runs) < 2:
         return ""
     spans = ", ".join(f"{(r['finished'] - r['started']) / 60:.1f}" for r in runs)
-    return (
-        f" from first start to last end, in {len(runs)} runs ({spans} minutes; see the load averages below)"
-    )
+    return f" in {len(runs)} runs ({spans} minutes; see the load averages below)"
 
 
 def load_lines(loads: dict[str, dict[str, list[float]]]) -> list[str]:

@@ -8,7 +8,9 @@ Usage::
 
 Phases run in an order that keeps CPU measurements clean: the footprint runs first, one process
 at a time, then detection latency; the classic Airflow failure runs in the background while the
-request-count phases (which count requests, not CPU time) run.
+request-count phases (which count requests, not CPU time) run, and so does ``logging_interval``'s
+cost (it starts once the lifecycle's drivers are up and its pods end before the longest
+lifecycle's, so it adds no time).
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench.log_streaming import Streaming
 from bench.phases import Backend, LifecycleClass, run_footprint, run_latency, run_lifecycle
 from bench.simulator import SimulatorProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PHASES = ("footprint", "latency", "lifecycle", "classic")
+PHASES = ("footprint", "latency", "lifecycle", "classic", "streaming")
+#: Seconds the streaming phase waits when it runs beside the lifecycle phase: six driver processes
+#: starting together with the lifecycle's on 2 cores delay those by some 15 s, and the lifecycle
+#: phase is the run's tail.
+STREAMING_AFTER = 30.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,8 @@ class Plan:
     lifecycle_scale: float
     classic: bool
     classic_grace: float | None
+    #: ``logging_interval``'s cost (``bench/log_streaming.py``); None: not measured.
+    streaming: Streaming | None = None
     notes: list[str] = field(default_factory=list)
 
     def warmup(self, n: int) -> float:
@@ -76,6 +85,7 @@ FULL = Plan(
     lifecycle_scale=1.0,
     classic=True,
     classic_grace=None,
+    streaming=Streaming(intervals=(30, 60), seconds=510, pods=3),
 )
 
 QUICK = Plan(
@@ -94,6 +104,7 @@ QUICK = Plan(
     lifecycle_scale=0.05,
     classic=True,
     classic_grace=3.0,
+    streaming=Streaming(intervals=(30, 60), seconds=120, pods=2),
     notes=[
         "quick mode: smaller N, shorter windows, PodStateTrigger's not-found grace shortened to 3 s; "
         "the 60 s and 600 s pods run at time scale 0.05, which undercounts KubernetesPodTrigger's "
@@ -113,6 +124,7 @@ SMOKE = Plan(
     lifecycle_scale=0.1,
     classic=False,
     classic_grace=None,
+    streaming=Streaming(intervals=(2,), seconds=8, pods=1),
     notes=["smoke run: tiny N, both footprint processes at once (CPU figures not meaningful)"],
 )
 
@@ -199,18 +211,35 @@ def run_plan(
         log("classic failure under airflow dags test (both operators)")
         return run_classic(workdir / "classic", not_found_grace=plan.classic_grace, backend=backend)
 
+    def streaming() -> dict[str, Any]:
+        from bench.log_streaming import run_streaming
+
+        assert plan.streaming is not None
+        if not parallel_phases and "lifecycle" in phases:
+            time.sleep(STREAMING_AFTER)
+        log(f"logging_interval's cost: intervals {plan.streaming.intervals} s, both sides")
+        return run_streaming(workdir / "streaming", plan.streaming, backend=backend)
+
+    wanted = {
+        "classic": plan.classic,
+        # KWOK nodes serve no logs (every pods/log read answers 500): nothing to stream on real.
+        "streaming": plan.streaming is not None and not real,
+    }
     with ThreadPoolExecutor(max_workers=4) as pool:
         if parallel_phases:
             futures = {"footprint": pool.submit(footprint), "latency": pool.submit(latency)}
             futures["lifecycle"] = pool.submit(lifecycle)
+            if wanted["streaming"]:
+                futures["streaming"] = pool.submit(streaming)
         else:
-            # In this order, classic in the background of lifecycle (which counts requests only).
+            # In this order, classic and streaming in the background of lifecycle (which counts
+            # requests only).
             steps: dict[str, Callable[[], Any]] = {"footprint": footprint, "latency": latency}
-            steps["classic"], steps["lifecycle"] = classic, lifecycle
+            steps["classic"], steps["streaming"], steps["lifecycle"] = classic, streaming, lifecycle
             futures = {}
-            for phase in (p for p in steps if p in phases and (p != "classic" or plan.classic)):
-                if phase == "classic":
-                    futures[phase] = pool.submit(_with_load_average, results, phase, classic)
+            for phase in (p for p in steps if p in phases and wanted.get(p, True)):
+                if phase in ("classic", "streaming"):
+                    futures[phase] = pool.submit(_with_load_average, results, phase, steps[phase])
                 else:
                     results[phase] = _with_load_average(results, phase, steps[phase])
         for key, future in futures.items():
@@ -250,12 +279,15 @@ def _load_average(results: dict[str, Any], phase: str, when: str) -> None:
 
 
 def _with_load_average(results: dict[str, Any], phase: str, step: Callable[[], Any]) -> Any:
-    """``step()``, with the load average noted at its start and end (footprint notes its own per N)."""
+    """``step()``, with the load average noted at its start and end (footprint notes its own per N),
+    and its wall time in ``results["phase_seconds"]``."""
     if phase != "footprint":
         _load_average(results, phase, "start")
+    started = time.monotonic()
     try:
         return step()
     finally:
+        results.setdefault("phase_seconds", {})[phase] = round(time.monotonic() - started, 1)
         if phase != "footprint":
             _load_average(results, phase, "end")
 
@@ -265,6 +297,7 @@ def merge(old: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -> 
     out = {**old, "finished": new["finished"], "environment": new["environment"], "plan": new["plan"]}
     out["errors"] = [*old.get("errors", []), *new["errors"]]
     out["load_average"] = {**old.get("load_average", {}), **new.get("load_average", {})}
+    out["phase_seconds"] = {**old.get("phase_seconds", {}), **new.get("phase_seconds", {})}
     out["runs"] = [*old.get("runs", [_span(old)]), _span(new)]
     for phase in phases:
         if phase == "footprint":
@@ -355,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         results = merge(json.loads((out_dir / "results.json").read_text()), results, phases)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
     written = write_report(results, out_dir)
+    if results.get("streaming"):
+        from bench.log_streaming import section
+
+        log("logging_interval's cost:\n" + "\n".join(section(results["streaming"])))
     log("wrote " + ", ".join(str(p) for p in written))
     log(f"total {results['finished'] - results['started']:.0f} s; errors: {results['errors'] or 'none'}")
     return 0

@@ -92,10 +92,38 @@ def test_footprint_was_measured_with_every_trigger_still_running(smoke: dict[str
     assert set(rows["kpo"]["by_verb"]) == {"get pods"}
 
 
+def test_logging_interval_costs_log_reads_counted_in_the_audit_log(smoke: dict[str, Any]) -> None:
+    streaming = smoke["streaming"]
+    assert SMOKE.streaming is not None
+    (interval,) = SMOKE.streaming.intervals
+    rows = {(r["side"], r["logging_interval"]): r for r in streaming["rows"]}
+    audit = Path(smoke["work"]) / "streaming" / "audit.jsonl"
+    records = [json.loads(line) for line in audit.read_text().splitlines() if line.strip()]
+    for side in SIDES:
+        off, on = rows[(side, None)], rows[(side, interval)]
+        for row, ns in ((off, f"{side}-log-off"), (on, f"{side}-log-{interval}s")):
+            assert row["answered"] == SMOKE.streaming.pods, row["statuses"]
+            reads = [r for r in records if r["kind"] == "request" and r["namespace"] == ns]
+            reads = [r for r in reads if r["resource"] == "pods/log"]
+            assert row["log_requests"] == len(reads)
+            assert row["pod_minutes"] > 0 and row["cpu_seconds"] > 0
+            assert row["requests_per_pod_minute"] == row["requests"] / row["pod_minutes"]
+        assert off["log_requests"] == 0 and off["streamed_lines"] == 0
+        # The trigger itself read the log while the pod ran and logged its lines, at most once per
+        # interval of the trigger's run (and one read at its start).
+        assert 1 <= on["log_requests"] <= on["pod_minutes"] * 60 / interval + 1
+        assert 1 <= on["streamed_distinct"] <= streaming["lines_per_pod"] * SMOKE.streaming.pods
+        assert on["streamed_lines"] >= on["streamed_distinct"]  # the cncf trigger may repeat a line
+        if side == "ours":
+            assert on["streamed_lines"] == on["streamed_distinct"], "PodStateTrigger logged a line twice"
+        assert on["requests"] - on["log_requests"] == pytest.approx(off["requests"], abs=2)
+
+
 def test_the_report_is_written(smoke: dict[str, Any], tmp_path: Path) -> None:
     written = write_report(smoke, tmp_path)
     text = (tmp_path / "RESULTS.md").read_text()
     assert "API requests per pod lifecycle" in text and "Detection latency" in text
     assert "Triggerer footprint" in text
+    assert "What `logging_interval` costs" in text and "| 2 s |" in text
     assert {p.name for p in written} >= {"RESULTS.md", "requests_per_pod.png", "latency.png", "footprint.png"}
     assert all(p.stat().st_size > 1000 for p in written)
