@@ -669,10 +669,16 @@ class ChaosRun:
                     self.env.states.delete_run(self.dag_id, self.run_id)
                 else:
                     self.env.states.set(ti, "failed")
-                for t in running_on:
-                    if t.alive:
-                        t.cancel(tid, user_action=True)
+                alive = [t for t in running_on if t.alive]
+                unstarted = [t.name for t in alive if not t.started(tid)]
+                for t in alive:
+                    t.cancel(tid, user_action=True)
                 self.notes.append(f"trigger {tid}: user {kind} while deferred")
+                if alive and len(unstarted) == len(alive):
+                    self.notes.append(
+                        f"trigger {tid}: the kill came before its first turn on triggerer "
+                        f"{', '.join(unstarted)} (Airflow runs no on_kill then)"
+                    )
                 for t in running_on:
                     if t.alive:
                         t.idle(within=35.0)

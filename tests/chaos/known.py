@@ -28,6 +28,11 @@ CAUSES: dict[str, tuple[str, str]] = {
         "leak the rules above do not place",
     ),
     "deleted_run_keeps_pod": ("#4", "a deleted DAG run leaves its pod (on_kill keeps it)"),
+    "killed_before_first_turn": (
+        "none (an Airflow limit, docs/reliability.md)",
+        "a user kill reached the trigger before its first turn on a triggerer (a hand-over under "
+        "way): Airflow runs no on_kill and no package code runs; cleanup-pods is the fallback",
+    ),
     "on_kill_delete_failed": (
         "#1 in on_kill (review answers §1: on_kill DELETE, logged, leak)",
         "on_kill could not delete the pod of a killed task (its read or delete failed past its retries)",
@@ -62,6 +67,8 @@ def diagnose(violation: Any, result: Any) -> str:
     plan = result.plan
     notes = " ".join(result.notes)
     if kind == "leaked_pod":
+        if "before its first turn" in notes:
+            return "killed_before_first_turn"
         if "user=delete_run" in plan:
             return "deleted_run_keeps_pod"
         if ", stamped" in detail:
