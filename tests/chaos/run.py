@@ -246,9 +246,10 @@ LIMITS = """## What the suite does not show
   own `execution_timeout` deadline (simulated) is what ends long pods here.
 - A user action on a deferred task (mark failed, clear, delete the run) cancels its trigger. When
   that cancellation reaches a triggerer before the trigger's first turn, or no triggerer holds the
-  trigger at all (all of them down), Airflow runs no `on_kill` and the pod is left. The runs time
-  the user's action from the trigger's start, as on a real triggerer, which takes a new trigger
-  within about a second. The pods carry the labels `airflow kubernetes cleanup-pods` selects on,
+  trigger at all (all of them down, or a hand-over under way: seed 107), Airflow runs no
+  `on_kill` and the pod is left. The runs time the user's action from the trigger's start, as on
+  a real triggerer, which takes a new trigger within about a second; a kill inside a hand-over
+  stays drawn, and is told apart (`killed_before_first_turn`). The pods carry the labels `airflow kubernetes cleanup-pods` selects on,
   so it deletes such a pod once it has finished, or once it has been pending for
   `--min-pending-minutes`.
 - A run is judged by simulated time: a machine that stalls the process for a real second moves the
@@ -259,8 +260,9 @@ LIMITS = """## What the suite does not show
   them with no grace (a graceful delete leaves containers running until they stop) and looks
   again, for about 30 s, before it gives up and fails the try rather than run two pods at once.
 - A pod taken away before the trigger first looked leaves only its Events as evidence; when the
-  Events feed was refused (a 403 the feed takes for missing RBAC, and then classifies without
-  Events), a preemption is judged an external deletion (seed 456)."""
+  Events feed was refused (a 403 the feed takes for missing RBAC: it classifies without Events
+  until it tries again, `HubSettings.rbac_recheck` later), a preemption is judged an external
+  deletion (seed 456 in an earlier run)."""
 
 
 def _rediagnose(saved: dict[str, Any]) -> None:
