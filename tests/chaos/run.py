@@ -249,9 +249,9 @@ LIMITS = """## What the suite does not show
   trigger at all (all of them down, or a hand-over under way: seed 107), Airflow runs no
   `on_kill` and the pod is left. The runs time the user's action from the trigger's start, as on
   a real triggerer, which takes a new trigger within about a second; a kill inside a hand-over
-  stays drawn, and is told apart (`killed_before_first_turn`). The pods carry the labels `airflow kubernetes cleanup-pods` selects on,
-  so it deletes such a pod once it has finished, or once it has been pending for
-  `--min-pending-minutes`.
+  stays drawn, and is told apart (`killed_before_first_turn`). The pods carry the labels
+  `airflow kubernetes cleanup-pods` selects on, so it deletes such a pod once it has finished, or
+  once it has been pending for `--min-pending-minutes`.
 - A run is judged by simulated time: a machine that stalls the process for a real second moves the
   simulation 1,000 s. The package's own waits run at the simulation's pace (the trigger's clock,
   the worker's backoff, the watch hub's settings, and the worker client's wait for a 429's
