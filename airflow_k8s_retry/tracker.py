@@ -230,6 +230,7 @@ class PodTracker:
         assert verdict is not None, "looked() answers a LookAgain step"
         if fresh is None or _uid_of(fresh) != self.pod_uid:
             return Emit(verdict=verdict)
+        self.pod = fresh  # what the verdict that follows is judged on
         stamp = stamped_verdict(fresh)
         if stamp is not None:
             return Emit(verdict=stamp)
@@ -239,7 +240,7 @@ class PodTracker:
             notes.append(
                 f"{verdict.reason.value} withdrawn, the pod is {again.reason.value} now ({again.message})"
             )
-            self.pod, self.gone = fresh, False
+            self.gone = False
             return Revive(pod=fresh, notes=tuple(notes))
         return Emit(verdict=again, notes=tuple(notes))
 
@@ -285,7 +286,6 @@ class PodTracker:
         self.history = verdict.history
         notes: list[str] = []
         hold = None if self.gone else self._relaunch_hold(verdict, self.pod, now, notes)
-        remember = None if verdict.outcome.is_final else self._to_remember(verdict, now)
         if verdict.outcome.is_final and hold is None:
             if verdict.outcome in LOOK_AGAIN:
                 self.looking = verdict
@@ -294,6 +294,7 @@ class PodTracker:
         if self._overdue(now):
             remember = None if verdict.outcome.is_final else self._to_remember(None, now)
             return Emit(verdict=self._timed_out(verdict, now), remember=remember, notes=tuple(notes))
+        remember = None if verdict.outcome.is_final else self._to_remember(verdict, now)
         note = self._grace_note(verdict, now)
         if note:
             notes.append(note)

@@ -312,18 +312,15 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         """Perform the tracker's steps until it emits a verdict."""
         tracker = self._tracker()
         step = tracker.apply(sub.drain(), sub.events, self.clock.now())
-        looked: dict[str, Any] | None = None
         while True:
             await self._perform(sub, tracker, step)
             if isinstance(step, Emit):
                 if step.verdict.outcome is not Outcome.SUCCEED:
                     # What a failure was judged on travels with it: the worker's report reads no API.
-                    pod = looked if snapshot.uid_of(looked) == self.pod_uid else tracker.pod
-                    self._seen = snapshot.take(pod, sub.events, self.pod_uid)
+                    self._seen = snapshot.take(tracker.pod, sub.events, self.pod_uid)
                 return step.verdict
             if isinstance(step, LookAgain):
-                looked = await self._look(sub)
-                step = tracker.looked(looked, sub.events, self.clock.now())
+                step = tracker.looked(await self._look(sub), sub.events, self.clock.now())
             else:
                 step = tracker.apply(sub.drain(), sub.events, self.clock.now())
 
