@@ -462,20 +462,15 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         for pause in _FIRED_BACKOFF:
             await self.clock.sleep_until(self.clock.now() + pause)
             try:
-                state = await asyncio.wait_for(type(self).task_state_lookup(identity), _STATE_LOOKUP_TIMEOUT)
-            except TaskInstanceGone as exc:
-                state, gone = None, f"Task instance is gone ({exc})"
+                state, why = await self._state_of(identity)
             except Exception:
                 return  # cannot tell: the worker, or the next try's sweep, decides
-            else:
-                gone = ""
-            if state == "deferred" and not gone:
+            if why is None and state == "deferred":
                 continue
-            if gone or state in _KILLED_STATES:
+            if why is not None:
                 # The kill may also have come after the worker resumed: its on_kill goes first.
                 await self.clock.sleep_until(self.clock.now() + _WORKER_FIRST)
-                why = gone or f"Task instance is {state or 'cleared'} after the trigger fired"
-                await self._delete_with_retries(why)
+                await self._delete_with_retries(f"{why} after the trigger fired")
             return
 
     async def _delete_with_retries(self, why: str) -> None:
@@ -504,13 +499,20 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                         "Pod %s: delete after kill failed %d times: %s", self.pod_name, attempt + 1, exc
                     )
 
-    async def _killed_why(self, identity: TryIdentity) -> str | None:
-        """Why the pod may be deleted (the task instance's state), or None: it is kept."""
+    async def _state_of(self, identity: TryIdentity) -> tuple[str | None, str | None]:
+        """The task instance's state and, when only a kill leaves it there (or it is gone), why its
+        pod may be deleted; other lookup errors are raised."""
         lookup = type(self).task_state_lookup
         try:
             state: str | None = await asyncio.wait_for(lookup(identity), _STATE_LOOKUP_TIMEOUT)
         except TaskInstanceGone as exc:
-            return f"Task instance is gone ({exc})"
+            return None, f"Task instance is gone ({exc})"
+        return state, (f"Task instance is {state or 'cleared'}" if state in _KILLED_STATES else None)
+
+    async def _killed_why(self, identity: TryIdentity) -> str | None:
+        """Why the pod may be deleted (the task instance's state), or None: it is kept."""
+        try:
+            state, why = await self._state_of(identity)
         except Exception as exc:
             self.log.warning(
                 "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
@@ -519,22 +521,20 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 exc,
             )
             return None
-        if state == "deferred":
+        if why is None and state == "deferred":
             self.log.info(
                 "Pod %s kept: the task instance is still deferred (the trigger is moving to another "
                 "triggerer, not being killed)",
                 self.pod_name,
             )
-            return None
-        if state not in _KILLED_STATES:
+        elif why is None:
             self.log.info(
                 "Pod %s kept: the task instance is %s (another triggerer fired and the worker owns "
                 "the pod now), not killed",
                 self.pod_name,
                 state,
             )
-            return None
-        return f"Task instance is {state or 'cleared'}"
+        return why
 
     async def _delete_after_kill(self, kube: AsyncKube, why: str) -> None:
         try:
