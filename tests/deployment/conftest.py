@@ -37,6 +37,10 @@ SCENARIO: dict[str, Any] = {
     "images": {
         "example.com/pool/job:1": {"run": {"duration_seconds": 150, "log": "done"}},
         "example.com/pool/broken:1": {"run": {"exit_code": 3, "duration_seconds": 80, "log": "boom"}},
+        # Long enough that all three tasks of the one-slot pool are deferred at once even when each
+        # launch waits seconds for the executor's one slot on a busy machine, whatever their order.
+        "example.com/pool/slow-job:1": {"run": {"duration_seconds": 600, "log": "done"}},
+        "example.com/pool/slow-broken:1": {"run": {"exit_code": 3, "duration_seconds": 200, "log": "boom"}},
         "registry.example.com/team/missing:1": {"pull": "not_found"},
         "example.com/long:1": {"run": {"duration_seconds": 3000}},
     },

@@ -40,7 +40,7 @@ def test_deferred_tasks_free_the_pool_slot_and_worker_and_a_failure_costs_one_tr
 
     dep.wait(
         all_deferred,
-        60,
+        120,
         "all three tasks deferred at once",
         lambda: (dep.task_states(DAG_ID, run_id), busiest),
     )
@@ -52,7 +52,7 @@ def test_deferred_tasks_free_the_pool_slot_and_worker_and_a_failure_costs_one_tr
 
     dep.wait(
         lambda: dep.dag_run_state(DAG_ID, run_id) in ("success", "failed"),
-        90,
+        120,
         "the DAG run to finish",
         lambda: dep.task_states(DAG_ID, run_id),
     )

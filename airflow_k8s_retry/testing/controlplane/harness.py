@@ -59,7 +59,19 @@ class Harness:
             for name, port in ports.items()
             if name.startswith(KUBELET_PREFIX)
         }
-        self.front = KubeletFront(directory / "pki", routes, logs.terminated)
+        self.front = KubeletFront(directory / "pki", routes, logs.terminated, self.container_started)
+
+    def container_started(self, namespace: str, name: str, container: str) -> bool:
+        """Whether the API server reports the container running or terminated (a kubelet has its
+        log then)."""
+        try:
+            pod = self.core.read_namespaced_pod(name, namespace, _request_timeout=10)
+        except Exception:
+            return False
+        for status in (pod.status and pod.status.container_statuses) or []:
+            if status.name == container and status.state is not None:
+                return status.state.running is not None or status.state.terminated is not None
+        return False
 
     def dispatch(self, kind: str, pod: V1Pod) -> None:
         for part in self.parts:

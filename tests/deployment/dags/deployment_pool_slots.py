@@ -10,10 +10,10 @@ from airflow_k8s_retry.operators import RetryingPodOperator
 
 with DAG(dag_id="deployment_pool_slots", schedule=None, start_date=datetime(2024, 1, 1)):
     for name in ("first", "second"):
-        RetryingPodOperator(task_id=name, image="example.com/pool/job:1", pool="k8s_one_slot")
+        RetryingPodOperator(task_id=name, image="example.com/pool/slow-job:1", pool="k8s_one_slot")
     RetryingPodOperator(
         task_id="flaky",
-        image="example.com/pool/broken:1",
+        image="example.com/pool/slow-broken:1",
         pool="k8s_one_slot",
         retries=1,
         retry_delay=timedelta(seconds=1),
