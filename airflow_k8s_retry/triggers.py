@@ -41,6 +41,7 @@ from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
+from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, kept_on_kill
 from airflow_k8s_retry.kube.logstream import LogPosition
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.pod_event import PodEvent
@@ -54,7 +55,6 @@ from airflow_k8s_retry.tracker import (
     Revive,
     SleepUntil,
     Step,
-    stamped_verdict,
 )
 
 if TYPE_CHECKING:
@@ -74,9 +74,6 @@ _STATE_LOOKUP_TIMEOUT = 10.0
 #: someone else now, and the next try's sweep removes anything left over.
 _KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
 
-#: Pauses between on_kill's attempts to read and delete the pod of a killed task (seconds): eight
-#: attempts over about 22 s, inside Airflow's 30 s for on_kill with the state lookup before them.
-_KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 #: Pauses between looks at the task instance's state after the trigger fired, until its event was
 #: accepted (the state left ``deferred``): about 30 s.
 _FIRED_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
@@ -481,7 +478,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             config = await aresolve_cluster_config(self.kubernetes_conn_id)
         # Nothing else deletes a killed task's pod: API errors (a flapping authorizer's 403 too)
         # are retried with backoff, well inside Airflow's 30 s for on_kill.
-        for attempt, pause in enumerate((*_KILL_BACKOFF, None)):
+        for attempt, pause in enumerate((*KILL_BACKOFF, None)):
             try:
                 async with WatchHub.current().client(config) as kube:
                     await self._delete_after_kill(kube, why)
@@ -541,12 +538,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
         except NotFound:
             pod = None
-        if pod is None or (pod.get("metadata") or {}).get("uid") != self.pod_uid:
-            self.log.info("%s: pod %s was already gone", why, self.pod_name)
-            return
-        if stamped_verdict(pod) is not None:
-            # Finished business: the worker acted on a verdict and kept (or is deleting) it.
-            self.log.info("%s: pod %s carries a verdict; left to the worker", why, self.pod_name)
+        kept = kept_on_kill(pod, self.pod_uid)
+        if kept is not None:
+            self.log.info("%s: pod %s %s", why, self.pod_name, kept)
             return
         deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
         self.log.info("%s: pod %s %s", why, self.pod_name, "deleted" if deleted else "was already gone")

@@ -35,6 +35,10 @@ Log = Callable[..., None]
 
 #: Seconds between delete attempts; four attempts in all, about 3.5 s at most.
 DELETE_BACKOFF = (0.5, 1.0, 2.0)
+#: Pauses between attempts to read and delete the pod of a task a user killed (seconds): eight
+#: attempts over about 22 s (inside Airflow's 30 s for a trigger's ``on_kill``). Nothing else
+#: deletes that pod, so a flapping authorizer's 403 and a 5xx are both worth the wait.
+KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 #: Seconds between the sweep's looks at earlier tries' pods that are still there (each look deletes
 #: them again); about 30 s in all, on the caller's clock.
 SWEEP_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
@@ -132,6 +136,19 @@ def withhold_termination_messages(verdict: Verdict, pod: Mapping[str, Any] | Non
 
 
 # -- deleting ----------------------------------------------------------------------------------
+
+
+def kept_on_kill(pod: Mapping[str, Any] | None, uid: str) -> str | None:
+    """Why a killed task's pod (as read now) is not deleted, or None: delete it by ``uid``.
+
+    Gone or replaced under the same name: nothing to do. Stamped with a verdict: finished business,
+    the worker acted on that verdict and keeps (or is deleting) it itself.
+    """
+    if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+        return "was already gone"
+    if read_stamp(pod) is not None:
+        return "carries a verdict; left to the worker"
+    return None
 
 
 def delete(

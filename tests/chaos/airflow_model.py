@@ -18,7 +18,11 @@ Airflow 3.3.2's own code so the harness keeps working whatever the operator look
   more; a crashed or killed worker's try is failed by the scheduler's heartbeat check;
 - the retry rule (``TaskInstance.is_eligible_to_retry`` and the task runner's exception handling);
 - what ``on_kill`` in the trigger reads: ``RuntimeTaskInstance.get_task_states`` answers from this
-  model's task states (an empty map once the DAG run is deleted, as the execution API does).
+  model's task states (an empty map once the DAG run is deleted, as the execution API does);
+- the api-server's side of a user's "mark failed" (``services.public.task_instances``): the state is
+  committed, then the ``on_task_instance_failed`` listeners run with ``previous_state=None`` and
+  the task instance, whose trigger row (``Trigger.classpath``, ``Trigger.kwargs``) is still there;
+  deleting a DAG run calls no listener.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import asyncio
 import contextlib
 import importlib
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -341,6 +346,43 @@ class Worker:
         lost = self.before(what)
         if lost:
             self.die(f"after {what}")
+
+
+# -- the api-server -------------------------------------------------------------------------------
+
+
+class ApiServer:
+    """The api-server process: runs this package's listener when a user marks a deferred task
+    failed, as ``_emit_state_listener_hooks`` does. The listener's own work runs in its thread."""
+
+    def __init__(self, time_scale: float) -> None:
+        self._scale = time_scale
+        self._threads: list[threading.Thread] = []
+
+    def mark_failed(self, ti: TaskInstance, classpath: str, trigger_kwargs: dict[str, Any]) -> None:
+        from types import SimpleNamespace
+
+        from airflow_k8s_retry.plugins import kills
+
+        pod = kills.pod_in_trigger(SimpleNamespace(classpath=classpath, kwargs=trigger_kwargs))
+        if pod is None:
+            return
+        why = f"Task instance {ti.dag_id}.{ti.task_id} (try {ti.try_number}) marked failed"
+        thread = threading.Thread(
+            target=kills.delete_pod_of_killed_task,
+            args=(pod, why),
+            kwargs={"sleep": lambda seconds: time.sleep(seconds * self._scale)},
+            name="api-server-listener",
+            daemon=True,
+        )
+        thread.start()
+        self._threads.append(thread)
+
+    def idle(self, within: float) -> None:
+        """Wait (real seconds) for the listener's work to end."""
+        deadline = time.monotonic() + within
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 # -- a triggerer ---------------------------------------------------------------------------------

@@ -83,3 +83,17 @@ def test_a_busy_triggerer_does_not_move_the_users_kill_before_the_trigger_starts
     assert "user=mark_failed" in result.plan
     assert any("user mark_failed while deferred" in n for n in result.notes)
     assert not broken(result), result.explain()
+
+
+def test_a_kill_inside_a_hand_over_still_deletes_the_pod() -> None:
+    # Seed 107: triggerer A is killed -9 at +17 s and the user marks the task failed at +18 s. With
+    # triggerer B busy for 0.3 s (300 simulated seconds), the kill lands before B's first turn, so
+    # Airflow runs no on_kill anywhere; the api-server's listener deletes the pod instead.
+    env = Environment(triggerer_start_delay=0.3)
+    try:
+        result = run_seed(env, 107)
+    finally:
+        env.close()
+    assert "triggerer=kill9@+17s user=mark_failed@+18s" in result.plan
+    assert any("the kill came before its first turn on triggerer B" in n for n in result.notes), result.notes
+    assert not broken(result), result.explain()

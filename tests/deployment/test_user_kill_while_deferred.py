@@ -1,31 +1,39 @@
 """A user marks a deferred task instance failed through the REST API: the triggerer cancels the
-trigger, ``on_kill`` confirms the task instance is no longer deferred and deletes the pod by UID.
+trigger, ``on_kill`` confirms the task instance is no longer deferred and deletes the pod by UID,
+and the api-server's listener (``plugins/kills.py``) finds it gone. With no triggerer running the
+trigger at that moment, the listener deletes the pod itself.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
 import pytest
 
+from airflow_k8s_retry.kube.naming import safe_label_value
+from airflow_k8s_retry.plugins.kills import ON_KILL_FIRST, USER_AGENT
 from tests.deployment.conftest import Deployment
 
 pytestmark = pytest.mark.e2e
 
 DAG_ID = "deployment_user_kill"
 TASK_ID = "long"
+TRIGGERERS = ("triggerer-a", "triggerer-b")
 
 
-def test_marking_a_deferred_task_failed_deletes_its_pod_by_uid(deployment: Deployment) -> None:
-    dep = deployment
-    started = time.monotonic()
+def _deferred_with_running_pod(dep: Deployment) -> tuple[str, dict[str, Any], str]:
     run_id = dep.trigger_dag(DAG_ID)
 
     def running_pod() -> dict[str, Any] | None:
         if dep.task_states(DAG_ID, run_id).get(TASK_ID) != (1, "deferred"):
             return None
-        live = dep.live_pods(DAG_ID)
+        live = [
+            p
+            for p in dep.live_pods(DAG_ID)
+            if p["metadata"]["labels"].get("run_id") == safe_label_value(run_id)
+        ]
         return live[0] if live and live[0]["status"].get("phase") == "Running" else None
 
     pod = dep.wait(
@@ -34,46 +42,100 @@ def test_marking_a_deferred_task_failed_deletes_its_pod_by_uid(deployment: Deplo
         "the task deferred with its pod running",
         lambda: (dep.task_states(DAG_ID, run_id), dep.cluster.pods()),
     )
-    uid = pod["metadata"]["uid"]
-    # The kill must reach a trigger that a triggerer is running (a trigger row deleted before any
-    # triggerer picked it up gets no on_kill at all).
+    # The kill must come after the trigger's first turn on a triggerer, or the first test would
+    # not be about on_kill (a trigger row removed before any triggerer ran it gets none).
     holder = dep.wait(
-        lambda: next((n for n in dep.triggerer_jobs if ") starting" in dep.trigger_logs(n, DAG_ID)), None),
+        lambda: next((n for n in TRIGGERERS if ") starting" in _run_trigger_log(dep, n, run_id)), None),
         30,
         "a triggerer to start the trigger",
         lambda: dep.trigger_holder(DAG_ID, run_id, TASK_ID),
     )
+    return run_id, pod, holder
 
+
+def _run_trigger_log(dep: Deployment, triggerer: str, run_id: str) -> str:
+    folder = dep.home.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+    files = sorted(folder.rglob(f"*trigger.{dep.triggerer_jobs[triggerer]}.log")) if folder.exists() else []
+    return "\n".join(f.read_text(errors="replace") for f in files)
+
+
+def _mark_failed(dep: Deployment, run_id: str) -> float:
     killed_at = time.time()
     dep.api(
         "PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{TASK_ID}", {"new_state": "failed"}
     )
+    return killed_at
 
+
+def _deletes_of(dep: Deployment, uid: str) -> list[dict[str, Any]]:
+    return [r for r in dep.pod_requests("delete", DAG_ID) if r["uid"] == uid]
+
+
+def test_marking_a_deferred_task_failed_deletes_its_pod_by_uid(deployment: Deployment) -> None:
+    dep = deployment
+    started = time.monotonic()
+    run_id, pod, holder = _deferred_with_running_pod(dep)
+    uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+
+    killed_at = _mark_failed(dep, run_id)
     dep.wait(
-        lambda: dep.pod_requests("delete", DAG_ID),
+        lambda: f"Task instance is failed: pod {name} " in _run_trigger_log(dep, holder, run_id),
         45,
-        "the pod to be deleted",
-        lambda: (dep.task_states(DAG_ID, run_id), dep.cluster.pods()),
+        "the trigger's on_kill to act on the pod",
+        lambda: (
+            dep.task_states(DAG_ID, run_id),
+            _deletes_of(dep, uid),
+            _run_trigger_log(dep, holder, run_id)[-3000:],
+        ),
     )
-    seconds = time.monotonic() - started
-    deletes = dep.pod_requests("delete", DAG_ID)
-    assert [(r["uid"], r["status"]) for r in deletes] == [(uid, 200)]
+    deletes = _deletes_of(dep, uid)
+    assert [r["status"] for r in deletes] == [200], deletes
     assert deletes[0]["t"] > killed_at
-    # The trigger deleted it (the asyncio client, not the operator's client that created it) and
-    # said why; the operator never resumed.
-    [create] = dep.pod_requests("create", DAG_ID)
-    assert deletes[0]["user_agent"] != create["user_agent"]
-    name = pod["metadata"]["name"]
-    dep.wait(
-        lambda: f"Task instance is failed: pod {name} deleted" in dep.trigger_logs(holder, DAG_ID),
-        15,
-        "the trigger to log the deletion",
-        lambda: dep.trigger_logs(holder, DAG_ID)[-3000:],
+    # The trigger deleted it (the asyncio client, not the listener's, which waits for on_kill) and
+    # said why.
+    assert deletes[0]["user_agent"] != USER_AGENT
+    trigger_log = _run_trigger_log(dep, holder, run_id)
+    assert "invoking on_kill" in trigger_log
+    assert f"Task instance is failed: pod {name} deleted" in trigger_log
+    assert dep.cluster.wait_for(
+        lambda c: not [p for p in c.pods() if p["metadata"]["uid"] == uid], timeout=15
     )
-    assert "invoking on_kill" in dep.trigger_logs(holder, DAG_ID)
-    assert dep.cluster.wait_for(lambda c: not dep.live_pods(DAG_ID), timeout=15)
     assert dep.tries(DAG_ID, run_id, TASK_ID) == [(1, "failed")]
-    assert len(dep.pods_of(DAG_ID)) == 1
+    # The operator never resumed: one pod, created once.
+    assert [p["metadata"]["uid"] for p in dep.pods_of(DAG_ID) if p["metadata"]["name"] == name] == [uid]
+    seconds = time.monotonic() - started
     print(
         f"\nuser kill: pod deleted {deletes[0]['t'] - killed_at:.1f} s after the PATCH; run {seconds:.1f} s"
+    )
+
+
+def test_a_kill_while_no_triggerer_runs_the_trigger_still_deletes_the_pod(deployment: Deployment) -> None:
+    """The triggers' hand-over window: every triggerer frozen (SIGSTOP), so no ``on_kill`` can
+    run; the api-server's listener deletes the pod on its own."""
+    dep = deployment
+    run_id, pod, _ = _deferred_with_running_pod(dep)
+    uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+    for triggerer in TRIGGERERS:
+        dep.signal(triggerer, signal.SIGSTOP)
+    try:
+        killed_at = _mark_failed(dep, run_id)
+        deleted = dep.wait(
+            lambda: [r for r in _deletes_of(dep, uid) if r["status"] == 200],
+            ON_KILL_FIRST + 30,
+            "the api-server to delete the pod while every triggerer is frozen",
+            lambda: (_deletes_of(dep, uid), dep.log("api-server")[-3000:]),
+        )
+        frozen_until = time.time()
+    finally:
+        for triggerer in TRIGGERERS:
+            dep.signal(triggerer, signal.SIGCONT)
+    assert deleted[0]["user_agent"] == USER_AGENT, deleted
+    assert killed_at + ON_KILL_FIRST < deleted[0]["t"] < frozen_until
+    assert f"marked failed: pod {name} deleted" in dep.log("api-server")
+    assert dep.cluster.wait_for(
+        lambda c: not [p for p in c.pods() if p["metadata"]["uid"] == uid], timeout=15
+    )
+    assert dep.tries(DAG_ID, run_id, TASK_ID) == [(1, "failed")]
+    print(
+        f"\nkill with every triggerer frozen: pod deleted {deleted[0]['t'] - killed_at:.1f} s after the PATCH"
     )
