@@ -30,8 +30,14 @@ CAUSES: dict[str, tuple[str, str]] = {
     "deleted_run_keeps_pod": ("#4", "a deleted DAG run leaves its pod (on_kill keeps it)"),
     "killed_before_first_turn": (
         "none (an Airflow limit, docs/reliability.md)",
-        "a user kill reached the trigger before its first turn on a triggerer (a hand-over under "
-        "way): Airflow runs no on_kill and no package code runs; cleanup-pods is the fallback",
+        "a DAG run deleted before its trigger's first turn on a triggerer (a hand-over under way): "
+        "Airflow runs no on_kill and calls no listener, so no package code runs; cleanup-pods is "
+        "the fallback",
+    ),
+    "kill_listener_failed": (
+        "new (the api-server's kill listener)",
+        "a task marked failed before its trigger's first turn on a triggerer: the api-server's "
+        "listener should have deleted its pod and did not",
     ),
     "on_kill_delete_failed": (
         "#1 in on_kill (review answers §1: on_kill DELETE, logged, leak)",
@@ -68,7 +74,7 @@ def diagnose(violation: Any, result: Any) -> str:
     notes = " ".join(result.notes)
     if kind == "leaked_pod":
         if "before its first turn" in notes:
-            return "killed_before_first_turn"
+            return "killed_before_first_turn" if "user=delete_run" in plan else "kill_listener_failed"
         if "user=delete_run" in plan:
             return "deleted_run_keeps_pod"
         if ", stamped" in detail:

@@ -246,12 +246,17 @@ LIMITS = """## What the suite does not show
   own `execution_timeout` deadline (simulated) is what ends long pods here.
 - A user action on a deferred task (mark failed, clear, delete the run) cancels its trigger. When
   that cancellation reaches a triggerer before the trigger's first turn, or no triggerer holds the
-  trigger at all (all of them down, or a hand-over under way: seed 107), Airflow runs no
-  `on_kill` and the pod is left. The runs time the user's action from the trigger's start, as on
-  a real triggerer, which takes a new trigger within about a second; a kill inside a hand-over
-  stays drawn, and is told apart (`killed_before_first_turn`). The pods carry the labels
-  `airflow kubernetes cleanup-pods` selects on, so it deletes such a pod once it has finished, or
-  once it has been pending for `--min-pending-minutes`.
+  trigger at all (all of them down, or a hand-over under way), Airflow runs no `on_kill`. For a
+  task marked failed, successful or skipped, the package's listener in the api-server deletes the
+  pod once `on_kill` has had 35 s (seed 107 leaked this way before it;
+  `tests/chaos/test_chaos.py` replays it with a busy triggerer). Deleting a DAG run calls no
+  listener: such a kill inside a hand-over still leaves the pod (`killed_before_first_turn`).
+  Airflow's REST API deletes only a queued, successful or failed run; deleting the whole DAG is
+  what reaches a deferred task. The runs time the user's action from the trigger's start, as on a
+  real triggerer, which takes a new trigger within about a second; a kill inside a hand-over
+  stays drawn. The pods carry the labels `airflow kubernetes cleanup-pods` selects on, so it
+  deletes such a pod once it has finished, or once it has been pending for
+  `--min-pending-minutes`.
 - A run is judged by simulated time: a machine that stalls the process for a real second moves the
   simulation 1,000 s. The package's own waits run at the simulation's pace (the trigger's clock,
   the worker's backoff, the watch hub's settings, and the worker client's wait for a 429's

@@ -26,13 +26,19 @@ def test_a_wrong_end_is_not_excused_without_both_signs() -> None:
 
 
 def test_a_kill_before_the_triggers_first_turn_is_told_apart_from_a_failed_on_kill() -> None:
-    # Seed 107: a kill -9 hand-over at +17 s, the user's kill at +18 s, before triggerer B had run
-    # the trigger: Airflow runs no on_kill, so no package code could delete the pod.
-    plan = "fate=run_ok retries=0 on_finish=delete_pod triggerer=kill9@+17s user=mark_failed@+18s"
+    # A kill -9 hand-over at +17 s, the user's action at +18 s, before triggerer B had run the
+    # trigger: Airflow runs no on_kill. A deleted DAG run also calls no listener, so no package
+    # code could delete the pod; a task marked failed has the api-server's listener (seed 107).
+    plan = "fate=run_ok retries=0 on_finish=delete_pod triggerer=kill9@+17s user=delete_run@+18s"
     leaked = Violation("leaked_pod", "pod chaos-task107-t1 (uid 1, Running) left behind, not stamped")
-    killed = "trigger 1: user mark_failed while deferred"
+    killed = "trigger 1: user delete_run while deferred"
     unstarted = "trigger 1: the kill came before its first turn on triggerer B (Airflow runs no on_kill then)"
     run = Result(107, plan, "failed", 1, 0.4, 20.0, [leaked], notes=[killed, unstarted])
     assert diagnose(leaked, run) == "killed_before_first_turn"
     run.notes = [killed]
+    assert diagnose(leaked, run) == "deleted_run_keeps_pod"
+    run.plan = plan.replace("user=delete_run", "user=mark_failed")
+    run.notes = [killed.replace("delete_run", "mark_failed"), unstarted]
+    assert diagnose(leaked, run) == "kill_listener_failed"
+    run.notes = run.notes[:1]
     assert diagnose(leaked, run) == "on_kill_delete_failed"

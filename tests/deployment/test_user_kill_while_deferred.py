@@ -109,16 +109,24 @@ def test_marking_a_deferred_task_failed_deletes_its_pod_by_uid(deployment: Deplo
     )
 
 
-def test_a_kill_while_no_triggerer_runs_the_trigger_still_deletes_the_pod(deployment: Deployment) -> None:
+@pytest.mark.parametrize("what", ["task instance", "DAG run"])
+def test_a_kill_while_no_triggerer_runs_the_trigger_still_deletes_the_pod(
+    deployment: Deployment, what: str
+) -> None:
     """The triggers' hand-over window: every triggerer frozen (SIGSTOP), so no ``on_kill`` can
-    run; the api-server's listener deletes the pod on its own."""
+    run; the api-server's listener deletes the pod on its own, whether the user marked the task
+    instance failed or its whole DAG run."""
     dep = deployment
     run_id, pod, _ = _deferred_with_running_pod(dep)
     uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
     for triggerer in TRIGGERERS:
         dep.signal(triggerer, signal.SIGSTOP)
     try:
-        killed_at = _mark_failed(dep, run_id)
+        if what == "DAG run":
+            killed_at = time.time()
+            dep.api("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}", {"state": "failed"})
+        else:
+            killed_at = _mark_failed(dep, run_id)
         deleted = dep.wait(
             lambda: [r for r in _deletes_of(dep, uid) if r["status"] == 200],
             ON_KILL_FIRST + 30,
