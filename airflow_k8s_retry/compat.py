@@ -10,6 +10,8 @@ that knows where a name lives in which release.
   (with a deprecation warning), so each name is one class on every supported release and the Task
   SDK's spelling is tried first. ``AirflowException``, ``AirflowRuntimeError`` and ``ErrorType``
   are in ``airflow.sdk.exceptions`` on every release.
+- A trigger's ``on_kill`` (the triggerer calls it when a user kills a deferred task) exists from
+  Airflow 3.3; on 3.1 and 3.2 a cancelled trigger gets none (:func:`triggers_get_on_kill`).
 - ``DagBag`` (the DAG processor's file parser; tests parse DAG files with it as Airflow does) is
   ``airflow.dag_processing.dagbag.DagBag`` from 3.2 and ``airflow.models.dagbag.DagBag`` in 3.1.
   It loads much of Airflow, so :func:`dagbag_class` imports it only when called.
@@ -63,6 +65,13 @@ def dagbag_class() -> Any:
     return DagBag
 
 
+def triggers_get_on_kill() -> bool:
+    """Whether this Airflow's triggerer calls a trigger's ``on_kill`` on a user's kill (3.3 on)."""
+    from airflow.triggers.base import BaseTrigger
+
+    return hasattr(BaseTrigger, "on_kill")
+
+
 __all__ = [
     "AirflowException",
     "AirflowFailException",
@@ -75,4 +84,5 @@ __all__ = [
     "TaskDeferralTimeout",
     "TaskDeferred",
     "dagbag_class",
+    "triggers_get_on_kill",
 ]

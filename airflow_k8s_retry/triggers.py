@@ -62,7 +62,14 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.kube.aio import AsyncKube
 
 #: ``PodEvent`` lives in ``kube.pod_event`` and is imported from here, as it always was.
-__all__ = ["CLASSPATH", "PodEvent", "PodStateTrigger", "TaskInstanceGone", "airflow_task_state"]
+__all__ = [
+    "CLASSPATH",
+    "KILLED_STATES",
+    "PodEvent",
+    "PodStateTrigger",
+    "TaskInstanceGone",
+    "airflow_task_state",
+]
 
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
@@ -72,7 +79,7 @@ _STATE_LOOKUP_TIMEOUT = 10.0
 #: is moving to another triggerer; ``scheduled``, ``queued``, ``running``: another triggerer fired
 #: and the worker is acting on the verdict; ``up_for_retry``, ``restarting``) the pod belongs to
 #: someone else now, and the next try's sweep removes anything left over.
-_KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
+KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
 
 #: Pauses between looks at the task instance's state after the trigger fired, until its event was
 #: accepted (the state left ``deferred``): about 30 s.
@@ -504,7 +511,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             state: str | None = await asyncio.wait_for(lookup(identity), _STATE_LOOKUP_TIMEOUT)
         except TaskInstanceGone as exc:
             return None, f"Task instance is gone ({exc})"
-        return state, (f"Task instance is {state or 'cleared'}" if state in _KILLED_STATES else None)
+        return state, (f"Task instance is {state or 'cleared'}" if state in KILLED_STATES else None)
 
     async def _killed_why(self, identity: TryIdentity) -> str | None:
         """Why the pod may be deleted (the task instance's state), or None: it is kept."""

@@ -141,11 +141,15 @@ def withhold_termination_messages(verdict: Verdict, pod: Mapping[str, Any] | Non
 def kept_on_kill(pod: Mapping[str, Any] | None, uid: str) -> str | None:
     """Why a killed task's pod (as read now) is not deleted, or None: delete it by ``uid``.
 
-    Gone or replaced under the same name: nothing to do. Stamped with a verdict: finished business,
-    the worker acted on that verdict and keeps (or is deleting) it itself.
+    Gone or replaced under the same name: nothing to do. Already being deleted (a delete with a
+    grace period is under way): deleting it again changes nothing. Stamped with a verdict: finished
+    business, the worker acted on that verdict and keeps (or is deleting) it itself.
     """
-    if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+    meta = (pod or {}).get("metadata") or {}
+    if pod is None or meta.get("uid") != uid:
         return "was already gone"
+    if meta.get("deletionTimestamp"):
+        return "is being deleted"
     if read_stamp(pod) is not None:
         return "carries a verdict; left to the worker"
     return None

@@ -1,27 +1,34 @@
-"""A user's kill of a deferred task deletes its pod from the api-server, whatever the triggerers do.
+"""A user's kill of a deferred task deletes its pod from the api-server, even with no triggerer.
 
-When a user marks a task instance (or its DAG run) failed, successful or skipped, Airflow 3 calls
-the ``on_task_instance_failed`` / ``_success`` / ``_skipped`` listeners in the api-server, once
-the new state is committed, with ``previous_state=None``. For a deferred task the triggerer learns
-of the change at its next sync and cancels the trigger, and ``PodStateTrigger.on_kill`` deletes
-the pod. That needs a triggerer running the trigger: if the triggerer holding it was just killed
-and no other has taken it yet (a hand-over), or every triggerer is down, Airflow removes the
-trigger row and no ``on_kill`` runs anywhere, so the pod would run on.
+When a user marks a task instance failed, successful or skipped through the REST API (or the UI),
+Airflow calls the ``on_task_instance_failed`` / ``_success`` / ``_skipped`` listeners in the
+api-server with ``previous_state=None``, inside the request that sets the state; Airflow 3.3 does
+the same for the running and deferred task instances of a DAG run marked failed or successful.
+(Airflow 3.1 has no ``_skipped`` hook, and 3.1 and 3.2 call no task instance listener when a DAG
+run is marked.) For a deferred task, Airflow 3.3's triggerer then cancels the trigger and
+``PodStateTrigger.on_kill`` deletes the pod; but only a triggerer running the trigger can: if the
+triggerer holding it was just killed and no other has taken it yet (a hand-over), or every
+triggerer is down, the trigger row is removed and no ``on_kill`` runs anywhere. Airflow 3.1 and
+3.2 call no trigger ``on_kill`` at all.
 
-This listener covers that case. For a task instance deferred on a ``PodStateTrigger`` that owns
-its pod, it reads the trigger's pod name, namespace, UID and connection from the trigger row and,
-in a background thread (the API request does not wait for Kubernetes), gives the trigger's own
-``on_kill`` :data:`ON_KILL_FIRST` seconds to act (a running triggerer cancels the trigger within
-seconds, and Airflow gives ``on_kill`` 30), then reads the pod and deletes what is left by UID,
-on the same terms as ``on_kill``: a pod already gone, replaced or stamped with a verdict is left alone, and
-``on_kill_action="keep_pod"`` (a trigger that does not own its pod) keeps it. After a normal kill
-this costs one GET that finds the pod gone.
+This listener covers those cases. For a task instance deferred on a ``PodStateTrigger`` that owns
+its pod, it reads the pod's name, namespace, UID and connection from the trigger row, and in a
+background thread (the request does not wait for Kubernetes) it waits :data:`ON_KILL_FIRST`
+seconds where Airflow gives the trigger an ``on_kill`` (:data:`COMMIT_FIRST` on 3.1 and 3.2),
+reads the task
+instance again (the state was set and not rolled back, and no worker has resumed the try since)
+and the pod, and deletes what is left by UID on the same terms as ``on_kill``: a pod gone,
+replaced, being deleted or stamped with a verdict is left alone, and
+``on_kill_action="keep_pod"`` (a trigger that does not own its pod) keeps it. After a kill that
+``on_kill`` handled this costs one database read and one GET.
 
-The task runner and the scheduler call the same hooks with a previous state (``running``) for a
-task's own ending; those calls return at once, so a normal try costs no request here. The
-api-server needs the task's Kubernetes connection and ``pods`` ``get``/``delete`` rights in the
-pod's namespace (``deploy/``); without them it logs one warning and the trigger's ``on_kill`` (or
-the next try's sweep) remains the cleanup.
+The task runner and the scheduler call the same hooks with the state the task left (``running``)
+for a task's own ending; those calls return at once, so a normal try costs nothing here. The
+thread lives in the api-server process: if that process ends within the wait (a redeploy, a
+worker refresh), this deletion is lost and the next try's sweep, or ``airflow kubernetes
+cleanup-pods``, is what remains. The api-server needs the task's Kubernetes connection and
+``get``/``delete`` on pods in the pod's namespace (``deploy/README.md``); without them it logs one
+warning per kill.
 """
 
 from __future__ import annotations
@@ -45,81 +52,165 @@ USER_AGENT = "airflow-k8s-retry/kill-listener"
 #: to learn of the kill. A pod deleted under a trigger still watching it would be judged "deleted
 #: externally" first.
 ON_KILL_FIRST = 35.0
+#: Where Airflow calls no trigger ``on_kill`` (3.1, 3.2): only the time for the request that set
+#: the state to commit it, before the state is read again.
+COMMIT_FIRST = 5.0
+
+#: ``(ti) -> the trigger row`` (``Trigger``: ``classpath`` and ``kwargs``) of a deferred task instance.
+TriggerRowOf = Callable[[Any], Any]
+#: ``(ti) -> (state, try_number)`` of the task instance now, or None once it is gone.
+StateOf = Callable[[Any], "tuple[str | None, int] | None"]
 
 
 @hookimpl
 def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
-    _on_state_set_by_user(previous_state, task_instance, "failed")
+    if previous_state is None:
+        kill_deferred_pod(task_instance, "failed")
 
 
 @hookimpl
 def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
-    _on_state_set_by_user(previous_state, task_instance, "success")
+    if previous_state is None:
+        kill_deferred_pod(task_instance, "success")
 
 
 @hookimpl
 def on_task_instance_skipped(previous_state: Any, task_instance: Any) -> None:
-    _on_state_set_by_user(previous_state, task_instance, "skipped")
+    if previous_state is None:
+        kill_deferred_pod(task_instance, "skipped")
 
 
-def _on_state_set_by_user(previous_state: Any, ti: Any, state: str) -> None:
-    if previous_state is not None or getattr(ti, "trigger_id", None) is None:
-        return  # a task's own ending (task runner, scheduler), or a task that was not deferred
+def kill_deferred_pod(
+    ti: Any,
+    state: str,
+    *,
+    trigger_row_of: TriggerRowOf | None = None,
+    state_of: StateOf | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> threading.Thread | None:
+    """Start the deletion of the pod of ``ti``, a task instance a user just set to ``state``, if it
+    was deferred on a trigger that owns its pod; the thread doing it, or None. Never raises.
+
+    ``trigger_row_of`` and ``state_of`` read Airflow's metadata database by default (the
+    api-server's own session, then a fresh one).
+    """
+    if getattr(ti, "trigger_id", None) is None:
+        return None  # not deferred (a running task's worker runs the operator's on_kill)
     try:
-        pod = deferred_pod_of(ti)
+        pod = pod_in_trigger((trigger_row_of or trigger_row)(ti))
+        if pod is None:
+            return None
+        from airflow_k8s_retry.compat import triggers_get_on_kill
+
+        wait = ON_KILL_FIRST if triggers_get_on_kill() else COMMIT_FIRST
+        try_number = int(ti.try_number)
+        why = (
+            f"Task instance {ti.dag_id}.{ti.task_id} (run {ti.run_id}, map index "
+            f"{getattr(ti, 'map_index', -1)}, try {try_number}) marked {state}"
+        )
+
+        def still_killed() -> bool:
+            return _still_killed(ti, try_number, state_of or task_instance_state)
+
+        thread = threading.Thread(
+            target=delete_pod_of_killed_task,
+            args=(pod, why),
+            kwargs={"still_killed": still_killed, "sleep": sleep, "wait": wait},
+            name=f"k8s-retry-kill-{pod['pod_name']}",
+            daemon=True,
+        )
+        thread.start()
     except Exception as exc:  # a listener must never fail the user's request
-        log.warning("Could not read the trigger of %s to delete its pod: %s: %s", ti, type(exc).__name__, exc)
-        return
-    if pod is None:
-        return
-    why = f"Task instance {ti.dag_id}.{ti.task_id} (run {ti.run_id}, try {ti.try_number}) marked {state}"
-    threading.Thread(
-        target=delete_pod_of_killed_task,
-        args=(pod, why),
-        name=f"k8s-retry-kill-{pod['pod_name']}",
-        daemon=True,
-    ).start()
+        log.warning("Could not schedule the deletion of the pod of %s: %s: %s", ti, type(exc).__name__, exc)
+        return None
+    log.info("%s: pod %s is deleted in %.0f s unless on_kill has done it", why, pod["pod_name"], wait)
+    return thread
 
 
-def deferred_pod_of(ti: Any) -> dict[str, Any] | None:
-    """The pod a deferred task instance's ``PodStateTrigger`` watches (its :data:`POD_KEYS`), or
-    None when the trigger is another one's, follows a pod it does not own, or is gone."""
+def trigger_row(ti: Any) -> Any:
+    """The task instance's trigger row, read in the session the api-server set its state in."""
     from airflow.models.trigger import Trigger
     from sqlalchemy.orm import object_session
 
     session = object_session(ti)
     if session is not None:
-        return pod_in_trigger(session.get(Trigger, ti.trigger_id))
+        return session.get(Trigger, ti.trigger_id)
     from airflow.utils.session import create_session
 
     with create_session() as fresh:
-        return pod_in_trigger(fresh.get(Trigger, ti.trigger_id))
+        return fresh.get(Trigger, ti.trigger_id)
+
+
+def task_instance_state(ti: Any) -> tuple[str | None, int] | None:
+    """The task instance's state and try number as committed now (a fresh session)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.execute(
+            select(TaskInstance.state, TaskInstance.try_number).where(
+                TaskInstance.dag_id == ti.dag_id,
+                TaskInstance.task_id == ti.task_id,
+                TaskInstance.run_id == ti.run_id,
+                TaskInstance.map_index == getattr(ti, "map_index", -1),
+            )
+        ).first()
+    return None if row is None else (row[0], int(row[1]))
+
+
+def _still_killed(ti: Any, try_number: int, state_of: StateOf) -> bool:
+    from airflow_k8s_retry.triggers import KILLED_STATES
+
+    now = state_of(ti)
+    if now is None:
+        return True  # the DAG run (or the DAG) was deleted since: the pod is nobody's
+    state, current_try = now
+    return current_try == try_number and state in KILLED_STATES
 
 
 def pod_in_trigger(trigger: Any) -> dict[str, Any] | None:
+    """The pod (:data:`POD_KEYS`) a ``PodStateTrigger`` row watches on behalf of its task, or None
+    when the row is another trigger's, follows a pod it does not own, or is gone."""
     from airflow_k8s_retry.triggers import CLASSPATH
 
     if trigger is None or trigger.classpath != CLASSPATH:
         return None
     kwargs = trigger.kwargs
-    if not kwargs.get("owned", True) or not kwargs.get("pod_uid"):
+    if not kwargs.get("owned", True) or not kwargs.get("identity") or not kwargs.get("pod_uid"):
         return None
     return {key: kwargs.get(key) for key in POD_KEYS}
 
 
 def delete_pod_of_killed_task(
-    pod: Mapping[str, Any], why: str, *, sleep: Callable[[float], None] = time.sleep
+    pod: Mapping[str, Any],
+    why: str,
+    *,
+    still_killed: Callable[[], bool] = lambda: True,
+    sleep: Callable[[float], None] = time.sleep,
+    wait: float = ON_KILL_FIRST,
 ) -> bool:
-    """After :data:`ON_KILL_FIRST` seconds, delete the killed task's pod by UID unless it is gone,
-    replaced or stamped; retry API errors for about 22 s. True when this call deleted it; never
-    raises (it runs in a thread)."""
+    """After ``wait`` seconds, and if the task is ``still_killed()``, delete the pod by UID unless
+    it is gone, replaced, being deleted or stamped; retry API errors for about 22 s. True when this
+    call deleted it; never raises (it runs in a thread)."""
+    sleep(wait)
+    try:
+        if not still_killed():
+            log.info("%s: pod %s kept: the task instance is no longer in that state", why, pod["pod_name"])
+            return False
+    except Exception as exc:
+        log.warning("%s: pod %s kept: could not read the task instance again (%s)", why, pod["pod_name"], exc)
+        return False
+    return _delete(pod, why, sleep)
+
+
+def _delete(pod: Mapping[str, Any], why: str, sleep: Callable[[float], None]) -> bool:
     from airflow_k8s_retry import connection
     from airflow_k8s_retry.kube.errors import Forbidden, KubeError
     from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, kept_on_kill
     from airflow_k8s_retry.kube.rbac import rbac_message
 
     namespace, name, uid = pod["namespace"], pod["pod_name"], pod["pod_uid"]
-    sleep(ON_KILL_FIRST)
     try:
         client, _ = connection.pod_client(pod.get("kubernetes_conn_id"), namespace)
     except Exception as exc:

@@ -19,10 +19,10 @@ Airflow 3.3.2's own code so the harness keeps working whatever the operator look
 - the retry rule (``TaskInstance.is_eligible_to_retry`` and the task runner's exception handling);
 - what ``on_kill`` in the trigger reads: ``RuntimeTaskInstance.get_task_states`` answers from this
   model's task states (an empty map once the DAG run is deleted, as the execution API does);
-- the api-server's side of a user's "mark failed" (``services.public.task_instances``): the state is
-  committed, then the ``on_task_instance_failed`` listeners run with ``previous_state=None`` and
-  the task instance, whose trigger row (``Trigger.classpath``, ``Trigger.kwargs``) is still there;
-  deleting a DAG run calls no listener.
+- the api-server's side of a user's "mark failed" (``services.public.task_instances``): inside the
+  request that sets the state, the ``on_task_instance_failed`` listeners run with
+  ``previous_state=None`` and the task instance, whose ``trigger_id`` and trigger row
+  (``Trigger.classpath``, ``Trigger.kwargs``) are still there; deleting a DAG run calls no listener.
 """
 
 from __future__ import annotations
@@ -201,12 +201,23 @@ class TaskStates:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._states: dict[tuple[str, str], dict[str, str | None]] = {}
+        self._tries: dict[tuple[str, str, str], int] = {}
 
     def set(self, ti: TaskInstance, state: str | None) -> None:
         ti.state = state
         key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
         with self._lock:
             self._states.setdefault((ti.dag_id, ti.run_id), {})[key] = state
+            self._tries[(ti.dag_id, ti.run_id, key)] = ti.try_number
+
+    def state_of(self, ti: Any) -> tuple[str | None, int] | None:
+        """The metadata database's row for the task instance now: (state, try number), or None."""
+        key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+        with self._lock:
+            states = self._states.get((ti.dag_id, ti.run_id))
+            if states is None or key not in states:
+                return None
+            return states[key], self._tries[(ti.dag_id, ti.run_id, key)]
 
     def delete_run(self, dag_id: str, run_id: str) -> None:
         with self._lock:
@@ -352,31 +363,38 @@ class Worker:
 
 
 class ApiServer:
-    """The api-server process: runs this package's listener when a user marks a deferred task
-    failed, as ``_emit_state_listener_hooks`` does. The listener's own work runs in its thread."""
+    """The api-server process: calls this package's listener when a user marks a deferred task
+    failed, as ``_emit_state_listener_hooks`` does, with the task instance (its ``trigger_id``
+    still set) and its trigger row; the listener's own work runs in its thread."""
 
-    def __init__(self, time_scale: float) -> None:
+    def __init__(self, states: TaskStates, time_scale: float) -> None:
+        self._states = states
         self._scale = time_scale
         self._threads: list[threading.Thread] = []
 
-    def mark_failed(self, ti: TaskInstance, classpath: str, trigger_kwargs: dict[str, Any]) -> None:
+    def mark_failed(self, ti: TaskInstance, trigger_id: int, classpath: str, kwargs: dict[str, Any]) -> None:
         from types import SimpleNamespace
 
         from airflow_k8s_retry.plugins import kills
 
-        pod = kills.pod_in_trigger(SimpleNamespace(classpath=classpath, kwargs=trigger_kwargs))
-        if pod is None:
-            return
-        why = f"Task instance {ti.dag_id}.{ti.task_id} (try {ti.try_number}) marked failed"
-        thread = threading.Thread(
-            target=kills.delete_pod_of_killed_task,
-            args=(pod, why),
-            kwargs={"sleep": lambda seconds: time.sleep(seconds * self._scale)},
-            name="api-server-listener",
-            daemon=True,
+        row = SimpleNamespace(id=trigger_id, classpath=classpath, kwargs=kwargs)
+        orm_ti = SimpleNamespace(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index,
+            try_number=ti.try_number,
+            trigger_id=trigger_id,
         )
-        thread.start()
-        self._threads.append(thread)
+        thread = kills.kill_deferred_pod(
+            orm_ti,
+            "failed",
+            trigger_row_of=lambda _: row,
+            state_of=self._states.state_of,
+            sleep=lambda seconds: time.sleep(seconds * self._scale),
+        )
+        if thread is not None:
+            self._threads.append(thread)
 
     def idle(self, within: float) -> None:
         """Wait (real seconds) for the listener's work to end."""

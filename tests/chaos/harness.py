@@ -362,7 +362,7 @@ class ChaosRun:
         self._disrupt_at: dict[str, float] = {}
         self._handed_over = False
         self._thaw_on_verdict: list[threading.Event] = []
-        self.api_server = ApiServer(env.time_scale)
+        self.api_server = ApiServer(env.states, env.time_scale)
 
     # -- the task's pieces, as Airflow builds them ------------------------------------------------
 
@@ -671,7 +671,7 @@ class ChaosRun:
                     self.env.states.delete_run(self.dag_id, self.run_id)
                 else:
                     self.env.states.set(ti, "failed")
-                    self.api_server.mark_failed(ti, deferral.classpath, deferral.trigger_kwargs)
+                    self.api_server.mark_failed(ti, tid, deferral.classpath, deferral.trigger_kwargs)
                 alive = [t for t in running_on if t.alive]
                 unstarted = [t.name for t in alive if not t.started(tid)]
                 for t in alive:
@@ -695,7 +695,7 @@ class ChaosRun:
             if now >= self.bound:
                 self.hang = True
                 self.env.states.set(ti, "failed")  # the user gives up on it
-                self.api_server.mark_failed(ti, deferral.classpath, deferral.trigger_kwargs)
+                self.api_server.mark_failed(ti, tid, deferral.classpath, deferral.trigger_kwargs)
                 for t in running_on:
                     if t.alive:
                         t.cancel(tid, user_action=True)

@@ -88,6 +88,13 @@ def test_marking_a_deferred_task_failed_deletes_its_pod_by_uid(deployment: Deplo
             _run_trigger_log(dep, holder, run_id)[-3000:],
         ),
     )
+    # The api-server's listener looks once on_kill has had its time, and finds the pod gone.
+    dep.wait(
+        lambda: f"marked failed: pod {name} was already gone" in dep.log("api-server"),
+        ON_KILL_FIRST + 30,
+        "the api-server's listener to find the pod gone",
+        lambda: dep.log("api-server")[-3000:],
+    )
     deletes = _deletes_of(dep, uid)
     assert [r["status"] for r in deletes] == [200], deletes
     assert deletes[0]["t"] > killed_at

@@ -12,6 +12,7 @@ import pytest
 from airflow.models.trigger import Trigger
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.compat import triggers_get_on_kill
 from airflow_k8s_retry.kube.lifecycle import encode_stamp
 from airflow_k8s_retry.plugins import kills
 from tests.operator.test_operator_lifecycle import client_for, defer, operator, verdict
@@ -90,30 +91,73 @@ def test_only_a_trigger_that_owns_its_pod_names_one(make_cluster, context):
 class TaskInstanceRow:
     """The attributes of Airflow's ``TaskInstance`` the listener reads."""
 
-    dag_id, task_id, run_id, try_number, trigger_id = "dag", "load", "r", 1, 7
+    def __init__(self, trigger_id: int | None = 7, try_number: int = 1) -> None:
+        self.dag_id, self.task_id, self.run_id, self.map_index = "etl", "load", "r", -1
+        self.try_number, self.trigger_id = try_number, trigger_id
 
 
-@pytest.mark.parametrize("previous_state", ["running", "deferred"])
+@pytest.mark.parametrize("previous_state", ["running", "queued"])
 def test_a_task_s_own_ending_costs_nothing(monkeypatch, previous_state):
     # The task runner and the scheduler call the same hooks with the state the task left.
-    looked: list[Any] = []
-    monkeypatch.setattr(kills, "deferred_pod_of", looked.append)
-    kills.on_task_instance_failed(
-        previous_state=previous_state, task_instance=TaskInstanceRow(), error="boom"
-    )
-    kills.on_task_instance_success(previous_state=previous_state, task_instance=TaskInstanceRow())
-    assert looked == []
-
-
-def test_a_state_set_by_a_user_reads_the_trigger_row_and_never_raises(monkeypatch):
-    looked: list[Any] = []
-
-    def unreadable(ti: Any) -> None:
-        looked.append(ti)
-        raise RuntimeError("database is locked")
-
-    monkeypatch.setattr(kills, "deferred_pod_of", unreadable)
+    called: list[Any] = []
+    monkeypatch.setattr(kills, "kill_deferred_pod", lambda *args: called.append(args))
     ti = TaskInstanceRow()
+    kills.on_task_instance_failed(previous_state=previous_state, task_instance=ti, error="boom")
+    kills.on_task_instance_success(previous_state=previous_state, task_instance=ti)
+    kills.on_task_instance_skipped(previous_state=previous_state, task_instance=ti)
+    assert called == []
     kills.on_task_instance_failed(previous_state=None, task_instance=ti, error="manually set")
     kills.on_task_instance_skipped(previous_state=None, task_instance=ti)
-    assert looked == [ti, ti]
+    assert called == [(ti, "failed"), (ti, "skipped")]
+
+
+def test_a_task_instance_that_was_not_deferred_is_not_looked_up():
+    def no_lookup(ti: Any) -> None:
+        raise AssertionError("looked up a trigger row")
+
+    assert (
+        kills.kill_deferred_pod(TaskInstanceRow(trigger_id=None), "failed", trigger_row_of=no_lookup) is None
+    )
+
+
+def test_an_unreadable_trigger_row_never_fails_the_users_request():
+    def unreadable(ti: Any) -> None:
+        raise RuntimeError("database is locked")
+
+    assert kills.kill_deferred_pod(TaskInstanceRow(), "failed", trigger_row_of=unreadable) is None
+
+
+@pytest.mark.parametrize(
+    ("now", "deleted"),
+    [
+        (("failed", 1), True),  # the user's state stands
+        (None, True),  # and the DAG run was deleted since
+        (("deferred", 1), False),  # the request's commit was rolled back
+        (("scheduled", 1), False),  # the trigger's event won: a worker resumes the try
+        (("failed", 2), False),  # the task instance is on a later try
+    ],
+)
+def test_the_pod_is_deleted_only_while_the_kill_stands(make_cluster, context, now, deleted):
+    cluster = make_cluster(RUNNING)
+    trigger = defer(operator(), context)
+    slept: list[float] = []
+    thread = kills.kill_deferred_pod(
+        TaskInstanceRow(),
+        "failed",
+        trigger_row_of=lambda ti: row_of(trigger),
+        state_of=lambda ti: now,
+        sleep=slept.append,
+    )
+    assert thread is not None
+    thread.join(30)
+    # Airflow 3.3 gives the trigger an on_kill first; on 3.1 and 3.2 only the request's commit.
+    assert slept[:1] == [kills.ON_KILL_FIRST if triggers_get_on_kill() else kills.COMMIT_FIRST]
+    gone = cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=5 if deleted else 1)
+    assert gone is deleted
+
+
+def test_only_airflow_3_3_on_gives_a_trigger_an_on_kill():
+    from importlib.metadata import version
+
+    major, minor = (int(p) for p in version("apache-airflow").split(".")[:2])
+    assert triggers_get_on_kill() is ((major, minor) >= (3, 3))
