@@ -70,16 +70,22 @@ def test_the_runs_did_what_they_drew(results: dict[int, Result]) -> None:
     assert sum(len(r.verdicts) for r in results.values()) >= len(results) // 2
 
 
+def run_with_a_busy_triggerer(seed: int) -> Result:
+    """Run ``seed`` with every triggerer's loop busy for 0.3 real seconds before a new trigger's
+    first turn (300 simulated seconds)."""
+    env = Environment(triggerer_start_delay=0.3)
+    try:
+        return run_seed(env, seed)
+    finally:
+        env.close()
+
+
 def test_a_busy_triggerer_does_not_move_the_users_kill_before_the_trigger_starts() -> None:
     # Seed 16 marks the task failed 115 simulated seconds after it deferred: 0.115 real seconds.
     # A triggerer loop busy for 0.3 s (a loaded machine) used to receive that cancellation before
     # the trigger's first turn, so no on_kill ran and the pod was left (Airflow does the same; see
     # docs/reliability.md). The user acts that long after the trigger runs, as on a real triggerer.
-    env = Environment(triggerer_start_delay=0.3)
-    try:
-        result = run_seed(env, 16)
-    finally:
-        env.close()
+    result = run_with_a_busy_triggerer(16)
     assert "user=mark_failed" in result.plan
     assert any("user mark_failed while deferred" in n for n in result.notes)
     assert not broken(result), result.explain()
@@ -89,11 +95,7 @@ def test_a_kill_inside_a_hand_over_still_deletes_the_pod() -> None:
     # Seed 107: triggerer A is killed -9 at +17 s and the user marks the task failed at +18 s. With
     # triggerer B busy for 0.3 s (300 simulated seconds), the kill lands before B's first turn, so
     # Airflow runs no on_kill anywhere; the api-server's listener deletes the pod instead.
-    env = Environment(triggerer_start_delay=0.3)
-    try:
-        result = run_seed(env, 107)
-    finally:
-        env.close()
+    result = run_with_a_busy_triggerer(107)
     assert "triggerer=kill9@+17s user=mark_failed@+18s" in result.plan
     assert any("the kill came before its first turn on triggerer B" in n for n in result.notes), result.notes
     assert not broken(result), result.explain()
