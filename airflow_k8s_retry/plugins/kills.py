@@ -37,6 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from airflow.listeners import hookimpl
@@ -103,14 +104,21 @@ def kill_deferred_pod(
         from airflow_k8s_retry.compat import triggers_get_on_kill
 
         wait = ON_KILL_FIRST if triggers_get_on_kill() else COMMIT_FIRST
-        try_number = int(ti.try_number)
+        # Read now: the thread outlives the request's session the ORM object belongs to.
+        key = SimpleNamespace(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=getattr(ti, "map_index", -1),
+            try_number=int(ti.try_number),
+        )
         why = (
-            f"Task instance {ti.dag_id}.{ti.task_id} (run {ti.run_id}, map index "
-            f"{getattr(ti, 'map_index', -1)}, try {try_number}) marked {state}"
+            f"Task instance {key.dag_id}.{key.task_id} (run {key.run_id}, map index "
+            f"{key.map_index}, try {key.try_number}) marked {state}"
         )
 
         def still_killed() -> bool:
-            return _still_killed(ti, try_number, state_of or task_instance_state)
+            return _still_killed(key, key.try_number, state_of or task_instance_state)
 
         thread = threading.Thread(
             target=delete_pod_of_killed_task,
@@ -153,7 +161,7 @@ def task_instance_state(ti: Any) -> tuple[str | None, int] | None:
                 TaskInstance.dag_id == ti.dag_id,
                 TaskInstance.task_id == ti.task_id,
                 TaskInstance.run_id == ti.run_id,
-                TaskInstance.map_index == getattr(ti, "map_index", -1),
+                TaskInstance.map_index == ti.map_index,
             )
         ).first()
     return None if row is None else (row[0], int(row[1]))

@@ -117,10 +117,17 @@ def test_trigger_moves_to_the_other_triggerer_and_keeps_pod_and_timer(deployment
     deletes = dep.pod_requests("delete", DAG_ID)
     assert [(r["uid"], r["status"]) for r in deletes] == [(uid, 200)]
     assert min(r["t"] for r in deletes) > resumed_at - 1
-    fired = dep.trigger_logs(holder, DAG_ID).count("Trigger fired event") + dep.trigger_logs(
-        other, DAG_ID
-    ).count("Trigger fired event")
-    assert fired == 1
+    # One verdict between the two triggerers: the trigger's own line as it emits (Airflow's
+    # "Trigger fired event" after it can be lost from the trigger's log file when the trigger ends
+    # under load, so it is only held to at most one).
+    verdict_line = f"Pod default/{pod['metadata']['name']}: retry (image.not_found)"
+
+    def logged(text: str) -> int:
+        return sum(dep.trigger_logs(name, DAG_ID).count(text) for name in (holder, other))
+
+    dep.wait(lambda: logged(verdict_line), 15, "the trigger's verdict line", lambda: logged(verdict_line))
+    assert logged(verdict_line) == 1
+    assert logged("Trigger fired event") <= 1
     print(
         f"\nhand-over DAG run: {seconds:.1f} s; grace {GRACE_SECONDS} s from first seen, verdict after "
         f"{resumed_at - first_seen:.1f} s; taken over {taken_over_at - frozen_at:.1f} s after the freeze"
