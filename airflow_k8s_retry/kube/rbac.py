@@ -10,9 +10,8 @@ Each rule, and who needs it:
   the sweep's checks; trigger: the last look, a stuck feed's direct read, ``on_kill``'s check;
   api-server: the kill listener's check; sensor), ``list`` and ``watch`` (trigger and sensor:
   the shared feed; operator: the sweep of earlier tries' pods), ``patch`` (the verdict stamp,
-  the trigger's restart-safe history),
-  ``delete`` (operator: cleanup by UID; trigger: ``on_kill``; api-server: the kill listener;
-  sensor with ``delete_pod_on_finish``).
+  the trigger's restart-safe history), ``delete`` (operator: cleanup by UID; trigger:
+  ``on_kill``; api-server: the kill listener; sensor with ``delete_pod_on_finish``).
 * ``pods/log``: ``get`` (operator: logs and the failure report).
 * ``pods/exec``: ``create`` and ``get`` (operator, only with ``do_xcom_push``: reading the XCom
   sidecar; the websocket upgrade is a GET on older API servers, a POST on newer ones).

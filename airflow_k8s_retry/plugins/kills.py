@@ -15,10 +15,9 @@ This listener covers those cases. For a task instance deferred on a ``PodStateTr
 its pod, it reads the pod's name, namespace, UID and connection from the trigger row, and in a
 background thread (the request does not wait for Kubernetes) it waits :data:`ON_KILL_FIRST`
 seconds where Airflow gives the trigger an ``on_kill`` (:data:`COMMIT_FIRST` on 3.1 and 3.2),
-reads the task
-instance again (the state was set and not rolled back, and no worker has resumed the try since)
-and the pod, and deletes what is left by UID on the same terms as ``on_kill``: a pod gone,
-replaced, being deleted or stamped with a verdict is left alone, and
+reads the task instance again (the state was set and not rolled back, and no worker has resumed
+the try since) and the pod, and deletes what is left by UID on the same terms as ``on_kill``: a
+pod gone, replaced, being deleted or stamped with a verdict is left alone, and
 ``on_kill_action="keep_pod"`` (a trigger that does not own its pod) keeps it. After a kill that
 ``on_kill`` handled this costs one database read and one GET.
 
@@ -118,7 +117,7 @@ def kill_deferred_pod(
         )
 
         def still_killed() -> bool:
-            return _still_killed(key, key.try_number, state_of or task_instance_state)
+            return _still_killed(key, state_of or task_instance_state)
 
         thread = threading.Thread(
             target=delete_pod_of_killed_task,
@@ -167,14 +166,15 @@ def task_instance_state(ti: Any) -> tuple[str | None, int] | None:
     return None if row is None else (row[0], int(row[1]))
 
 
-def _still_killed(ti: Any, try_number: int, state_of: StateOf) -> bool:
+def _still_killed(key: Any, state_of: StateOf) -> bool:
+    """Whether the task instance ``key`` names is still in a state only a kill leaves, on its try."""
     from airflow_k8s_retry.triggers import KILLED_STATES
 
-    now = state_of(ti)
+    now = state_of(key)
     if now is None:
         return True  # the DAG run (or the DAG) was deleted since: the pod is nobody's
     state, current_try = now
-    return current_try == try_number and state in KILLED_STATES
+    return current_try == key.try_number and state in KILLED_STATES
 
 
 def pod_in_trigger(trigger: Any) -> dict[str, Any] | None:
