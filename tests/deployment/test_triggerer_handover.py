@@ -10,7 +10,6 @@ assignments and cancels it through the same path as a user action, which calls `
 from __future__ import annotations
 
 import json
-import signal
 import time
 from typing import Any
 
@@ -60,7 +59,7 @@ def test_trigger_moves_to_the_other_triggerer_and_keeps_pod_and_timer(deployment
     # Freeze the holder well into the grace, so a timer restarted by the new trigger would show.
     time.sleep(max(0.0, first_seen + 8 - time.time()))
     frozen_at = time.time()
-    dep.signal(holder, signal.SIGSTOP)
+    dep.freeze(holder)
     try:
         dep.wait(
             lambda: dep.trigger_holder(DAG_ID, run_id, TASK_ID) == other,
@@ -69,7 +68,7 @@ def test_trigger_moves_to_the_other_triggerer_and_keeps_pod_and_timer(deployment
             lambda: dep.trigger_holder(DAG_ID, run_id, TASK_ID),
         )
     finally:
-        dep.signal(holder, signal.SIGCONT)
+        dep.thaw(holder)
     taken_over_at = time.time()
 
     # The thawed triggerer cancels its copy and calls on_kill; the guard sees a deferred task.

@@ -6,7 +6,6 @@ trigger at that moment, the listener deletes the pod itself.
 
 from __future__ import annotations
 
-import signal
 import time
 from typing import Any
 
@@ -126,8 +125,7 @@ def test_a_kill_while_no_triggerer_runs_the_trigger_still_deletes_the_pod(
     dep = deployment
     run_id, pod, _ = _deferred_with_running_pod(dep)
     uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
-    for triggerer in TRIGGERERS:
-        dep.signal(triggerer, signal.SIGSTOP)
+    dep.freeze(*TRIGGERERS)
     try:
         if what == "DAG run":
             killed_at = time.time()
@@ -142,8 +140,7 @@ def test_a_kill_while_no_triggerer_runs_the_trigger_still_deletes_the_pod(
         )
         frozen_until = time.time()
     finally:
-        for triggerer in TRIGGERERS:
-            dep.signal(triggerer, signal.SIGCONT)
+        dep.thaw(*TRIGGERERS)
     assert deleted[0]["user_agent"] == USER_AGENT, deleted
     assert killed_at + ON_KILL_FIRST < deleted[0]["t"] < frozen_until
     assert f"marked failed: pod {name} deleted" in dep.log("api-server")
