@@ -36,7 +36,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import SimpleNamespace
 from typing import Any
 
 from airflow.listeners import hookimpl
@@ -58,7 +57,8 @@ COMMIT_FIRST = 5.0
 
 #: ``(ti) -> the trigger row`` (``Trigger``: ``classpath`` and ``kwargs``) of a deferred task instance.
 TriggerRowOf = Callable[[Any], Any]
-#: ``(ti) -> (state, try_number)`` of the task instance now, or None once it is gone.
+#: ``(key) -> (state, try_number)`` now of the task instance a ``TaskInstanceKey`` names, or None
+#: once it is gone.
 StateOf = Callable[[Any], "tuple[str | None, int] | None"]
 
 
@@ -104,13 +104,7 @@ def kill_deferred_pod(
 
         wait = ON_KILL_FIRST if triggers_get_on_kill() else COMMIT_FIRST
         # Read now: the thread outlives the request's session the ORM object belongs to.
-        key = SimpleNamespace(
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=getattr(ti, "map_index", -1),
-            try_number=int(ti.try_number),
-        )
+        key = ti.key
         why = (
             f"Task instance {key.dag_id}.{key.task_id} (run {key.run_id}, map index "
             f"{key.map_index}, try {key.try_number}) marked {state}"
@@ -148,8 +142,9 @@ def trigger_row(ti: Any) -> Any:
         return fresh.get(Trigger, ti.trigger_id)
 
 
-def task_instance_state(ti: Any) -> tuple[str | None, int] | None:
-    """The task instance's state and try number as committed now (a fresh session)."""
+def task_instance_state(key: Any) -> tuple[str | None, int] | None:
+    """The state and try number, as committed now (a fresh session), of the task instance ``key``
+    (a ``TaskInstanceKey``) names."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -157,10 +152,10 @@ def task_instance_state(ti: Any) -> tuple[str | None, int] | None:
     with create_session() as session:
         row = session.execute(
             select(TaskInstance.state, TaskInstance.try_number).where(
-                TaskInstance.dag_id == ti.dag_id,
-                TaskInstance.task_id == ti.task_id,
-                TaskInstance.run_id == ti.run_id,
-                TaskInstance.map_index == ti.map_index,
+                TaskInstance.dag_id == key.dag_id,
+                TaskInstance.task_id == key.task_id,
+                TaskInstance.run_id == key.run_id,
+                TaskInstance.map_index == key.map_index,
             )
         ).first()
     return None if row is None else (row[0], int(row[1]))

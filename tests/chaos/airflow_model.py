@@ -375,16 +375,14 @@ class ApiServer:
     def mark_failed(self, ti: TaskInstance, trigger_id: int, classpath: str, kwargs: dict[str, Any]) -> None:
         from types import SimpleNamespace
 
+        from airflow.models.taskinstancekey import TaskInstanceKey
+
         from airflow_k8s_retry.plugins import kills
 
         row = SimpleNamespace(id=trigger_id, classpath=classpath, kwargs=kwargs)
         orm_ti = SimpleNamespace(
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=ti.map_index,
-            try_number=ti.try_number,
             trigger_id=trigger_id,
+            key=TaskInstanceKey(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index),
         )
         thread = kills.kill_deferred_pod(
             orm_ti,

@@ -137,8 +137,7 @@ class Deployment:
                 self.signal(name, signal.SIGSTOP)
             if self._database_takes_a_writer():
                 return
-            for name in names:
-                self.signal(name, signal.SIGCONT)
+            self.thaw(*names)
             time.sleep(0.2)
         held = ", ".join(names)
         raise AssertionError(f"{held} held the database's write lock at each of {attempts} freezes")

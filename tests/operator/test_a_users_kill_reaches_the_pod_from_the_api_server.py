@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from airflow.models.taskinstancekey import TaskInstanceKey
 from airflow.models.trigger import Trigger
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
@@ -94,6 +95,10 @@ class TaskInstanceRow:
     def __init__(self, trigger_id: int | None = 7, try_number: int = 1) -> None:
         self.dag_id, self.task_id, self.run_id, self.map_index = "etl", "load", "r", -1
         self.try_number, self.trigger_id = try_number, trigger_id
+
+    @property
+    def key(self) -> TaskInstanceKey:
+        return TaskInstanceKey(self.dag_id, self.task_id, self.run_id, self.try_number, self.map_index)
 
 
 @pytest.mark.parametrize("previous_state", ["running", "queued"])
