@@ -12,6 +12,10 @@ that knows where a name lives in which release.
   are in ``airflow.sdk.exceptions`` on every release.
 - A trigger's ``on_kill`` (the triggerer calls it when a user kills a deferred task) exists from
   Airflow 3.3; on 3.1 and 3.2 a cancelled trigger gets none (:func:`triggers_get_on_kill`).
+- Retry policies (``RetryPolicy``, ``RetryDecision``) exist from Airflow 3.3
+  (``airflow.sdk.definitions.retry_policy``); ``ChainRetryPolicy`` is the SDK's from 3.4 and the
+  common-compat provider's on 3.3. On 3.1 and 3.2 :data:`HAS_RETRY_POLICIES` is false and
+  ``RetryPolicyBase`` is a plain ``object``, so the package's policy class still imports there.
 - ``DagBag`` (the DAG processor's file parser; tests parse DAG files with it as Airflow does) is
   ``airflow.dag_processing.dagbag.DagBag`` from 3.2 and ``airflow.models.dagbag.DagBag`` in 3.1.
   It loads much of Airflow, so :func:`dagbag_class` imports it only when called.
@@ -55,6 +59,27 @@ else:
             TaskDeferred,
         )
 
+try:
+    from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
+
+    HAS_RETRY_POLICIES = True
+    RetryPolicyBase: type = RetryPolicy
+except ImportError:  # Airflow 3.1, 3.2
+    HAS_RETRY_POLICIES = False
+    RetryPolicyBase = object
+    RetryDecision = RetryPolicy = None  # type: ignore[assignment,misc]
+
+
+def __getattr__(name: str) -> Any:
+    """``ChainRetryPolicy``, imported on first use (Airflow 3.4's SDK, else the common-compat provider's)."""
+    if name == "ChainRetryPolicy":
+        try:
+            from airflow.sdk.definitions.retry_policy import ChainRetryPolicy  # type: ignore[attr-defined]
+        except ImportError:
+            from airflow.providers.common.compat.sdk import ChainRetryPolicy
+        return ChainRetryPolicy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def dagbag_class() -> Any:
     """Airflow's ``DagBag`` class, imported on call (it loads much of Airflow)."""
@@ -73,6 +98,7 @@ def triggers_get_on_kill() -> bool:
 
 
 __all__ = [
+    "HAS_RETRY_POLICIES",
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
@@ -80,6 +106,9 @@ __all__ = [
     "AirflowSensorTimeout",
     "AirflowSkipException",
     "ErrorType",
+    "RetryDecision",
+    "RetryPolicy",
+    "RetryPolicyBase",
     "TaskDeferralError",
     "TaskDeferralTimeout",
     "TaskDeferred",

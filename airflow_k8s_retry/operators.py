@@ -28,6 +28,7 @@ from airflow_k8s_retry.kpo_arguments import refusals
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.lost_try import with_lost_try_cleanup
 from airflow_k8s_retry.metrics import count_task_verdict
+from airflow_k8s_retry.retry_policy import effective_retry_policy
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,6 +54,10 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         (default: the policy's, 3).
     :param keep_failed_pods: the same as ``on_finish_action="delete_succeeded_pod"``.
     :param poll_interval: seconds between the trigger's safety polls (default 10).
+    :param retry_policy: (Airflow 3.3+) Airflow's ``retry_policy``: consulted first when a try
+        fails, then :class:`~airflow_k8s_retry.retry_policy.PodFailureRetryPolicy`'s defaults (the
+        only policy when none is given), which set the delay per cause and record each try's reason
+        code as Airflow's ``retry_reason``.
     """
 
     ui_color = "#d9e8fb"
@@ -108,6 +113,10 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             schedule=schedule_timeout_seconds,
             relaunch_budget=relaunch_budget,
         )
+        given = getattr(self, "retry_policy", None)
+        retry_policy = effective_retry_policy(task_id, given, self.failure_policy)
+        if retry_policy is not None:  # Airflow 3.3+: the cause of each try decides what follows it
+            self.retry_policy = retry_policy
         self._pod: CreatedPod | None = None
         self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
         self._seen: Mapping[str, Any] | None = None  # what the trigger judged the pod on

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseSensorOperator
 
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
-from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent, PodSelectionError
+from airflow_k8s_retry.exceptions import PodFailure, PodSelectionError, exception_for
 from airflow_k8s_retry.hints import with_hint
 from airflow_k8s_retry.metrics import count_task_verdict
 
@@ -140,6 +140,13 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
         self.failure_policy = failure_policy or FailurePolicy()
+        from airflow_k8s_retry.retry_policy import effective_retry_policy
+
+        retry_policy = effective_retry_policy(
+            self.task_id, getattr(self, "retry_policy", None), self.failure_policy
+        )
+        if retry_policy is not None:  # Airflow 3.3+: the cause of each try decides what follows it
+            self.retry_policy = retry_policy
         self.delete_pod_on_finish = delete_pod_on_finish
 
     # -- execute: check the target, then defer --------------------------------------------------
@@ -268,9 +275,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
             return
         if verdict.outcome is Outcome.SKIP:
             raise AirflowSkipException(message)
-        if verdict.outcome is Outcome.FAIL:
-            raise PodFailurePermanent(message, verdict)
-        raise PodFailure(message, verdict)
+        raise exception_for(verdict, message)
 
     def _report(self, client: PodClient, pod_event: PodEvent) -> str:
         """The failure with its evidence: the pod's state, its Events and its last log lines."""

@@ -16,12 +16,8 @@ from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from airflow_k8s_retry.plugins.failures import DEFAULT_HOURS, RANGES, FailureRecord, Summary, summarize
-
-#: Keys the operator and the sensor publish for each failing try.
-VERDICT_KEY, POD_NAME_KEY, POD_NAMESPACE_KEY = "verdict", "pod_name", "pod_namespace"
-#: At most this many verdicts are read per page.
-LIMIT = 5000
+from airflow_k8s_retry.plugins.failures import DEFAULT_HOURS, RANGES, Summary, summarize
+from airflow_k8s_retry.plugins.tries import load_records
 
 
 async def current_user(request: Request) -> BaseUser:
@@ -49,72 +45,6 @@ def readable_dags(user: BaseUser, candidates: set[str]) -> set[str]:
             method="GET", access_entity=DagAccessEntity.XCOM, details=DagDetails(id=dag_id), user=user
         )
     }
-
-
-def load_records(since: datetime, until: datetime, dag_id: str | None) -> list[FailureRecord]:
-    """Every published verdict in the range, with its try's number and state and its pod."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    from airflow_k8s_retry.plugins.failures import record_from_xcom
-
-    with create_session() as session:
-        query = (
-            select(XComModel)
-            .where(XComModel.key == VERDICT_KEY, XComModel.timestamp >= since, XComModel.timestamp <= until)
-            .order_by(XComModel.timestamp.desc())
-            .limit(LIMIT)
-        )
-        if dag_id:
-            query = query.where(XComModel.dag_id == dag_id)
-        verdicts = list(session.scalars(query))
-        if not verdicts:
-            return []
-        runs = {x.run_id for x in verdicts}
-        dags = {x.dag_id for x in verdicts}
-        pods: dict[tuple[str, str, str, int, str], Any] = {}
-        for x in session.scalars(
-            select(XComModel).where(
-                XComModel.key.in_([POD_NAME_KEY, POD_NAMESPACE_KEY]),
-                XComModel.dag_id.in_(dags),
-                XComModel.run_id.in_(runs),
-            )
-        ):
-            pods[(x.dag_id, x.run_id, x.task_id, x.map_index, x.key)] = XComModel.deserialize_value(x)
-        tries: dict[tuple[str, str, str, int], tuple[int, str | None]] = {}
-        for ti in session.execute(
-            select(
-                TaskInstance.dag_id,
-                TaskInstance.run_id,
-                TaskInstance.task_id,
-                TaskInstance.map_index,
-                TaskInstance.try_number,
-                TaskInstance.state,
-            ).where(TaskInstance.dag_id.in_(dags), TaskInstance.run_id.in_(runs))
-        ):
-            tries[(ti[0], ti[1], ti[2], ti[3])] = (int(ti[4]), None if ti[5] is None else str(ti[5]))
-        records = []
-        for x in verdicts:
-            key = (x.dag_id, x.run_id, x.task_id, x.map_index)
-            try_number, state = tries.get(key, (None, None))
-            name, namespace = pods.get((*key, POD_NAME_KEY)), pods.get((*key, POD_NAMESPACE_KEY))
-            record = record_from_xcom(
-                XComModel.deserialize_value(x),
-                dag_id=x.dag_id,
-                task_id=x.task_id,
-                run_id=x.run_id,
-                map_index=x.map_index,
-                at=x.timestamp,
-                try_number=try_number,
-                state=state,
-                pod_name=str(name) if name else None,
-                namespace=str(namespace) if namespace else None,
-            )
-            if record is not None:
-                records.append(record)
-        return records
 
 
 def _window(hours: int) -> tuple[datetime, datetime, timedelta]:

@@ -1,14 +1,21 @@
-"""What the failures page shows, computed from the tries' ``verdict`` XComs (pure, no Airflow).
+"""What the failures page shows, computed from every try's record of its cause (no Airflow imports).
 
-The operator and the sensor publish each failing try's verdict as the XCom ``verdict``
-(outcome, reason code, message) next to ``pod_name`` and ``pod_namespace``. Airflow clears a task
-instance's XComs when its next try starts, so what survives is the latest verdict of each task
-instance: a task that failed and then succeeded on a retry leaves none (the metrics count every
-verdict, see ``docs/metrics.md``).
+Each try's cause is read from where Airflow keeps it:
+
+- the latest try of a task instance: the XCom ``verdict`` (outcome, reason code, message) that the
+  operator and the sensor publish next to ``pod_name`` and ``pod_namespace``;
+- every earlier try (Airflow clears a task instance's XComs when its next try starts), from its row
+  in ``task_instance_history``: on Airflow 3.3+ its ``retry_reason``, which the package's retry
+  policy sets to ``"<reason code>: <message>"``; on Airflow 3.1 and 3.2 (no retry policies), or when
+  another policy left no reason, the verdict in the trigger's event that the try resumed with
+  (``next_kwargs``), which Airflow keeps in the same row.
+
+So a task that failed twice and then succeeded shows its two failed tries.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -94,6 +101,90 @@ def record_from_xcom(
         message=str(value.get("message") or ""),
         **extra,
     )
+
+
+_REASON_TEXT = re.compile(r"^(?P<reason>[a-z_]+\.[a-z_]+): (?P<message>.*)$", re.DOTALL)
+
+
+def record_from_history(
+    retry_reason: str | None,
+    next_kwargs: Any,
+    *,
+    dag_id: str,
+    task_id: str,
+    run_id: str,
+    map_index: int,
+    try_number: int,
+    state: str | None,
+    at: datetime,
+) -> FailureRecord | None:
+    """A :class:`FailureRecord` from an earlier try's ``task_instance_history`` row: its
+    ``retry_reason`` when that names a reason code, else the verdict in the event it resumed with;
+    ``None`` when the row holds neither (a try of another operator, or one that never deferred on
+    Airflow 3.1/3.2)."""
+    from airflow_k8s_retry.classification.model import Reason
+
+    event = _event_of(next_kwargs)
+    pod_name = _text(event.get("pod_name")) if event is not None else None
+    namespace = _text(event.get("namespace")) if event is not None else None
+    found = _REASON_TEXT.match(retry_reason or "")
+    if found and found["reason"] in {r.value for r in Reason}:
+        value: Any = {"outcome": "retry", "reason": found["reason"], "message": found["message"]}
+    else:
+        value = _published(event) if event is not None else None
+    return record_from_xcom(
+        value,
+        dag_id=dag_id,
+        task_id=task_id,
+        run_id=run_id,
+        map_index=map_index,
+        at=at,
+        try_number=try_number,
+        state=state,
+        pod_name=pod_name,
+        namespace=namespace,
+    )
+
+
+def _published(event: Mapping[str, Any]) -> Any:
+    """The event's verdict as the try published it: without the containers' termination messages,
+    read from the pod the trigger judged (its snapshot in the event), as the operator withholds them."""
+    from airflow_k8s_retry.classification.model import Verdict
+    from airflow_k8s_retry.kube import lifecycle, snapshot
+
+    raw = event.get("verdict")
+    try:
+        verdict = Verdict.from_payload(raw if isinstance(raw, Mapping) else {})
+    except (KeyError, TypeError, ValueError):
+        return None
+    seen = event.get("seen")
+    carried = snapshot.unpack(seen, str(event.get("pod_uid") or "")) if isinstance(seen, Mapping) else None
+    body = carried[0] if carried is not None else None
+    return lifecycle.withhold_termination_messages(verdict, body).summary()
+
+
+def _event_of(next_kwargs: Any) -> Mapping[str, Any] | None:
+    """The trigger event in a try's ``next_kwargs`` (Airflow may keep it in its serialized form)."""
+    kwargs = _plain(next_kwargs)
+    event = _plain(kwargs.get("event")) if isinstance(kwargs, Mapping) else None
+    if isinstance(event, Mapping) and "target" in event:  # the sensor's: the pod event inside
+        event = _plain(event.get("event"))
+    return event if isinstance(event, Mapping) and "verdict" in event else None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` without Airflow's serialization envelopes (``{"__type": ..., "__var": ...}``)."""
+    if isinstance(value, Mapping):
+        if "__var" in value and "__type" in value:
+            return _plain(value["__var"])
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 @dataclass(frozen=True)
