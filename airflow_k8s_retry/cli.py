@@ -4,11 +4,15 @@
 ``kubectl get pod NAME -o json`` and ``kubectl get events --field-selector involvedObject.name=NAME
 -o json`` produce, without a cluster or Airflow. ``simulate`` serves the package's Kubernetes API
 simulator. This module stays import-light: the simulator loads only when ``simulate`` runs, and
-nothing here imports Airflow.
+Airflow only when ``explain --dag-id`` reads its database.
+
+``explain --dag-id D --task-id T`` reads every try of a task from Airflow's metadata database
+(the deployment's ``airflow.cfg``), with each failed try's reason code, as the failures page does.
 
 Example:
     $ airflow-k8s-retry explain pod.json --events events.json --elapsed 120
     $ airflow-k8s-retry explain pod.json --trace     # also every rule considered before the match
+    $ airflow-k8s-retry explain --dag-id etl --task-id load   # every try of a task and its cause
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from airflow_k8s_retry.classification import (
     trace,
 )
 from airflow_k8s_retry.classification.classifier import duration
+from airflow_k8s_retry.classification.retries import RetrySteps
 from airflow_k8s_retry.live_pod import add_arguments as add_live_arguments
 
 USAGE_ERROR = 2
@@ -114,6 +119,9 @@ def _count(text: str) -> int:
     return value
 
 
+#: What follows a retried try by default (``PodFailureRetryPolicy()``'s table).
+DEFAULT_RETRY_STEPS = RetrySteps()
+
 #: Characters of a rule's signal shown per line of ``--trace`` (``--json`` has them whole).
 SIGNAL_WIDTH = 90
 
@@ -138,6 +146,8 @@ def explanation(
             for e in verdict.evidence
         ],
     }
+    if verdict.outcome is Outcome.RETRY:
+        result["next_try"] = DEFAULT_RETRY_STEPS.step_for(verdict.reason.value).describe()
     if checks is not None:
         result["trace"] = [
             {
@@ -179,6 +189,9 @@ def render(
         lines.append(f"deadline: in {duration(left)} ({seen}; use --elapsed to look later)")
     else:
         lines.append("deadline: none (final verdict)")
+    if verdict.outcome is Outcome.RETRY:
+        step = DEFAULT_RETRY_STEPS.step_for(verdict.reason.value).describe()
+        lines.append(f"next try: {step} (PodFailureRetryPolicy's default, Airflow 3.3+)")
     if verdict.evidence:
         lines.append("evidence:")
         for e in verdict.evidence:
@@ -208,6 +221,8 @@ def _trace_lines(checks: Sequence[RuleCheck]) -> list[str]:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    if args.dag_id or args.task_id:
+        return _explain_task(args)
     if args.live_pod or args.pod is None:
         return _explain_live(args)
     try:
@@ -282,6 +297,64 @@ def _explain_live(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain_task(args: argparse.Namespace) -> int:
+    """``explain --dag-id D --task-id T``: every try of the task, each failed try with its cause."""
+    if not (args.dag_id and args.task_id) or args.pod or args.live_pod:
+        print("error: --dag-id and --task-id go together, without a pod", file=sys.stderr)
+        return USAGE_ERROR
+    from datetime import UTC, datetime
+
+    from airflow_k8s_retry.plugins.tries import load_records, load_task_tries
+
+    tries = load_task_tries(args.dag_id, args.task_id, args.run_id)
+    if not tries:
+        print(
+            f"error: no task instance of {args.dag_id}.{args.task_id} in the metadata database",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
+    records = load_records(
+        datetime.fromtimestamp(0, UTC),
+        datetime.now(UTC),
+        args.dag_id,
+        task_id=args.task_id,
+        run_id=args.run_id,
+    )
+    causes = {(r.run_id, r.map_index, r.try_number): r for r in records}
+    rows = []
+    for run_id, map_index, try_number, state in tries:
+        cause = causes.get((run_id, map_index, try_number))
+        row: dict[str, Any] = {
+            "run_id": run_id,
+            "map_index": map_index,
+            "try_number": try_number,
+            "state": state,
+            "outcome": cause.outcome if cause else None,
+            "reason": cause.reason if cause else None,
+            "message": cause.message if cause else None,
+            "hint": cause.hint if cause else None,
+            "pod_name": cause.pod_name if cause else None,
+        }
+        rows.append(row)
+    if args.json:
+        json.dump({"dag_id": args.dag_id, "task_id": args.task_id, "tries": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    lines = [f"task:     {args.dag_id}.{args.task_id}"]
+    run = None
+    for row in rows:
+        if row["run_id"] != run:
+            run = row["run_id"]
+            lines.append(f"run:      {run}")
+        index = f"[{row['map_index']}]" if row["map_index"] >= 0 else ""
+        what = f"{row['reason']}: {row['message']}" if row["reason"] else "no pod failure recorded"
+        lines.append(f"  try {row['try_number']}{index}  {row['state']!s:<14} {what}")
+        if row["hint"]:
+            lines.append(f"{'':>10}hint: {row['hint']}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from airflow_k8s_retry.testing.serve import serve
 
@@ -328,6 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also list every rule considered before the one that matched, with what each looks for",
     )
+    explain.add_argument(
+        "--dag-id", metavar="DAG_ID", help="with --task-id: every try of a task, from Airflow"
+    )
+    explain.add_argument("--task-id", metavar="TASK_ID", help="the task whose tries --dag-id lists")
+    explain.add_argument("--run-id", metavar="RUN_ID", help="only this DAG run's tries (with --dag-id)")
     explain.set_defaults(handler=_explain)
 
     simulate = commands.add_parser(

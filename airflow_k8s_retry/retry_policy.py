@@ -53,6 +53,7 @@ __all__ = [
     "reason_text",
 ]
 
+
 class PodFailureRetryPolicy(RetryPolicyBase):  # type: ignore[misc]
     """A retry policy that waits per cause and records each try's reason code (Airflow 3.3+).
 
@@ -98,9 +99,7 @@ class PodFailureRetryPolicy(RetryPolicyBase):  # type: ignore[misc]
         """The step for a reason code: its own rule, else its family's, else retry after ``retry_delay``."""
         return self.table.step_for(reason)
 
-    def evaluate(
-        self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
-    ) -> Any:
+    def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None) -> Any:
         from airflow_k8s_retry.compat import RetryDecision
         from airflow_k8s_retry.exceptions import PodFailure
 
@@ -184,9 +183,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def effective_retry_policy(
-    task_id: str, policy: object, failure_policy: FailurePolicy | None = None
-) -> Any:
+def effective_retry_policy(task_id: str, policy: object, failure_policy: FailurePolicy | None = None) -> Any:
     """The ``retry_policy`` a pod task runs with on Airflow 3.3+: the package's defaults when the
     author set none, the author's ``PodFailureRetryPolicy`` (or a chain holding one) as given, and any
     other policy chained before the defaults. ``None`` on Airflow 3.1 and 3.2.

@@ -223,11 +223,10 @@ def _step(key: str, value: object) -> RetryStep:
     )
 
 
-
 @dataclass(frozen=True)
 class RetrySteps:
-    """A DAG author's rules (by reason code or family) over the defaults; a code's rule beats its
-    family's, the author's beat the defaults, and any other cause retries after ``retry_delay``.
+    """A DAG author's rules (by reason code or family) over the defaults: the author's rules beat
+    the defaults, a code's rule beats its family's, and any other cause retries after ``retry_delay``.
 
     Example:
         >>> RetrySteps.of({"container.oom": "fail"}).step_for("container.oom").action
@@ -251,8 +250,14 @@ class RetrySteps:
         return {**(DEFAULT_STEPS if self.defaults else {}), **self.rules}
 
     def step_for(self, reason: str) -> RetryStep:
-        steps = self.steps
-        return steps.get(reason) or steps.get(reason.partition(".")[0]) or RETRY_AFTER_TASK_DELAY
+        """The author's rule for the code, else for its family, else the defaults' (likewise),
+        else retry after the task's ``retry_delay``."""
+        family = reason.partition(".")[0]
+        for table in (self.rules, DEFAULT_STEPS if self.defaults else {}):
+            step = table.get(reason) or table.get(family)
+            if step is not None:
+                return step
+        return RETRY_AFTER_TASK_DELAY
 
     def describe(self) -> list[tuple[str, str]]:
         """Each reason code or family with what follows it, the catch-all last."""

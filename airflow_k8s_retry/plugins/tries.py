@@ -142,3 +142,26 @@ def _history_records(rows: Iterable[Any]) -> Iterable[FailureRecord]:
         )
         if record is not None:
             yield record
+
+
+def load_task_tries(
+    dag_id: str, task_id: str, run_id: str | None = None
+) -> list[tuple[str, int, int, str | None]]:
+    """Every try of a task's instances as ``(run_id, map_index, try_number, state)``, oldest first:
+    the earlier tries from ``task_instance_history``, the latest from ``task_instance``."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    found: dict[tuple[str, int, int], str | None] = {}
+    with create_session() as session:
+        for model in (TIH, TI):
+            query = select(model.run_id, model.map_index, model.try_number, model.state).where(
+                model.dag_id == dag_id, model.task_id == task_id
+            )
+            if run_id:
+                query = query.where(model.run_id == run_id)
+            for run, map_index, try_number, state in session.execute(query):
+                found[(str(run), int(map_index), int(try_number))] = None if state is None else str(state)
+    return [(run, m, t, state) for (run, m, t), state in sorted(found.items())]
