@@ -302,24 +302,27 @@ def _explain_task(args: argparse.Namespace) -> int:
     if not (args.dag_id and args.task_id) or args.pod or args.live_pod:
         print("error: --dag-id and --task-id go together, without a pod", file=sys.stderr)
         return USAGE_ERROR
+    import contextlib
     from datetime import UTC, datetime
 
-    from airflow_k8s_retry.plugins.tries import load_records, load_task_tries
+    # Airflow logs to standard output as it starts; that stays off the answer (JSON with --json).
+    with contextlib.redirect_stdout(sys.stderr):
+        from airflow_k8s_retry.plugins.tries import load_records, load_task_tries
 
-    tries = load_task_tries(args.dag_id, args.task_id, args.run_id)
+        tries = load_task_tries(args.dag_id, args.task_id, args.run_id)
+        records = load_records(
+            datetime.fromtimestamp(0, UTC),
+            datetime.now(UTC),
+            args.dag_id,
+            task_id=args.task_id,
+            run_id=args.run_id,
+        )
     if not tries:
         print(
             f"error: no task instance of {args.dag_id}.{args.task_id} in the metadata database",
             file=sys.stderr,
         )
         return USAGE_ERROR
-    records = load_records(
-        datetime.fromtimestamp(0, UTC),
-        datetime.now(UTC),
-        args.dag_id,
-        task_id=args.task_id,
-        run_id=args.run_id,
-    )
     causes = {(r.run_id, r.map_index, r.try_number): r for r in records}
     rows = []
     for run_id, map_index, try_number, state in tries:

@@ -28,7 +28,7 @@ from airflow_k8s_retry.kpo_arguments import refusals
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.lost_try import with_lost_try_cleanup
 from airflow_k8s_retry.metrics import count_task_verdict
-from airflow_k8s_retry.retry_policy import effective_retry_policy
+from airflow_k8s_retry.retry_policy import effective_retry_policy, ignore_retry_policy_before_3_3
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -89,6 +89,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
+        ignore_retry_policy_before_3_3(task_id, kwargs)
         problems = refusals(locals())
         if problems:
             raise ValueError(f"{task_id}: " + "; ".join(problems))

@@ -24,6 +24,7 @@ after it (:func:`effective_retry_policy`). On Airflow 3.1 and 3.2, which have no
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,7 @@ __all__ = [
     "RetryPolicyError",
     "RetryStep",
     "effective_retry_policy",
+    "ignore_retry_policy_before_3_3",
     "reason_text",
 ]
 
@@ -208,6 +210,21 @@ def effective_retry_policy(task_id: str, policy: object, failure_policy: Failure
     if ours:
         return policy
     return _RecordingChain.get()([policy, PodFailureRetryPolicy()])
+
+
+def ignore_retry_policy_before_3_3(task_id: str, kwargs: dict[str, Any]) -> None:
+    """On Airflow 3.1 and 3.2, which have no retry policies, take ``retry_policy`` out of the
+    operator's arguments with one warning, so a DAG written for 3.3 still imports there."""
+    if HAS_RETRY_POLICIES or "retry_policy" not in kwargs:
+        return
+    policy = kwargs.pop("retry_policy")
+    if policy is not None:
+        warnings.warn(
+            f"{task_id}: retry_policy needs Airflow 3.3 or later and is ignored here; "
+            "retries and retry_delay apply as written",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _pod_policies(policy: object) -> list[PodFailureRetryPolicy]:

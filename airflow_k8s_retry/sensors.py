@@ -115,6 +115,9 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
                     f"{task_id}: PodCompletionSensor does not take {name}={kwargs[name]!r}: {reason}"
                 )
         kwargs.pop("deferrable", None)
+        from airflow_k8s_retry.retry_policy import ignore_retry_policy_before_3_3
+
+        ignore_retry_policy_before_3_3(task_id, kwargs)
         super().__init__(poke_interval=poke_interval, **kwargs)
         chosen = {
             n: v

@@ -35,6 +35,7 @@ class Row:
     reason: str
     created: int
     deleted: int
+    retry_in: str = "-"  # the delay a retry policy set before the next try (Airflow 3.3+)
 
 
 def _verdict(pod: dict[str, Any]) -> tuple[str, str]:
@@ -49,7 +50,10 @@ def build_rows(result: Any, pods: list[dict[str, Any]], deleted: set[str]) -> li
     """One row per pod of each try; a sensor's row shows the pod it watched (created elsewhere)."""
     dag_id = result.dag_id
     rows: list[Row] = []
+    delays = result.retry_delays()
     for t in result.tries():
+        delay = delays.get((t.task_id, t.map_index, t.try_number))
+        retry_in = "-" if delay is None else f"{delay:g} s"
         mine = [
             p
             for p in pods
@@ -61,7 +65,7 @@ def build_rows(result: Any, pods: list[dict[str, Any]], deleted: set[str]) -> li
             watched = result.xcom(t.task_id, "pod_name")
             pod = next((p for p in pods if p["metadata"]["name"] == watched), None)
             if pod is None:
-                rows.append(Row(dag_id, t.task_id, t.try_number, str(t.state), "-", "-", "-", 0, 0))
+                rows.append(Row(dag_id, t.task_id, t.try_number, str(t.state), "-", "-", "-", 0, 0, retry_in))
                 continue
             outcome, reason = _verdict(pod)
             deleted_here = int(watched in deleted)
@@ -76,6 +80,7 @@ def build_rows(result: Any, pods: list[dict[str, Any]], deleted: set[str]) -> li
                     reason,
                     0,
                     deleted_here,
+                    retry_in,
                 )
             )
         for pod in mine:
@@ -92,13 +97,14 @@ def build_rows(result: Any, pods: list[dict[str, Any]], deleted: set[str]) -> li
                     reason,
                     1,
                     int(name in deleted),
+                    retry_in,
                 )
             )
     return rows
 
 
 def print_table(rows: list[Row]) -> None:
-    headers = ["dag", "task", "try", "state", "pod", "verdict", "reason", "created", "deleted"]
+    headers = ["dag", "task", "try", "state", "pod", "verdict", "reason", "created", "deleted", "retry_in"]
     table = [
         [
             r.dag,
@@ -110,6 +116,7 @@ def print_table(rows: list[Row]) -> None:
             r.reason,
             str(r.created),
             str(r.deleted),
+            r.retry_in,
         ]
         for r in rows
     ]
@@ -130,14 +137,17 @@ def print_page_hint(results: dict[str, Any]) -> None:
     import sqlite3
 
     def verdicts(result: Any) -> int:
+        """The latest tries' verdict XComs, and the earlier (failed) tries kept in their history."""
         with sqlite3.connect(result.database) as db:
-            return int(db.execute("select count(*) from xcom where key = 'verdict'").fetchone()[0])
+            latest = int(db.execute("select count(*) from xcom where key = 'verdict'").fetchone()[0])
+            earlier = int(db.execute("select count(*) from task_instance_history").fetchone()[0])
+        return latest + earlier
 
     counts = {dag_id: verdicts(r) for dag_id, r in results.items()}
     dag_id = max(counts, key=lambda d: (counts[d], d))
     home = results[dag_id].database.parent
     print(
-        f"\nFailures page ({counts[dag_id]} verdicts of {dag_id}; every run has its own AIRFLOW_HOME):\n"
+        f"\nFailures page ({counts[dag_id]} failed tries of {dag_id}; every run has its own AIRFLOW_HOME):\n"
         f"  AIRFLOW_HOME={home} AIRFLOW__CORE__DAGS_FOLDER={DAGS} "
         f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///{home / 'airflow.db'} "
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True AIRFLOW__CORE__LOAD_EXAMPLES=False "

@@ -6,7 +6,7 @@ import pytest
 
 from demo.run import Row, print_table
 
-HEADER = ["dag", "task", "try", "state", "pod", "verdict", "reason", "created", "deleted"]
+HEADER = ["dag", "task", "try", "state", "pod", "verdict", "reason", "created", "deleted", "retry_in"]
 
 
 def test_an_empty_run_prints_the_header_and_rule_only(capsys: pytest.CaptureFixture[str]):

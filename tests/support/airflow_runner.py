@@ -96,6 +96,20 @@ class DagRunResult:
         """Every try of every task instance (history and current), ordered by task and try."""
         return read_tries(self.database, self.dag_id, task_id)
 
+    def retry_delays(self) -> dict[tuple[str, int, int], float]:
+        """``(task_id, map_index, try_number)`` -> the delay a retry policy set after that try
+        (Airflow 3.3's ``retry_delay_override``); empty on releases without the column."""
+        with sqlite3.connect(self.database) as db:
+            columns = {r[1] for r in db.execute("pragma table_info(task_instance_history)")}
+            if "retry_delay_override" not in columns:
+                return {}
+            rows = db.execute(
+                "select task_id, map_index, try_number, retry_delay_override from task_instance_history "
+                "where dag_id = ? and retry_delay_override is not null",
+                (self.dag_id,),
+            ).fetchall()
+        return {(r[0], r[1], r[2]): float(r[3]) for r in rows}
+
     def final_state(self, task_id: str) -> str | None:
         rows = [
             r for r in self.tries(task_id) if r.try_number == max(t.try_number for t in self.tries(task_id))
