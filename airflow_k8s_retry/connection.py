@@ -24,6 +24,25 @@ if TYPE_CHECKING:
 
 DEFAULT_CONN_ID = "kubernetes_default"
 _PREFIX = "extra__kubernetes__"
+#: KPO's cluster arguments, which select the cluster on top of the connection as the provider's
+#: ``KubernetesHook`` does: ``in_cluster`` (when not ``None``) replaces the extra ``in_cluster``,
+#: ``config_file`` the extra ``kube_config_path``, ``cluster_context`` the extra ``cluster_context``.
+CLUSTER_ARGUMENTS = ("in_cluster", "config_file", "cluster_context")
+
+
+def chosen_cluster(
+    in_cluster: object = None, config_file: object = None, cluster_context: object = None
+) -> dict[str, Any] | None:
+    """The cluster arguments a task set (``None`` when it set none), checked: one line per mistake."""
+    given = (("in_cluster", in_cluster), ("config_file", config_file), ("cluster_context", cluster_context))
+    chosen: dict[str, Any] = {k: v for k, v in given if v is not None}
+    if "in_cluster" in chosen and not isinstance(chosen["in_cluster"], bool):
+        raise ConnectionConfigError(f"in_cluster must be True, False or None, got {in_cluster!r}")
+    for name in ("config_file", "cluster_context"):
+        value = chosen.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConnectionConfigError(f"{name} must be a non-empty string or None, got {value!r}")
+    return chosen or None
 
 
 class ConnectionConfigError(ClusterConfigError):
@@ -79,25 +98,37 @@ def _kube_config(extras: Mapping[str, Any], conn_id: str | None) -> Mapping[str,
     )
 
 
-def cluster_config_from_extras(extras: Mapping[str, Any], *, conn_id: str | None = None) -> ClusterConfig:
-    """Build a :class:`ClusterConfig` from a ``kubernetes`` connection's extras.
+def cluster_config_from_extras(
+    extras: Mapping[str, Any], *, conn_id: str | None = None, chosen: Mapping[str, Any] | None = None
+) -> ClusterConfig:
+    """Build a :class:`ClusterConfig` from a ``kubernetes`` connection's extras, with a task's
+    cluster arguments (``chosen``, see :data:`CLUSTER_ARGUMENTS`) laid over them.
 
     Example::
 
         >>> cluster_config_from_extras({"kube_config_path": "/etc/kube/config", "namespace": "jobs"}).mode
         'file'
+        >>> extras = {"kube_config_path": "/etc/kube/config"}
+        >>> cluster_config_from_extras(extras, chosen={"config_file": "/other"}).kube_config_path
+        '/other'
     """
-    path = _field(extras, "kube_config_path")
+    chosen = chosen or {}
+    path = chosen.get("config_file") or _field(extras, "kube_config_path")
     if path is not None and not isinstance(path, str):
         raise ConnectionConfigError(f"connection {conn_id!r}: extra 'kube_config_path' must be a string path")
-    context = _field(extras, "cluster_context")
+    context = chosen.get("cluster_context") or _field(extras, "cluster_context")
+    in_cluster = chosen.get("in_cluster")
+    if in_cluster is None:
+        in_cluster = bool(_flag(extras, "in_cluster", conn_id))
+    if in_cluster:
+        context = None  # as the provider's hook: a context means nothing in-cluster
     namespace = _field(extras, "namespace")
     disable_verify_ssl = _flag(extras, "disable_verify_ssl", conn_id)
     try:
         return ClusterConfig(
             kube_config_path=path,
             kube_config=_kube_config(extras, conn_id),
-            in_cluster=bool(_flag(extras, "in_cluster", conn_id)),
+            in_cluster=in_cluster,
             cluster_context=str(context) if context is not None else None,
             verify_ssl=disable_verify_ssl is not True,
             namespace=str(namespace) if namespace is not None else None,
@@ -109,10 +140,17 @@ def cluster_config_from_extras(extras: Mapping[str, Any], *, conn_id: str | None
         raise ConnectionConfigError(f"{exc}; fix the extras of connection {conn_id!r}") from None
 
 
-def resolve_cluster_config(conn_id: str | None) -> ClusterConfig:
-    """Resolve ``conn_id`` synchronously (in a worker, from the operator)."""
+def _without_connection(conn_id: str | None, chosen: Mapping[str, Any] | None) -> ClusterConfig:
+    source = f"connection {conn_id} (absent: default kubeconfig)" if conn_id else None
+    if not chosen:
+        return ClusterConfig(source=source)
+    return cluster_config_from_extras({}, conn_id=conn_id, chosen=chosen)
+
+
+def resolve_cluster_config(conn_id: str | None, chosen: Mapping[str, Any] | None = None) -> ClusterConfig:
+    """Resolve ``conn_id`` (and a task's cluster arguments) synchronously, in a worker."""
     if not conn_id:
-        return ClusterConfig()
+        return _without_connection(None, chosen)
     from airflow.sdk import BaseHook
 
     from airflow_k8s_retry.compat import AirflowNotFoundException
@@ -121,15 +159,18 @@ def resolve_cluster_config(conn_id: str | None) -> ClusterConfig:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         if conn_id == DEFAULT_CONN_ID:
-            return ClusterConfig(source=f"connection {conn_id} (absent: default kubeconfig)")
+            return _without_connection(conn_id, chosen)
         raise
-    return cluster_config_from_extras(connection.extra_dejson or {}, conn_id=conn_id)
+    return cluster_config_from_extras(connection.extra_dejson or {}, conn_id=conn_id, chosen=chosen)
 
 
-async def aresolve_cluster_config(conn_id: str | None) -> ClusterConfig:
-    """Resolve ``conn_id`` from async code (the triggerer) without blocking the event loop."""
+async def aresolve_cluster_config(
+    conn_id: str | None, chosen: Mapping[str, Any] | None = None
+) -> ClusterConfig:
+    """Resolve ``conn_id`` (and a task's cluster arguments) from async code, the triggerer, without
+    blocking the event loop."""
     if not conn_id:
-        return ClusterConfig()
+        return _without_connection(None, chosen)
     from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
 
     from airflow_k8s_retry.compat import AirflowNotFoundException
@@ -138,13 +179,15 @@ async def aresolve_cluster_config(conn_id: str | None) -> ClusterConfig:
         connection = await get_async_connection(conn_id)
     except AirflowNotFoundException:
         if conn_id == DEFAULT_CONN_ID:
-            return ClusterConfig(source=f"connection {conn_id} (absent: default kubeconfig)")
+            return _without_connection(conn_id, chosen)
         raise
     extras = await get_async_extra_dejson(connection)
-    return cluster_config_from_extras(extras or {}, conn_id=conn_id)
+    return cluster_config_from_extras(extras or {}, conn_id=conn_id, chosen=chosen)
 
 
-def pod_client(conn_id: str | None, namespace: str | None) -> tuple[PodClient, str]:
+def pod_client(
+    conn_id: str | None, namespace: str | None, chosen: Mapping[str, Any] | None = None
+) -> tuple[PodClient, str]:
     """A synchronous pod client for the connection, and the namespace to work in.
 
     The client comes from the cncf provider's ``KubernetesHook`` (in-cluster, kubeconfig file or
@@ -154,12 +197,12 @@ def pod_client(conn_id: str | None, namespace: str | None) -> tuple[PodClient, s
     """
     from airflow_k8s_retry.kube.pods import PodClient
 
-    hook = kubernetes_hook(conn_id)
+    hook = kubernetes_hook(conn_id, chosen)
     return PodClient(hook.api_client), namespace or hook.get_namespace() or "default"
 
 
-def kubernetes_hook(conn_id: str | None) -> Any:
-    """The cncf provider's ``KubernetesHook`` for ``conn_id``.
+def kubernetes_hook(conn_id: str | None, chosen: Mapping[str, Any] | None = None) -> Any:
+    """The cncf provider's ``KubernetesHook`` for ``conn_id``, with a task's cluster arguments.
 
     ``None`` means default loading, as in the trigger: in-cluster, else ``KUBECONFIG`` as it is
     when the task runs (the client library reads it once, at import), else ``~/.kube/config``.
@@ -171,7 +214,13 @@ def kubernetes_hook(conn_id: str | None) -> Any:
     from airflow_k8s_retry.kube.config import keep_response_bodies_out_of_logs
 
     keep_response_bodies_out_of_logs()  # the hook's client logs pod specs (env values) at DEBUG
-    path = os.environ.get("KUBECONFIG") if not conn_id else None
+    chosen = chosen or {}
+    path = os.environ.get("KUBECONFIG") if not conn_id and not chosen.get("in_cluster") else None
     if path and os.pathsep in path:
         path = None  # several files: leave it to the client's own default loading
-    return KubernetesHook(conn_id=conn_id, config_file=path)
+    return KubernetesHook(
+        conn_id=conn_id,
+        config_file=chosen.get("config_file") or path,
+        in_cluster=chosen.get("in_cluster"),
+        cluster_context=chosen.get("cluster_context"),
+    )

@@ -11,6 +11,7 @@ carries no separate tail.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.hints import with_hint
@@ -72,7 +73,10 @@ def failed(
     ran = lifecycle.started_containers(body)
     if op.get_logs and ran:
         write_logs(op, pod)
-    if op.do_xcom_push and ran:  # as KPO: a result written before the failure is still pushed
+    skipped_success = verdict.outcome is Outcome.SKIP and verdict.reason.value == "pod.succeeded"
+    if op.do_xcom_push and ran and not skipped_success:
+        # As KPO: a result written before the failure (or a skip by exit code) is still pushed; a
+        # success skipped by skip_on_exit_code=0 pushes nothing.
         push_partial_result(op, context, client, pod)
     return published
 
@@ -120,10 +124,23 @@ def push_partial_result(
 ) -> None:
     try:
         value = client.read_xcom(pod.namespace, pod.name)
-        if value is not None:
-            context["ti"].xcom_push(key="return_value", value=value)
     except Exception as exc:  # the failure is the verdict's; a missing result is not news
         op.log.info("No XCom result from failed pod %s (%s)", pod.name, type(exc).__name__)
+        return
+    if value is None:
+        return
+    ti = context["ti"]
+    if op.multiple_outputs:  # as the task runner fans a returned dict out, KPO's failure path does too
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            op.log.warning(
+                "XCom result of failed pod %s is not a dict with string keys; pushed as return_value "
+                "only (multiple_outputs=True)",
+                pod.name,
+            )
+        else:
+            for key, item in value.items():
+                ti.xcom_push(key=key, value=item)
+    ti.xcom_push(key="return_value", value=value)
 
 
 def push_verdict(op: RetryingPodOperator, context: Context, verdict: Verdict) -> None:

@@ -1,7 +1,8 @@
 """The arguments ``RetryingPodOperator`` takes beyond ``KubernetesPodOperator``'s handling: which
-KPO values contradict the design (refused in one line, with the alternative), how the KPO-style
-failure arguments become a :class:`~airflow_k8s_retry.classification.policy.FailurePolicy`, and how
-errors of local configuration fail a task at once.
+KPO values have no meaning here (accepted with one warning saying what happens instead), which
+values no pod can run with (refused in one line, with the fix), how the KPO-style failure arguments
+become a :class:`~airflow_k8s_retry.classification.policy.FailurePolicy`, and how errors of local
+configuration fail a task at once.
 """
 
 from __future__ import annotations
@@ -19,43 +20,50 @@ if TYPE_CHECKING:
 ON_FINISH_ACTIONS = ("delete_pod", "delete_succeeded_pod", "keep_pod", "delete_active_pod")
 
 
-#: KPO arguments whose value (other than the default) this design cannot honour, and why.
-_FIXED: tuple[tuple[str, object, str], ...] = (
-    (
-        "deferrable",
-        False,
-        "deferrable=False: RetryingPodOperator always defers (it needs a running triggerer)",
-    ),
+#: KPO arguments whose value (other than the default) has no meaning in this design and can be
+#: ignored without harm: accepted, with one warning at parse saying what happens instead.
+_IGNORED: tuple[tuple[str, object, str], ...] = (
     (
         "reattach_on_restart",
         False,
-        "reattach_on_restart=False: a retried execute always re-attaches to its try's pod; drop it",
+        "reattach_on_restart=False is ignored: a restarted try always re-attaches to its own pod "
+        "(one pod per try), and no second pod is started beside it",
     ),
-    ("durable", False, "durable=False: a retried execute always re-attaches to its try's pod; drop it"),
+    (
+        "durable",
+        False,
+        "durable=False is ignored: a restarted try always re-attaches to its own pod (one pod per "
+        "try), and no second pod is started beside it",
+    ),
     (
         "random_name_suffix",
         False,
-        "random_name_suffix=False: pod names always end in a per-try suffix; drop it",
+        "random_name_suffix=False is ignored: pod names always end in a per-try suffix "
+        "(-<digest>-t<try>) after 'name'; read the pod's name from the XCom 'pod_name'",
     ),
 )
-#: Cluster selection arguments, and the connection extra that replaces each.
-_CLUSTER = (
-    ("in_cluster", "in_cluster"),
-    ("cluster_context", "cluster_context"),
-    ("config_file", "kube_config_path"),
-)
+
+
+def ignored(args: Mapping[str, Any]) -> list[str]:
+    """KPO arguments accepted but without effect here: one line each, saying what happens instead."""
+    out = [message for key, value, message in _IGNORED if args[key] is value]
+    if args["trigger_kwargs"]:
+        out.append(
+            "trigger_kwargs is ignored: the trigger is PodStateTrigger; tune it with poll_interval, "
+            "logging_interval or failure_policy"
+        )
+    return out
 
 
 def refusals(args: Mapping[str, Any]) -> list[str]:
-    """KPO arguments whose value contradicts this operator's design: one line each, with the fix."""
-    out = [message for key, refused, message in _FIXED if args[key] is refused]
-    out += [
-        f"{key}: the triggerer reads the cluster from the connection; set its extra {extra!r}"
-        for key, extra in _CLUSTER
-        if args[key] is not None
-    ]
-    if args["trigger_kwargs"]:
-        out.append("trigger_kwargs: the trigger is PodStateTrigger; use poll_interval or failure_policy")
+    """Argument values no pod can be run with: one line each, with the fix."""
+    from airflow_k8s_retry.connection import ConnectionConfigError, chosen_cluster
+
+    out = []
+    try:
+        chosen_cluster(args["in_cluster"], None, None)
+    except ConnectionConfigError as exc:
+        out.append(str(exc))
     every = args["logging_interval"]
     if every is not None and (isinstance(every, bool) or not isinstance(every, int | float) or every <= 0):
         out.append(f"logging_interval must be a positive number of seconds or None, got {every!r}")

@@ -13,6 +13,7 @@ same try. The pod's lifecycle rules live in :mod:`airflow_k8s_retry.kube.lifecyc
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Container, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
@@ -24,7 +25,7 @@ from airflow_k8s_retry import endings, try_pod
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, exception_for
 from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
-from airflow_k8s_retry.kpo_arguments import refusals
+from airflow_k8s_retry.kpo_arguments import ignored, local_config_errors, refusals
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.lost_try import with_lost_try_cleanup
 from airflow_k8s_retry.metrics import count_task_verdict
@@ -42,11 +43,14 @@ if TYPE_CHECKING:
 class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     """Run a task in a Kubernetes pod; a failed pod costs exactly one Airflow try.
 
-    Takes every argument of ``KubernetesPodOperator`` (cncf-kubernetes 10.25) with its meaning;
-    a value that contradicts the design (``deferrable=False``, ``in_cluster=...``) is refused with
-    a one-line error naming the alternative. ``name`` is the pod name's prefix; the name always
-    ends in ``-<digest>-t<try>[-r<relaunch>]``. ``startup_timeout_seconds`` and
-    ``schedule_timeout_seconds`` go into the failure policy (defaults 900 s and 600 s).
+    Takes every argument of ``KubernetesPodOperator`` (cncf-kubernetes 10.25) with its meaning:
+    ``in_cluster``, ``config_file`` and ``cluster_context`` select the cluster on top of the
+    connection; ``deferrable=False`` follows the pod from the worker (no triggerer needed);
+    ``reattach_on_restart=False``, ``durable=False``, ``random_name_suffix=False`` and
+    ``trigger_kwargs`` are accepted with one warning saying what happens instead. ``name`` is the
+    pod name's prefix; the name always ends in ``-<digest>-t<try>[-r<relaunch>]``.
+    ``startup_timeout_seconds`` and ``schedule_timeout_seconds`` go into the failure policy
+    (defaults 900 s and 600 s).
 
     :param failure_policy: a :class:`~airflow_k8s_retry.classification.policy.FailurePolicy`
         overriding graces and outcomes of the default rules.
@@ -93,17 +97,27 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         problems = refusals(locals())
         if problems:
             raise ValueError(f"{task_id}: " + "; ".join(problems))
+        for message in ignored(locals()):
+            warnings.warn(f"{task_id}: {message}", UserWarning, stacklevel=2)
         if keep_failed_pods:
             on_finish_action = "delete_succeeded_pod"
         super().__init__(
             kubernetes_conn_id=kubernetes_conn_id,
             poll_interval=poll_interval,
-            deferrable=True,
+            deferrable=bool(deferrable),
             startup_timeout_seconds=int(startup_timeout_seconds or 120),
             schedule_timeout_seconds=int(schedule_timeout_seconds) if schedule_timeout_seconds else None,
             skip_on_exit_code=skip_on_exit_code,
             on_finish_action=on_finish_action,
             logging_interval=logging_interval,
+            # KPO's own meaning (and warnings, such as reattach_on_restart's deprecation)
+            in_cluster=in_cluster,
+            cluster_context=cluster_context,
+            config_file=config_file,
+            reattach_on_restart=reattach_on_restart,
+            durable=durable,
+            random_name_suffix=random_name_suffix,
+            trigger_kwargs=trigger_kwargs,
             **kwargs,
         )
         self.failure_policy = failure_policy_from(
@@ -144,7 +158,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         """The provider's ``KubernetesHook`` (see :func:`~airflow_k8s_retry.connection.kubernetes_hook`)."""
         from airflow_k8s_retry.connection import kubernetes_hook
 
-        return kubernetes_hook(self.kubernetes_conn_id)
+        return kubernetes_hook(self.kubernetes_conn_id, try_pod.cluster_of(self))
 
     def _client(self) -> PodClient:
         return try_pod.pod_client(self)
@@ -154,6 +168,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     def execute(self, context: Context) -> Any:
         from airflow_k8s_retry.kube.lifecycle import sweep_earlier_tries
 
+        with local_config_errors(self.task_id, "name"):
+            self._set_name(self.name)  # KPO's check of the rendered name: [A-Za-z0-9._-], 220 at most
         client = self._client()
         pod = self.build_try_pod(context)
         endings.run_callbacks(self, "on_pod_manifest_created", context, pod_request=self.pod_request_obj)
@@ -196,7 +212,11 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             endings.run_callbacks(self, "on_pod_creation", context, pod=endings.as_v1pod(created))
             found = lifecycle.read_stamp(created.body) if created.adopted else None
             if found is None:
-                return self._defer(context, identity, created, relaunch, deadline=deadline)
+                if deadline is None:
+                    deadline = try_pod.deadline_of(context, self.execution_timeout)
+                event = self._defer(context, identity, created, relaunch, deadline=deadline)
+        if found is None:  # deferrable=False: the worker followed the pod itself to its verdict
+            return self.execute_complete(context, event, execution_deadline=deadline)
         # Finished business: a verdict was reached for this pod before; act on it, don't re-watch.
         self.log.info("Pod %s already carries verdict %s", created.name, found.verdict.reason.value)
         return self._finish(context, client, created, found.verdict, relaunch, deadline=deadline)
@@ -222,13 +242,17 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         relaunch: int,
         *,
         deadline: float | None,
-    ) -> Any:
-        # A relaunch keeps the try's deadline: execution_timeout counts from the try's start.
-        deadline = deadline if deadline is not None else try_pod.deadline_of(context, self.execution_timeout)
+    ) -> Mapping[str, Any] | None:
+        """Defer to the trigger (raises ``TaskDeferred``); with ``deferrable=False``, follow the pod
+        here instead and return the trigger's event. A relaunch keeps the try's ``deadline``:
+        ``execution_timeout`` counts from the try's start."""
         trigger = try_pod.trigger_for(self, identity, created, relaunch, deadline)
+        if not self.deferrable:  # no triggerer needed: the worker follows the pod itself
+            return try_pod.follow_here(self, trigger)
         kwargs = {"execution_deadline": deadline}
         timeout = try_pod.defer_timeout(deadline)
         self.defer(trigger=trigger, method_name="execute_complete", kwargs=kwargs, timeout=timeout)
+        return None  # not reached: defer raises
 
     def execute_complete(
         self,

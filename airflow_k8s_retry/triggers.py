@@ -146,12 +146,17 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         runs, its new log lines go to the trigger's log; the event says where the copy stopped.
         Serialized only when given.
     :param base_container_name: the container whose log is streamed (default ``base``).
+    :param cluster: the task's KPO cluster arguments (``in_cluster``, ``config_file``,
+        ``cluster_context``) laid over the connection's; serialized only when given.
     """
 
     #: Where "now" comes from; replace with a ``ManualClock`` in tests.
     clock: ClassVar[Clock] = WallClock()
     #: How ``on_kill`` reads the task instance's state; replace in tests.
     task_state_lookup: ClassVar[TaskStateLookup] = staticmethod(airflow_task_state)
+    #: After firing, check that the task resumed (else delete the pod); off where the trigger runs
+    #: inside the worker (``deferrable=False``), whose own ``on_kill`` holds the pod.
+    after_firing_check: bool = True
 
     def __init__(
         self,
@@ -170,6 +175,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         target: Mapping[str, Any] | None = None,
         logging_interval: float | None = None,
         base_container_name: str = "base",
+        cluster: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         for label, value in (("namespace", namespace), ("pod_name", pod_name), ("pod_uid", pod_uid)):
@@ -204,6 +210,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             )
         self.logging_interval = None if logging_interval is None else float(logging_interval)
         self.base_container_name = str(base_container_name)
+        from airflow_k8s_retry.connection import chosen_cluster
+
+        self.cluster = chosen_cluster(**dict(cluster)) if cluster else None
         if self.target is not None:
             from airflow_k8s_retry.following import Target
 
@@ -237,6 +246,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if self.logging_interval is not None:
             kwargs["logging_interval"] = self.logging_interval
             kwargs["base_container_name"] = self.base_container_name
+        if self.cluster is not None:
+            kwargs["cluster"] = self.cluster
         return CLASSPATH, kwargs
 
     # -- run ------------------------------------------------------------------------------------
@@ -244,7 +255,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_k8s_retry.connection import aresolve_cluster_config
 
-        self._config = await aresolve_cluster_config(self.kubernetes_conn_id)
+        self._config = await aresolve_cluster_config(self.kubernetes_conn_id, self.cluster)
         if self.target is not None:
             from airflow_k8s_retry.following import follow
 
@@ -281,7 +292,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             log_position=self._log_position,
             seen=self._seen,
         )
-        if self.owned and self._identity is not None:
+        if self.owned and self._identity is not None and self.after_firing_check:
             _keep_until_done(self._after_firing(self._identity))
         yield TriggerEvent(event.to_payload())
 
@@ -297,6 +308,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             execution_deadline=self.execution_deadline,
             poll_interval=self.poll_interval,
             owned=False,
+            cluster=self.cluster,
         )
 
     def _tracker(self) -> PodTracker:
@@ -482,7 +494,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if config is None:
             from airflow_k8s_retry.connection import aresolve_cluster_config
 
-            config = await aresolve_cluster_config(self.kubernetes_conn_id)
+            config = await aresolve_cluster_config(self.kubernetes_conn_id, self.cluster)
         # Nothing else deletes a killed task's pod: API errors (a flapping authorizer's 403 too)
         # are retried with backoff, well inside Airflow's 30 s for on_kill.
         for attempt, pause in enumerate((*KILL_BACKOFF, None)):

@@ -127,7 +127,43 @@ def trigger_for(
         owned=op.on_kill_action.value != "keep_pod",
         logging_interval=op.logging_interval if op.get_logs else None,
         base_container_name=op.base_container_name,
+        cluster=cluster_of(op),
     )
+
+
+def cluster_of(op: RetryingPodOperator) -> dict[str, Any] | None:
+    """The task's KPO cluster arguments (rendered), or ``None`` when it set none."""
+    from airflow_k8s_retry.connection import chosen_cluster
+
+    return chosen_cluster(op.in_cluster, op.config_file, op.cluster_context)
+
+
+def follow_here(op: RetryingPodOperator, trigger: PodStateTrigger) -> dict[str, Any] | None:
+    """``deferrable=False``: the trigger's own ``run()`` in the worker, until its one event.
+
+    The same watch, tracker, classifier and verdict as in a triggerer; the worker holds its slot
+    meanwhile, as KPO's sync mode does. The after-firing check stays off: the worker itself acts on
+    the event, and its ``on_kill`` deletes the pod on a kill.
+    """
+    import asyncio
+
+    trigger.after_firing_check = False
+
+    async def first_event() -> dict[str, Any] | None:
+        async for event in trigger.run():
+            return dict(event.payload)
+        return None
+
+    op.log.info("Following pod %s/%s from the worker (deferrable=False)", trigger.namespace, trigger.pod_name)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(first_event())
+    # Called from inside an event loop (a test, an async runner): follow on a loop of its own.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, first_event()).result()
 
 
 def defer_timeout(deadline: float | None) -> timedelta | None:

@@ -177,11 +177,15 @@ def decide(
 def _exit_code_lists(
     rule: Rule, match: Fact, outcome: Outcome, message: str, policy: FailurePolicy
 ) -> tuple[Outcome, str]:
-    """Apply ``skip_on_exit_codes`` / ``fail_on_exit_codes`` to an exit-code verdict."""
+    """Apply ``skip_on_exit_codes`` / ``fail_on_exit_codes`` to an exit-code verdict, and a 0 in
+    ``skip_on_exit_codes`` to a success (the base container exited 0)."""
+    skip = exit_codes(policy.skip_on_exit_codes, success=True)
+    if outcome is Outcome.SUCCEED and 0 in skip:
+        return Outcome.SKIP, f"{message}; exit code 0 is in skip_on_exit_codes, so the task is skipped"
     code = match.exit_code
     if rule.reason not in EXIT_CODE_REASONS or code is None:
         return outcome, message
-    if code in exit_codes(policy.skip_on_exit_codes):
+    if code in skip:
         return Outcome.SKIP, f"{message}; exit code {code} is in skip_on_exit_codes, so the task is skipped"
     if code in exit_codes(policy.fail_on_exit_codes):
         return (

@@ -71,7 +71,7 @@ class FailurePolicy:
         set_(self, "grace", _check_grace(self.grace, graceable_reasons()))
         set_(self, "outcomes", _check_outcomes(self.outcomes, overridable_reasons()))
         fail = exit_codes(self.fail_on_exit_codes, label="FailurePolicy.fail_on_exit_codes")
-        skip = exit_codes(self.skip_on_exit_codes, label="FailurePolicy.skip_on_exit_codes")
+        skip = exit_codes(self.skip_on_exit_codes, label="FailurePolicy.skip_on_exit_codes", success=True)
         both = sorted(set(fail) & set(skip))
         if both:
             raise PolicyError(
@@ -121,7 +121,7 @@ class FailurePolicy:
             "grace": {Reason(k).value: float(v) for k, v in sorted(self.grace.items())},
             "outcomes": {Reason(k).value: Outcome(v).value for k, v in sorted(self.outcomes.items())},
             "fail_on_exit_codes": list(exit_codes(self.fail_on_exit_codes)),
-            "skip_on_exit_codes": list(exit_codes(self.skip_on_exit_codes)),
+            "skip_on_exit_codes": list(exit_codes(self.skip_on_exit_codes, success=True)),
             "relaunch_budget": self.relaunch_budget,
             "startup_timeout": self.startup_timeout,
             "schedule_timeout": self.schedule_timeout,
@@ -210,14 +210,16 @@ def _check_outcomes(value: object, valid: frozenset[Reason]) -> dict[Reason, Out
     return result
 
 
-def exit_codes(value: object, *, label: str = "exit codes") -> tuple[int, ...]:
+def exit_codes(value: object, *, label: str = "exit codes", success: bool = False) -> tuple[int, ...]:
     """One exit code or a collection of them, as a sorted tuple without repeats.
 
     The one normalisation of exit-code lists (``FailurePolicy``, the operator's KPO-style
-    ``skip_on_exit_code``, the classifier); raises :class:`PolicyError` naming ``label``.
+    ``skip_on_exit_code``, the classifier); raises :class:`PolicyError` naming ``label``. With
+    ``success``, 0 is allowed too (``skip_on_exit_codes``: as KPO's ``skip_on_exit_code=0``, a base
+    container that exits 0 skips the task).
 
-    >>> exit_codes(3), exit_codes([4, 2, 4])
-    ((3,), (2, 4))
+    >>> exit_codes(3), exit_codes([4, 2, 4]), exit_codes(0, success=True)
+    ((3,), (2, 4), (0,))
     """
     codes: Collection[object]
     if isinstance(value, int) and not isinstance(value, bool):
@@ -226,13 +228,16 @@ def exit_codes(value: object, *, label: str = "exit codes") -> tuple[int, ...]:
         codes = value
     else:
         raise PolicyError(f"{label} must be a list of exit codes, got {value!r}")
+    lowest = 0 if success else 1
     result: set[int] = set()
     for code in codes:
-        if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
-            raise PolicyError(
-                f"{label}: {code!r} is not a failing exit code; use whole numbers "
-                "from 1 to 255 (0 means success and never reaches an exit-code rule)"
+        if isinstance(code, bool) or not isinstance(code, int) or not lowest <= code <= 255:
+            hint = (
+                "use whole numbers from 0 to 255"
+                if success
+                else "use whole numbers from 1 to 255 (0 means success and never reaches an exit-code rule)"
             )
+            raise PolicyError(f"{label}: {code!r} is not an exit code here; {hint}")
         result.add(code)
     return tuple(sorted(result))
 

@@ -182,7 +182,10 @@ def pod_in_trigger(trigger: Any) -> dict[str, Any] | None:
     kwargs = trigger.kwargs
     if not kwargs.get("owned", True) or not kwargs.get("identity") or not kwargs.get("pod_uid"):
         return None
-    return {key: kwargs.get(key) for key in POD_KEYS}
+    pod = {key: kwargs.get(key) for key in POD_KEYS}
+    if kwargs.get("cluster"):  # the task's in_cluster / config_file / cluster_context
+        pod["cluster"] = dict(kwargs["cluster"])
+    return pod
 
 
 def delete_pod_of_killed_task(
@@ -215,7 +218,7 @@ def _delete(pod: Mapping[str, Any], why: str, sleep: Callable[[float], None]) ->
 
     namespace, name, uid = pod["namespace"], pod["pod_name"], pod["pod_uid"]
     try:
-        client, _ = connection.pod_client(pod.get("kubernetes_conn_id"), namespace)
+        client, _ = connection.pod_client(pod.get("kubernetes_conn_id"), namespace, pod.get("cluster"))
     except Exception as exc:
         log.warning("%s: pod %s kept: no Kubernetes client here (%s: %s)", why, name, type(exc).__name__, exc)
         return False

@@ -165,7 +165,8 @@ def test_policy_survives_dataclasses_replace_and_payload_round_trip() -> None:
         ({"outcomes": {42: "fail"}}, ["unknown reason code 42"]),
         ({"fail_on_exit_codes": [256]}, ["fail_on_exit_codes", "256", "1 to 255"]),
         ({"fail_on_exit_codes": [-1]}, ["fail_on_exit_codes", "-1"]),
-        ({"skip_on_exit_codes": [0]}, ["skip_on_exit_codes", "0 means success"]),
+        ({"fail_on_exit_codes": [0]}, ["fail_on_exit_codes", "0 means success"]),
+        ({"skip_on_exit_codes": [256]}, ["skip_on_exit_codes", "0 to 255"]),
         ({"skip_on_exit_codes": [True]}, ["skip_on_exit_codes"]),
         ({"skip_on_exit_codes": "3"}, ["skip_on_exit_codes must be a list"]),
         (

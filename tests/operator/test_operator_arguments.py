@@ -3,6 +3,7 @@ line each, the values that contradict its design."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def test_keep_failed_pods_is_delete_succeeded_pod():
         ({"on_finish_action": "delete"}, ValueError, "on_finish_action must be one of"),
         ({"failure_policy": {"grace": {}}}, PolicyError, "failure_policy must be"),
         ({"relaunch_budget": -1}, PolicyError, "relaunch_budget must be a whole number"),
-        ({"skip_on_exit_code": 0}, PolicyError, "skip_on_exit_codes"),
+        ({"skip_on_exit_code": 256}, PolicyError, "skip_on_exit_codes"),
         ({"startup_timeout_seconds": 0}, PolicyError, "startup_timeout"),
     ],
 )
@@ -113,29 +114,79 @@ def test_templated_fields_are_kubernetes_pod_operators():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"deferrable": False}, "deferrable=False: RetryingPodOperator always defers"),
-        (
-            {"in_cluster": True},
-            "in_cluster: the triggerer reads the cluster from the connection; set its extra 'in_cluster'",
-        ),
-        ({"cluster_context": "prod"}, "set its extra 'cluster_context'"),
-        ({"config_file": "/k"}, "set its extra 'kube_config_path'"),
-        ({"reattach_on_restart": False}, "reattach_on_restart=False: a retried execute always re-attaches"),
-        ({"durable": False}, "durable=False"),
-        ({"random_name_suffix": False}, "random_name_suffix=False"),
-        ({"trigger_kwargs": {"x": 1}}, "trigger_kwargs: the trigger is PodStateTrigger"),
+        ({"in_cluster": "yes"}, "in_cluster must be True, False or None, got 'yes'"),
         ({"logging_interval": 0}, "logging_interval must be a positive number of seconds or None, got 0"),
         ({"poll_interval": 0}, "poll_interval must be a positive number of seconds, got 0"),
     ],
 )
-def test_arguments_that_contradict_the_design_are_refused_in_one_line(kwargs, message):
+def test_values_no_pod_can_run_with_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError) as refused:
         RetryingPodOperator(task_id="load", image="x", **kwargs)
     assert message in str(refused.value)
     assert str(refused.value).startswith("load: ") and "\n" not in str(refused.value)
 
 
-def test_default_args_reach_kpo_arguments_and_refusals():
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"reattach_on_restart": False},
+            "load: reattach_on_restart=False is ignored: a restarted try always re-attaches to its own pod",
+        ),
+        ({"durable": False}, "load: durable=False is ignored: a restarted try always re-attaches"),
+        (
+            {"random_name_suffix": False},
+            "load: random_name_suffix=False is ignored: pod names always end in a per-try suffix",
+        ),
+        ({"trigger_kwargs": {"x": 1}}, "load: trigger_kwargs is ignored: the trigger is PodStateTrigger"),
+    ],
+)
+def test_kpo_arguments_without_meaning_here_are_accepted_with_one_warning(kwargs, message):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        RetryingPodOperator(task_id="load", image="x", **kwargs)
+    said = [str(w.message) for w in caught if str(w.message).startswith("load: ")]
+    assert len(said) == 1 and said[0].startswith(message), said
+    assert "\n" not in said[0]
+
+
+def test_the_cluster_arguments_and_deferrable_false_are_accepted_with_their_meaning():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        op = RetryingPodOperator(
+            task_id="t",
+            image="x",
+            in_cluster=False,
+            config_file="/k",
+            cluster_context="prod",
+            deferrable=False,
+        )
+    assert not [w for w in caught if str(w.message).startswith("t: ")]
+    assert (op.in_cluster, op.config_file, op.cluster_context, op.deferrable) == (False, "/k", "prod", False)
+
+
+def test_reattach_on_restart_true_gives_kpos_deprecation_warning():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        RetryingPodOperator(task_id="t", image="x", reattach_on_restart=True)
+    said = [w for w in caught if "reattach_on_restart" in str(w.message)]
+    assert [type(w.message).__name__ for w in said] == ["AirflowProviderDeprecationWarning"]
+    assert "`reattach_on_restart` is deprecated" in str(said[0].message)
+
+
+def test_a_kpo_dag_with_kpo_default_args_parses():
+    from airflow.sdk import DAG
+
+    with DAG(
+        "chatty",
+        schedule=None,
+        default_args={"in_cluster": False, "log_events_on_failure": True, "container_logs": True},
+    ):
+        op = RetryingPodOperator(task_id="t", image="x")
+    assert op.in_cluster is False and op.log_events_on_failure is True
+
+
+def test_default_args_reach_kpo_arguments():
     from airflow.sdk import DAG
 
     with DAG(
@@ -145,16 +196,14 @@ def test_default_args_reach_kpo_arguments_and_refusals():
             "container_logs": True,
             "log_events_on_failure": True,
             "termination_message_policy": "FallbackToLogsOnError",
+            "deferrable": False,
+            "cluster_context": "prod",
         },
     ):
         op = RetryingPodOperator(task_id="t", image="x")
     assert op.container_logs is True and op.log_events_on_failure is True
     assert op.termination_message_policy == "FallbackToLogsOnError"
-    with (
-        DAG("e", schedule=None, default_args={"deferrable": False}),
-        pytest.raises(ValueError, match="deferrable"),
-    ):
-        RetryingPodOperator(task_id="t", image="x")
+    assert op.deferrable is False and op.cluster_context == "prod"
 
 
 def test_every_kpo_argument_is_accepted():
