@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
 
 
+#: Seconds between copies of the base container's new log lines into the task log, by default.
+LIVE_LOG_INTERVAL = 30
+
+
 class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     """Run a task in a Kubernetes pod; a failed pod costs exactly one Airflow try.
 
@@ -58,6 +62,10 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         (default: the policy's, 3).
     :param keep_failed_pods: the same as ``on_finish_action="delete_succeeded_pod"``.
     :param poll_interval: seconds between the trigger's safety polls (default 10).
+    :param live_logs: with ``get_logs=True``, copy the base container's new log lines into the task
+        log while the pod runs, every ``logging_interval`` seconds (default
+        :data:`LIVE_LOG_INTERVAL`, 30); each line reaches the task log once. ``False`` writes the
+        whole log only when the pod ends.
     :param retry_policy: (Airflow 3.3+) Airflow's ``retry_policy``: consulted first when a try
         fails, then :class:`~airflow_k8s_retry.retry_policy.PodFailureRetryPolicy`'s defaults (the
         only policy when none is given), which set the delay per cause and record each try's reason
@@ -90,6 +98,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         random_name_suffix: bool = True,
         logging_interval: int | None = None,
         trigger_kwargs: dict[str, Any] | None = None,
+        live_logs: bool = True,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
@@ -132,11 +141,23 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         retry_policy = effective_retry_policy(task_id, given, self.failure_policy)
         if retry_policy is not None:  # Airflow 3.3+: the cause of each try decides what follows it
             self.retry_policy = retry_policy
+        self.live_logs = bool(live_logs)
         self._pod: CreatedPod | None = None
         self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
         self._seen: Mapping[str, Any] | None = None  # what the trigger judged the pod on
         # Runs where the worker cannot: in the DAG processor after a heartbeat timeout (a dead worker).
         self.on_failure_callback = with_lost_try_cleanup(getattr(self, "on_failure_callback", None))
+
+    @property
+    def streaming_interval(self) -> float | None:
+        """Seconds between copies of the base container's new lines into the task log while the
+        pod runs, or ``None``: ``logging_interval`` when set, else :data:`LIVE_LOG_INTERVAL` with
+        ``live_logs``; never without ``get_logs``."""
+        if not self.get_logs:
+            return None
+        if self.logging_interval is not None:
+            return float(self.logging_interval)
+        return float(LIVE_LOG_INTERVAL) if self.live_logs else None
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:

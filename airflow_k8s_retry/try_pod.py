@@ -125,7 +125,7 @@ def trigger_for(
         execution_deadline=deadline,
         poll_interval=op.poll_interval,
         owned=op.on_kill_action.value != "keep_pod",
-        logging_interval=op.logging_interval if op.get_logs else None,
+        logging_interval=op.streaming_interval,
         base_container_name=op.base_container_name,
         cluster=cluster_of(op),
     )

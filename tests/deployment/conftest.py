@@ -43,6 +43,9 @@ SCENARIO: dict[str, Any] = {
         "example.com/pool/slow-broken:1": {"run": {"exit_code": 3, "duration_seconds": 200, "log": "boom"}},
         "registry.example.com/team/missing:1": {"pull": "not_found"},
         "example.com/long:1": {"run": {"duration_seconds": 3000}},
+        # deployment_no_triggerer: the first try exits 3, the second succeeds.
+        "example.com/sync/app:try1": {"run": {"exit_code": 3, "duration_seconds": 20, "log": "boom"}},
+        "example.com/sync/app:try2": {"run": {"duration_seconds": 20, "log": "done"}},
         # deployment_retry_policy: the first try is OOM-killed, the second succeeds.
         "example.com/policy/app:try1": {"run": {"oom": True, "duration_seconds": 10}},
         "example.com/policy/app:try2": {"run": {"duration_seconds": 10, "log": "done"}},

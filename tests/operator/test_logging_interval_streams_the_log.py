@@ -68,10 +68,21 @@ async def test_streamed_lines_and_the_final_log_together_hold_each_line_once(
     print(f"log requests: trigger {by_trigger} for {len(streamed)} streamed lines, worker {len(rest)} lines")
 
 
-def test_without_logging_interval_the_worker_writes_the_whole_log(make_cluster, context, caplog, capsys):
+def test_get_logs_streams_live_by_default_every_30_seconds(make_cluster, context):
+    make_cluster()
+    assert defer(operator(), context).serialize()[1]["logging_interval"] == 30.0
+
+
+@pytest.mark.parametrize("kwargs", [{"live_logs": False}, {"get_logs": False}])
+def test_without_live_logs_nothing_streams(make_cluster, context, kwargs):
+    make_cluster()
+    assert "logging_interval" not in defer(operator(**kwargs), context).serialize()[1]
+
+
+def test_with_live_logs_off_the_worker_writes_the_whole_log(make_cluster, context, caplog, capsys):
     caplog.set_level(logging.INFO)
     cluster = make_cluster({"time_scale": 0.05, "images": {"slow:1": {"run": {"log": "\n".join(LINES)}}}})
-    op = operator(image="slow:1")
+    op = operator(image="slow:1", live_logs=False)
     trigger = defer(op, context)
     assert "logging_interval" not in trigger.serialize()[1]
     assert cluster.wait_for(
