@@ -106,6 +106,23 @@ DAGS = {
             task_id="failing", image="example.com/flaky:1", namespace="default", retries=0, poll_interval=1,
         )
     """,
+    # KPO arguments that select the cluster (through default_args, as KPO code has them), KPO's own
+    # sync mode, skip_on_exit_code=0, and a failed pod's partial result with multiple_outputs.
+    "kpo_arguments": """
+        local = KubernetesPodOperator(
+            task_id="local", image="example.com/load:1", namespace="default", poll_interval=1,
+            deferrable=False, get_logs=True,
+            default_args={"in_cluster": False, "log_events_on_failure": True, "container_logs": True},
+        )
+        zero_skip = KubernetesPodOperator(
+            task_id="zero_skip", image="example.com/load:1", namespace="default", skip_on_exit_code=0,
+            poll_interval=1,
+        )
+        half = KubernetesPodOperator(
+            task_id="half", image="example.com/half:1", namespace="default", do_xcom_push=True,
+            multiple_outputs=True, retries=0, poll_interval=1,
+        )
+    """,
 }
 
 LOCAL_SETTINGS = """
@@ -125,6 +142,7 @@ CLUSTER = {
         "example.com/extract:1": {"run": {"xcom": {"rows": 42, "table": "sales"}, "log": "extracting"}},
         "example.com/load:1": {"run": {"log": "loading"}},
         "example.com/skip:1": {"run": {"exit_code": 99}},
+        "example.com/half:1": {"run": {"exit_code": 3, "xcom": {"done": 7, "left": 3}}},
         "registry.example.com/etl-main:1": {"run": {"log": "hello from the templated main container"}},
         "example.com/chatty:1": {"run": {"log": "\n".join(f"line {i:04d}" for i in range(1, 2501))}},
         "example.com/flaky:1": {
@@ -241,3 +259,14 @@ def test_logs_whole_on_success_and_on_failure_and_default_args(runs):
         pod = pod_of(runs[f"{side}:kpo_extras"], "chatty")
         assert pod["spec"]["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert {"key": "batch", "operator": "Exists"} in pod["spec"]["tolerations"]
+
+
+def test_cluster_arguments_sync_mode_zero_skip_and_partial_results_as_kpo(runs):
+    for side in ("kpo", "rpo"):
+        entry = runs[f"{side}:kpo_arguments"]
+        result = entry["result"]
+        assert states(entry) == {"local": "success", "zero_skip": "skipped", "half": "failed"}, side
+        assert "loading" in result.output, side
+        for key, value in (("done", 7), ("left", 3), ("return_value", {"done": 7, "left": 3})):
+            assert result.xcom("half", key) == value, (side, key)
+        assert result.xcom("zero_skip") is None, side
