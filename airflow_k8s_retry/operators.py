@@ -142,6 +142,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         if retry_policy is not None:  # Airflow 3.3+: the cause of each try decides what follows it
             self.retry_policy = retry_policy
         self.live_logs = bool(live_logs)
+        self._kill_requested = False  # on_kill ran (Airflow lets the interrupted code go on)
+        self._try_held: tuple[TryIdentity, str] | None = None  # the try and namespace execute works in
         self._pod: CreatedPod | None = None
         self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
         self._seen: Mapping[str, Any] | None = None  # what the trigger judged the pod on
@@ -196,6 +198,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         endings.run_callbacks(self, "on_pod_manifest_created", context, pod_request=self.pod_request_obj)
         namespace = pod["metadata"]["namespace"]
         identity, sleep = try_pod.identity_of(context), type(self).retry_sleep
+        # From here a kill deletes the try's pods by label, even before this code holds one.
+        self._try_held = (identity, namespace)
         sweep_earlier_tries(client, identity, namespace, log=self.log.warning, sleep=sleep)
         return self._launch(context, client, pod, relaunch=0)
 
@@ -214,6 +218,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
 
         identity = try_pod.identity_of(context)
         meta = pod["metadata"]
+        if self._kill_requested:
+            raise PodFailure(f"the task was killed before pod {meta['name']} was created; none is created")
         try:
             created = lifecycle.create(client, pod, identity, relaunch=relaunch, sleep=type(self).retry_sleep)
         except PodOfAnotherTry as exc:
@@ -221,6 +227,12 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         except KubeError as exc:
             raise endings.create_failed(self, context, exc, meta["namespace"], meta["name"]) from None
         self._pod = created
+        if self._kill_requested:
+            # Airflow's SIGTERM handler calls on_kill and lets this code go on: a kill that came
+            # while the create was on its way found no pod to delete, so this deletes it.
+            if self.on_kill_action.value != "keep_pod":
+                self._end(client, created, None, keep=False, grace=self.termination_grace_period)
+            raise PodFailure(f"the task was killed while pod {created.name} was being created")
         with self._delete_on_error(client, created):
             context["ti"].xcom_push(key="pod_name", value=created.name)
             context["ti"].xcom_push(key="pod_namespace", value=created.namespace)
@@ -398,11 +410,22 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
 
     def on_kill(self) -> None:
         """The task was killed in the worker: delete the pod (``on_kill_action`` may keep it),
-        with ``termination_grace_period`` as the delete's grace."""
+        with ``termination_grace_period`` as the delete's grace. Killed before the operator holds
+        its pod (the sweep, the create), it deletes the try's pods by label, and ``_launch``
+        deletes a pod whose create was on its way."""
+        self._kill_requested = True
         pod = self._pod
-        if pod is None:
-            return
         if self.on_kill_action.value == "keep_pod":
-            self.log.info("Keeping pod %s on kill (on_kill_action=keep_pod)", pod.name)
+            if pod is not None:
+                self.log.info("Keeping pod %s on kill (on_kill_action=keep_pod)", pod.name)
             return
-        self._end(self._client(), pod, None, keep=False, grace=self.termination_grace_period)
+        if pod is not None:
+            self._end(self._client(), pod, None, keep=False, grace=self.termination_grace_period)
+            return
+        held = getattr(self, "_try_held", None)
+        if held is not None:  # killed during the sweep or the create: the pod may exist already
+            from airflow_k8s_retry.kube import lifecycle
+
+            identity, namespace = held
+            sleep = type(self).retry_sleep
+            lifecycle.delete_try_pods(self._client(), identity, namespace, log=self.log.info, sleep=sleep)

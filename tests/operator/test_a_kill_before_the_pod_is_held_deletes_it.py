@@ -1,0 +1,78 @@
+"""A user's kill of a running try whose pod the operator does not hold yet deletes the pod.
+
+Airflow's SIGTERM handler calls ``on_kill()`` and then lets the interrupted code go on. A kill that
+lands during the sweep of earlier tries, or while the create is on its way, finds no pod to delete;
+the create then completes. ``on_kill`` therefore deletes the try's pods by label, and the operator
+deletes a pod whose create completed after the kill and stops there (review finding R3-1, chaos
+seed 50174). The kill is delivered exactly where the signal would interrupt: inside the client's
+request for the sweep's LIST or the create's POST.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client import rest
+
+from airflow_k8s_retry.exceptions import PodFailure
+from airflow_k8s_retry.operators import RetryingPodOperator
+
+LONG = {"time_scale": 0.05, "images": {"busybox:1.36": {"run": {"duration_seconds": 100000}}}}
+
+
+def kill_at(monkeypatch: pytest.MonkeyPatch, op: RetryingPodOperator, method: str, after: bool) -> list[str]:
+    """Call ``op.on_kill()`` inside the first ``method`` request to ``/pods``, before or after it is sent."""
+    original = rest.RESTClientObject.request
+    done: list[str] = []
+
+    def request(self: Any, verb: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        hit = verb == method and url.split("?", maxsplit=1)[0].endswith("/pods") and not done
+        if hit and not after:
+            done.append(verb)
+            op.on_kill()
+        response = original(self, verb, url, *args, **kwargs)
+        if hit and after:
+            done.append(verb)
+            op.on_kill()
+        return response
+
+    monkeypatch.setattr(rest.RESTClientObject, "request", request)
+    return done
+
+
+@pytest.mark.parametrize(
+    ("method", "after"),
+    [("POST", False), ("POST", True), ("GET", False)],
+    ids=["kill-before-the-create-is-sent", "kill-after-the-create-landed", "kill-during-the-sweep"],
+)
+def test_a_kill_before_the_operator_holds_its_pod_leaves_no_pod(
+    make_cluster, context, ti, monkeypatch, method, after
+):
+    ti.try_number = 2  # a later try first sweeps the earlier tries' pods (a LIST)
+    cluster = make_cluster(LONG)
+    op = RetryingPodOperator(
+        task_id="load", image="busybox:1.36", kubernetes_conn_id=None, namespace="default"
+    )
+    killed = kill_at(monkeypatch, op, method, after)
+    with pytest.raises(PodFailure, match="the task was killed"):
+        op.execute(context)
+    assert killed == [method]
+    assert cluster.wait_for(lambda c: not c.pods(), timeout=10), [
+        p["metadata"]["name"] for p in cluster.pods()
+    ]
+
+
+def test_on_kill_action_keep_pod_keeps_a_pod_created_after_the_kill(make_cluster, context, monkeypatch):
+    cluster = make_cluster(LONG)
+    op = RetryingPodOperator(
+        task_id="load",
+        image="busybox:1.36",
+        kubernetes_conn_id=None,
+        namespace="default",
+        on_kill_action="keep_pod",
+    )
+    kill_at(monkeypatch, op, "POST", after=True)
+    with pytest.raises(PodFailure, match="the task was killed"):
+        op.execute(context)
+    assert len(cluster.pods()) == 1
