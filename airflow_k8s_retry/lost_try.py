@@ -51,6 +51,7 @@ def _operator_of(context: Any) -> Any:
 
 def delete_pods_left_by_failed_try(context: Any) -> None:
     """``on_failure_callback``: delete the pods of the failed try that nothing else will delete."""
+    from airflow_k8s_retry.exceptions import PodFailurePermanent
     from airflow_k8s_retry.kube import lifecycle
     from airflow_k8s_retry.kube.errors import KubeError
 
@@ -69,7 +70,9 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
         labels = identity.labels()
         keys = ("dag_id", "task_id", "run_id", "try_number")
         pods = client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys if k in labels))
-    except (KubeError, ValueError, RuntimeError) as exc:
+    except (KubeError, ValueError, RuntimeError, PodFailurePermanent) as exc:
+        # A configuration error (no template, no connection, bad YAML) created no pod: the try
+        # already failed saying so, and a second traceback here would only repeat it.
         log.warning(
             "Could not look for pods left by try %s: %s", getattr(context["ti"], "try_number", "?"), exc
         )

@@ -464,4 +464,7 @@ def _uid_of(pod: Mapping[str, Any] | None) -> str | None:
 
 
 def _clock(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # past year 9999: say so rather than crash
+        return "never"

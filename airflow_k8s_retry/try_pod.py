@@ -62,7 +62,8 @@ def build_try_pod(op: RetryingPodOperator, context: Context, relaunch: int = 0) 
     package's labels and the task instance annotation."""
     identity = identity_of(context)
     if getattr(op, "pod_request_obj", None) is None:
-        with local_config_errors(op.task_id):
+        where = f"pod_template_file {op.pod_template_file}" if op.pod_template_file else ""
+        with local_config_errors(op.task_id, where):
             if op.pod_template_file and not Path(op.pod_template_file).is_file():
                 raise ValueError(f"pod_template_file {op.pod_template_file!r} is not a file")
             # The provider logs the name it builds; let it be the try's first pod name.

@@ -162,12 +162,19 @@ def _reason(field_name: str, key: object, valid: frozenset[Reason]) -> Reason:
     return reason
 
 
+#: The longest grace or timeout a policy may set (30 days): anything longer is a typo, and past
+#: year 9999 it could not even be shown as a time.
+MAX_SECONDS = 30 * 86400.0
+
+
 def _seconds(name: str, value: object, *, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise PolicyError(f"{name} must be a finite number of seconds, got {value!r}")
     if value < 0 or (positive and value == 0):
         bound = "> 0" if positive else ">= 0"
         raise PolicyError(f"{name} must be {bound} seconds, got {value!r}")
+    if value > MAX_SECONDS:
+        raise PolicyError(f"{name} must be at most 30 days ({MAX_SECONDS:.0f} seconds), got {value!r}")
     return float(value)
 
 

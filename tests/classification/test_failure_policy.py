@@ -178,6 +178,8 @@ def test_policy_survives_dataclasses_replace_and_payload_round_trip() -> None:
         ({"startup_timeout": 0}, ["startup_timeout", "> 0"]),
         ({"schedule_timeout": -5}, ["schedule_timeout"]),
         ({"running_recheck": math.inf}, ["running_recheck", "finite"]),
+        ({"grace": {"image.not_found": 1e12}}, ["grace['image.not_found']", "at most 30 days"]),
+        ({"startup_timeout": 1e15}, ["startup_timeout", "at most 30 days"]),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(kwargs: dict[str, Any], names: list[str]) -> None:

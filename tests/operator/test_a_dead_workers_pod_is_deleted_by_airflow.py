@@ -128,3 +128,9 @@ def test_a_mapped_tasks_dead_worker_pod_is_deleted_too(make_cluster, context, ti
             errors.append(f"{type(exc).__name__}: {exc}")
     assert errors == []
     assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_a_configuration_error_gives_no_second_traceback_from_the_callback(make_cluster, context, tmp_path):
+    make_cluster(RUNNING)
+    task = operator(retries=0, pod_template_file=str(tmp_path / "missing.yaml"))
+    assert dag_processor_runs_failure_callbacks(task, context) == []

@@ -293,11 +293,13 @@ def test_local_configuration_errors_fail_at_once_in_one_line(
     assert "\n" not in str(failure.value)
     expected = {
         "missing template": "nope.yaml",
-        "invalid template": "configuration error",
+        "invalid template": "configuration error (pod_template_file /",
         "missing kubeconfig": "no-kubeconfig",
         "missing connection": "'nope'",
     }[case]
     assert expected in str(failure.value)
+    if case == "invalid template":  # the YAML error names the file it is in
+        assert f"pod_template_file {tmp_path / 'bad.yaml'}" in str(failure.value)
     assert cluster.all_pods() == []
 
 
