@@ -87,7 +87,10 @@ def judged_on(op: RetryingPodOperator, client: PodClient, pod: CreatedPod) -> tu
     from airflow_k8s_retry.kube import lifecycle, snapshot
 
     carried = snapshot.unpack(op._seen, pod.uid)
-    if carried is not None:
+    # The snapshot leaves termination messages out; with get_logs=True the report may show them,
+    # so the pod is read again for it.
+    wanted = op.get_logs and bool((op._seen or {}).get("withheld"))
+    if carried is not None and not wanted:
         return carried
     body, events, _ = lifecycle.evidence(client, pod, None, log=op.log.warning)
     return body, events

@@ -41,7 +41,7 @@ from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
-from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, kept_on_kill
+from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, kept_on_kill, withhold_termination_messages
 from airflow_k8s_retry.kube.logstream import LogPosition
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.pod_event import PodEvent
@@ -334,7 +334,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 if step.verdict.outcome is not Outcome.SUCCEED:
                     # What a failure was judged on travels with it: the worker's report reads no API.
                     self._seen = snapshot.take(tracker.pod, sub.events, self.pod_uid)
-                return step.verdict
+                # A container's termination message may hold anything (a Secret's value): it stays
+                # out of this log line and of the event, which Airflow stores as it is.
+                return withhold_termination_messages(step.verdict, tracker.pod)
             if isinstance(step, LookAgain):
                 step = tracker.looked(await self._look(sub), sub.events, self.clock.now())
             else:

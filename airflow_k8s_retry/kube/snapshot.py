@@ -5,7 +5,8 @@ emits a verdict. :func:`take` keeps the parts a failure report and the worker's 
 (:func:`~airflow_k8s_retry.kube.pods.failure_report`,
 :func:`~airflow_k8s_retry.kube.lifecycle.withhold_termination_messages`,
 :func:`~airflow_k8s_retry.kube.lifecycle.started_containers`): the pod's name and UID, its
-containers' names and termination-message policies, its status, and its last Events. The spec's
+containers' names and termination-message policies, its status without the containers'
+termination messages (``withheld`` says whether there were any), and its last Events. The spec's
 env, commands, volumes and annotations are left behind, so no secret value travels with it.
 
 A snapshot larger than :data:`SIZE_LIMIT` (as JSON) is left out; the worker then reads the pod and
@@ -33,10 +34,12 @@ _CONTAINER_FIELDS = ("name", "terminationMessagePolicy")
 def take(pod: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]], uid: str) -> Json | None:
     """The snapshot of ``pod`` (``None`` when it is not the pod with ``uid``: gone or replaced) and
     its newest Events; ``None`` when it would be larger than :data:`SIZE_LIMIT`."""
-    body = _pod_part(pod) if uid_of(pod) == uid else None
+    ours = uid_of(pod) == uid
+    body = _pod_part(pod) if ours else None
     snapshot: Json = {
         "uid": uid,
         "pod": body,
+        "withheld": ours and withheld_messages(pod),
         "events": [{k: e[k] for k in _EVENT_FIELDS if k in e} for e in list(events)[-EVENTS_KEPT:]],
     }
     try:
@@ -68,8 +71,40 @@ def _pod_part(pod: Mapping[str, Any] | None) -> Json:
             for kind in ("initContainers", "containers")
             if spec.get(kind)
         },
-        "status": {k: status[k] for k in _STATUS_FIELDS if k in status},
+        "status": {k: _without_termination_messages(k, status[k]) for k in _STATUS_FIELDS if k in status},
     }
+
+
+def _without_termination_messages(field: str, value: Any) -> Any:
+    """Container statuses without ``terminated.message``: a container may write anything there (a
+    Secret's value too), and the event is stored in Airflow's database as it is."""
+    if field not in ("initContainerStatuses", "containerStatuses") or not isinstance(value, list):
+        return value
+    out = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            out.append(item)
+            continue
+        status = dict(item)
+        for key in ("state", "lastState"):
+            state = status.get(key)
+            if isinstance(state, Mapping) and isinstance(state.get("terminated"), Mapping):
+                terminated = {k: v for k, v in state["terminated"].items() if k != "message"}
+                status[key] = {**state, "terminated": terminated}
+        out.append(status)
+    return out
+
+
+def withheld_messages(pod: Mapping[str, Any] | None) -> bool:
+    """Whether ``pod`` (a full body) has termination messages a snapshot of it leaves out."""
+    status = (pod or {}).get("status") or {}
+    return any(
+        ((cs.get(key) or {}).get("terminated") or {}).get("message")
+        for kind in ("initContainerStatuses", "containerStatuses")
+        for cs in status.get(kind) or []
+        if isinstance(cs, Mapping)
+        for key in ("state", "lastState")
+    )
 
 
 def uid_of(pod: Mapping[str, Any] | None) -> str | None:

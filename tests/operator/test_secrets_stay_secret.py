@@ -87,3 +87,46 @@ def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, contex
         for secret in (DB_PASSWORD, API_KEY, cluster.token):
             assert secret not in text, f"{secret!r} leaked into the {where}"
     assert classpath == "airflow_k8s_retry.triggers.PodStateTrigger"
+
+
+def test_a_secret_in_a_termination_message_stays_out_of_the_event_and_the_logs(
+    make_cluster, context, ti, caplog, capsys
+):
+    """A container's termination message may be anything it wrote: with FallbackToLogsOnError the
+    end of its log, here a Secret's value. With ``get_logs=False`` it reaches no log, and in no case
+    the trigger's event, which Airflow stores in its database as it is (review finding R3-4)."""
+    cluster = make_cluster(
+        {
+            "images": {
+                "etl:4": {"run": {"exit_code": 3, "duration_seconds": 0.1, "log": f"token={API_KEY}"}}
+            },
+            "time_scale": 0.05,
+        }
+    )
+    op = RetryingPodOperator(
+        task_id="load",
+        image="etl:4",
+        kubernetes_conn_id=None,
+        namespace="default",
+        termination_message_policy="FallbackToLogsOnError",
+        get_logs=False,
+    )
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    event = asyncio.run(first_event(deferred.value.trigger))
+    with pytest.raises(PodFailure) as failure:
+        op.execute_complete(context, event=event)
+    [created] = cluster.all_pods()
+    terminated = created["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert API_KEY in terminated["message"]  # the kubelet did put it there
+    out = capsys.readouterr()
+    assert "container.exit_code" in json.dumps(event)
+    for where, text in {
+        "trigger event": json.dumps(event, default=str),
+        "log": caplog.text,
+        "stdout": out.out + out.err,
+        "xcom": json.dumps(ti.xcom, default=str),
+        "exception": str(failure.value),
+    }.items():
+        assert API_KEY not in text, f"the secret leaked into the {where}"

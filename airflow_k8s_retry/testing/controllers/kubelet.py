@@ -281,6 +281,9 @@ class Kubelet:
             "finishedAt": now_iso(),
             "containerID": c.container_id,
         }
+        policy = c.spec.get("terminationMessagePolicy")
+        if not message and exit_code != 0 and policy == "FallbackToLogsOnError":
+            message = fallback_message(c)
         if message:
             terminated["message"] = message
         c.state = {"terminated": terminated}
@@ -470,3 +473,11 @@ class Kubelet:
             c.touch()
         if removed is not None:
             self.status.store.lifecycle(removed, "deleted")
+
+
+def fallback_message(c: ContainerRun) -> str:
+    """``terminationMessagePolicy: FallbackToLogsOnError`` with no message file: as the kubelet, the
+    end of the container's log, at most 80 lines and 2048 bytes, whichever is smaller."""
+    text = "\n".join(line for _, line in c.logs[-80:])
+    data = text.encode()[-2048:]
+    return data.decode(errors="ignore")
