@@ -270,7 +270,7 @@ def _outcomes_of(reason: Reason, failure_policy: FailurePolicy) -> set[Outcome]:
         for rule in RULES
         if rule.reason is reason and rule.outcome not in (Outcome.WAIT, Outcome.SUCCEED)
     }
-    if reason is Reason.API_REJECTED:  # judged at create, not by the rule table
+    if reason in (Reason.API_REJECTED, Reason.API_TLS_ERROR):  # judged at create, not by the table
         found.add(Outcome.FAIL)
     elif reason.value.startswith("api."):
         found.add(Outcome.RETRY)

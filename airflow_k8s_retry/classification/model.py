@@ -70,6 +70,7 @@ class Reason(StrEnum):
     API_UNAUTHORIZED = "api.unauthorized"
     API_CONFLICT = "api.conflict"
     API_UNAVAILABLE = "api.unavailable"
+    API_TLS_ERROR = "api.tls_error"
     UNKNOWN = "pod.unknown"
 
 

@@ -60,6 +60,7 @@ REASONS: Mapping[Reason, ReasonInfo] = {
     Reason.API_UNAUTHORIZED:           ReasonInfo("401 at create: an expired or rotating credential (set by the operator; an Airflow retry)", "check the connection's credentials (token, exec plugin) if it keeps happening"),
     Reason.API_CONFLICT:               ReasonInfo("409 at create after the adoption found no pod of this try (set by the operator; an Airflow retry)", "nothing to fix if it is rare; otherwise look for something creating pods with the same names"),
     Reason.API_UNAVAILABLE:            ReasonInfo("429, 5xx or no answer at create, after in-process retries (set by the operator; an Airflow retry)", "check the API server's health and the network path to it"),
+    Reason.API_TLS_ERROR:              ReasonInfo("the API server's certificate did not verify against the connection's CA (set by the operator; permanent)", "fix the connection's CA (certificate-authority data in its kubeconfig) or the server's certificate"),
 }
 # fmt: on
 

@@ -75,6 +75,31 @@ class TransportError(KubeError):
     transient = True
 
 
+class CertificateError(TransportError):
+    """The server's TLS certificate did not verify: a wrong CA, which no retry fixes."""
+
+    transient = False
+
+
+def _certificate_failure(exc: BaseException) -> bool:
+    """Whether a certificate verification failure is anywhere in ``exc``'s causes (urllib3 keeps it
+    in ``reason``, aiohttp in ``os_error`` or ``__cause__``)."""
+    import ssl
+
+    seen: set[int] = set()
+    pending: list[object] = [exc]
+    while pending:
+        item = pending.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(item):
+            return True
+        pending += [item.__cause__, item.__context__, getattr(item, "reason", None)]
+        pending += [getattr(item, "os_error", None), *item.args]
+    return False
+
+
 _BY_STATUS: dict[int, type[KubeError]] = {
     400: BadRequest,
     401: Unauthorized,
@@ -117,4 +142,6 @@ def translate(exc: BaseException) -> KubeError:
         body = getattr(exc, "body", None)
         message, reason = _status_message(body, getattr(exc, "reason", None) or f"HTTP {status}")
         return error_for_status(status, message, reason=reason, body=body)
+    if _certificate_failure(exc):
+        return CertificateError(f"{type(exc).__name__}: {exc}".rstrip(": "))
     return TransportError(f"{type(exc).__name__}: {exc}".rstrip(": "))

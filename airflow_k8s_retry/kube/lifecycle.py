@@ -21,7 +21,15 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
-from airflow_k8s_retry.kube.errors import BadRequest, Conflict, Invalid, KubeError, NotFound, TransportError
+from airflow_k8s_retry.kube.errors import (
+    BadRequest,
+    CertificateError,
+    Conflict,
+    Invalid,
+    KubeError,
+    NotFound,
+    TransportError,
+)
 from airflow_k8s_retry.kube.naming import (
     MANAGED_SELECTOR,
     RELAUNCH_LABEL,
@@ -525,6 +533,8 @@ def create_error_outcome(exc: KubeError) -> tuple[Outcome, Reason]:
     meet it again): 422 invalid spec, 400, 404 (namespace), RBAC, PodSecurity and LimitRange 403s.
     """
     text = str(exc).lower()
+    if isinstance(exc, CertificateError):  # a wrong CA: every try would meet it
+        return Outcome.FAIL, Reason.API_TLS_ERROR
     if exc.status == 403:
         if "exceeded quota" in text:
             return Outcome.RETRY, Reason.API_QUOTA_EXCEEDED

@@ -166,3 +166,31 @@ def test_termination_messages_are_withheld_from_what_is_published():
     assert "hunter2" not in text and "<termination message withheld>" in published.message  # ... we don't
     assert (published.outcome, published.reason) == (verdict.outcome, verdict.reason)
     assert withhold_termination_messages(verdict, None) is verdict
+
+
+def test_a_wrong_ca_fails_at_once_in_one_line(context, tmp_path, monkeypatch):
+    """A certificate that does not verify against the connection's CA is a configuration error: no
+    retry can fix it, so it is not ridden out as 'no answer' (review finding R3-9)."""
+    import yaml
+
+    from airflow_k8s_retry.exceptions import PodFailurePermanent
+    from airflow_k8s_retry.operators import RetryingPodOperator
+    from airflow_k8s_retry.testing import FakeCluster
+
+    with FakeCluster(tls=True) as served, FakeCluster(tls=True) as other:
+        config = yaml.safe_load(served.kubeconfig.read_text())
+        theirs = yaml.safe_load(other.kubeconfig.read_text())
+        config["clusters"][0]["cluster"]["certificate-authority-data"] = theirs["clusters"][0]["cluster"][
+            "certificate-authority-data"
+        ]
+        wrong = tmp_path / "wrong-ca.yaml"
+        wrong.write_text(yaml.safe_dump(config))
+        monkeypatch.setenv("KUBECONFIG", str(wrong))
+        op = RetryingPodOperator(
+            task_id="load", image="busybox:1.36", kubernetes_conn_id=None, namespace="default"
+        )
+        with pytest.raises(PodFailurePermanent) as failure:
+            op.execute(context)
+        assert failure.value.reason == "api.tls_error"
+        assert "CERTIFICATE_VERIFY_FAILED" in str(failure.value) and "\n" not in str(failure.value)
+        assert served.pods() == [] and other.pods() == []
