@@ -138,3 +138,24 @@ def test_403_for_a_service_account_without_rbac(backends: Backends):
     seen = backends.run(probe)
     assert_same(seen)
     assert seen["real"]["http"] == 403
+
+
+def test_a_non_string_env_value_is_refused_by_the_decoder_with_400(backends: Backends):
+    """``env_vars={"N": 5}`` from a DAG reaches the API as a JSON number: kube-apiserver's decoder
+    answers 400 before validation, and so must the simulator (review finding R3-10)."""
+
+    def probe(side: Side) -> dict[str, Any]:
+        name = side.unique("fidelity-env-")
+        body = pod_body(name, LONG)
+        body["spec"]["containers"][0]["env"] = [{"name": "N", "value": 5}]
+        try:
+            return error_of(lambda: side.api.create_namespaced_pod("default", body), NAME=name)
+        finally:
+            delete_now(side.api, name)
+
+    seen = backends.run(probe)
+    assert_same(seen)
+    assert seen["real"]["http"] == 400
+    assert "cannot unmarshal number into Go struct field EnvVar.spec.containers.env.value of type string" in (
+        seen["real"]["body"]["message"]
+    )

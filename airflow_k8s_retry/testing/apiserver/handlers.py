@@ -125,6 +125,9 @@ class Resources:
                 f"the API version in the data (v1) does not match the expected kind: "
                 f"got {obj.get('kind')}, expected {kind}",
             )
+        undecodable = pod_strategy.decode_errors(obj) if info.resource == "pods" else None
+        if undecodable:
+            raise ApiError(400, undecodable)
         namespace = self.ensure_namespace(info)
         meta = obj.setdefault("metadata", {})
         self._check_create_metadata(info, meta, namespace)

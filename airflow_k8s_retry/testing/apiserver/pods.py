@@ -28,6 +28,29 @@ _DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unre
 
 # -- validation ---------------------------------------------------------------------------------
 
+#: Go's JSON names for the types a pod's string fields may not hold.
+_GO_TYPES = {bool: "bool", int: "number", float: "number", list: "array", dict: "object"}
+
+
+def decode_errors(obj: Any) -> str | None:
+    """What kube-apiserver's JSON decoder says about a pod whose env values are not strings (it
+    answers 400 before any validation), or ``None``."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    for group in ("initContainers", "containers"):
+        containers = [c for c in spec.get(group) or [] if isinstance(c, dict)]
+        for c in containers:
+            for env in [e for e in c.get("env") or [] if isinstance(e, dict)]:
+                value = env.get("value")
+                if value is not None and not isinstance(value, str):
+                    go = _GO_TYPES.get(type(value), "value")
+                    return (
+                        f'Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal {go} into '
+                        f"Go struct field EnvVar.spec.{group}.env.value of type string"
+                    )
+    return None
+
 
 def validate_pod_spec(spec: Any) -> list[Cause]:
     if not isinstance(spec, dict):
