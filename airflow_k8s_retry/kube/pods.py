@@ -35,6 +35,11 @@ Json = dict[str, Any]
 #: The cncf provider's XCom convention (its sidecar's name and the file the task writes).
 XCOM_SIDECAR_NAME = "airflow-xcom-sidecar"
 XCOM_RESULT_PATH = "/airflow/xcom/return.json"
+#: The cncf provider's read of the result: the file, or the empty-result marker.
+READ_RESULT = (
+    f"if [ -s {XCOM_RESULT_PATH} ]; then cat {XCOM_RESULT_PATH}; "
+    "else echo __airflow_xcom_result_empty__; fi"
+)
 
 
 class PodOfAnotherTry(Conflict):
@@ -43,6 +48,26 @@ class PodOfAnotherTry(Conflict):
 
 class XComReadError(KubeError):
     """The XCom result could not be read from the sidecar, or is not valid JSON."""
+
+
+#: The exec protocol's status channel (``v4.channel.k8s.io``: a ``Status`` once the command ends).
+ERROR_CHANNEL = 3
+#: What the cncf provider's sidecar read prints when the task wrote no result, so that "no result"
+#: and "could not read" differ.
+EMPTY_RESULT = "__airflow_xcom_result_empty__"
+
+
+def _exec_failure(status: str) -> str | None:
+    """The exec's failure from its status channel (a ``Status`` JSON), or ``None`` on success."""
+    if not status.strip():
+        return None
+    try:
+        parsed = json.loads(status)
+    except ValueError:
+        return status.strip()[:300]
+    if not isinstance(parsed, dict) or parsed.get("status") == "Success":
+        return None
+    return str(parsed.get("message") or parsed.get("reason") or "Failure")[:300]
 
 
 def _client_errors() -> tuple[type[BaseException], ...]:
@@ -290,18 +315,27 @@ class PodClient:
             try:
                 resp.run_forever(timeout=60)
                 out.append(resp.read_stdout() or "")
+                status = resp.read_channel(ERROR_CHANNEL) or ""
             finally:
                 resp.close()
+        failure = _exec_failure(status)
+        if failure is not None:
+            raise XComReadError(f"exec in pod {namespace}/{name} ({container}) failed: {failure}")
         return "".join(out)
 
     def read_xcom(self, namespace: str, name: str) -> Any:
         """The cncf convention: read ``return.json`` from the sidecar, then let the sidecar exit."""
         try:
-            raw = self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["cat", XCOM_RESULT_PATH])
+            raw = self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["sh", "-c", READ_RESULT])
         finally:
             self.stop_xcom_sidecar(namespace, name)
-        if not raw.strip():
+        if raw.strip() == EMPTY_RESULT:  # the task wrote no result (an empty or missing file)
             return None
+        if not raw.strip():
+            raise XComReadError(
+                f"pod {namespace}/{name}: reading {XCOM_RESULT_PATH} from the XCom sidecar returned "
+                "nothing, not even the empty-result marker; the result could not be read"
+            )
         try:
             return json.loads(raw)
         except ValueError as exc:

@@ -53,3 +53,28 @@ def test_the_node_s_kubelet_endpoint_refuses_exec(control_plane: ControlPlane, k
             urllib.request.urlopen(request, context=context, timeout=10)
         answers[path] = caught.value.code
     assert set(answers.values()) == {403}, answers
+
+
+def test_an_xcom_read_the_exec_channel_refuses_is_an_error_not_an_empty_result(kubeconfig: Path):
+    """The API server upgrades the exec and then reports, on the status channel, that the node's
+    kubelet refused it: the read must fail (a retryable error), not read as "no result" and let the
+    task succeed without it (review finding R3-5)."""
+    from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+    from airflow_k8s_retry.kube.pods import PodClient, XComReadError
+
+    containers = [
+        {"name": "base", "image": "registry.example.com/app:long"},
+        {"name": "airflow-xcom-sidecar", "image": "registry.example.com/app:long"},
+    ]
+    with core_api(kubeconfig) as api:
+        name = f"xcom-exec-{int(time.time() * 1000) % 100000}"
+        api.create_namespaced_pod("default", pod_body(name, "unused", containers=containers))
+        try:
+            wait_for_pod(api, name, lambda p: p.get("status", {}).get("phase") == "Running", timeout=30)
+            client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig))))
+            with pytest.raises(XComReadError) as refused:
+                client.read_xcom("default", name)
+            assert "exec in pod default/" in str(refused.value)
+            assert "failed" in str(refused.value)
+        finally:
+            delete_now(api, name)
