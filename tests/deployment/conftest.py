@@ -46,8 +46,12 @@ SCENARIO: dict[str, Any] = {
         # deployment_no_triggerer: the first try exits 3, the second succeeds.
         "example.com/sync/app:try1": {"run": {"exit_code": 3, "duration_seconds": 20, "log": "boom"}},
         "example.com/sync/app:try2": {"run": {"duration_seconds": 20, "log": "done"}},
-        # deployment_retry_policy: the first try is OOM-killed, the second succeeds.
-        "example.com/policy/app:try1": {"run": {"oom": True, "duration_seconds": 10}},
+        # deployment_retry_policy: the first try is OOM-killed, the second succeeds. The first pod
+        # runs 15 s: a verdict within a second or two of deferring can reach the resumed worker
+        # before the scheduler has processed the executor's event for the deferring workload, and
+        # Airflow 3.3's scheduler then fails the running resume itself ("finished with state
+        # success, but the task instance's state attribute is running"), without the retry policy.
+        "example.com/policy/app:try1": {"run": {"oom": True, "duration_seconds": 150}},
         "example.com/policy/app:try2": {"run": {"duration_seconds": 10, "log": "done"}},
     },
 }
