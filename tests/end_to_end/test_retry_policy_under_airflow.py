@@ -263,9 +263,12 @@ def test_an_authors_exception_policy_fails_an_oom_at_once_and_delays_a_rate_limi
         proc = home.start_dag(scenario.dag_id, kubeconfig=cluster.kubeconfig)
         started, deadline = time.monotonic(), time.monotonic() + 240
         try:
-            # The rate-limited task waits ten minutes for its next try: stop once it is up for retry.
+            # The rate-limited task waits ten minutes for its next try: stop once it is up for retry
+            # and the OOM task (which `dags test` may run before or after it) has ended its try.
+            ended = ("failed", "success", "up_for_retry")
             while time.monotonic() < deadline and proc.poll() is None:
-                if _state(home.database, scenario.dag_id, "pull") == "up_for_retry":
+                pull, oom = (_state(home.database, scenario.dag_id, t) for t in ("pull", "oom"))
+                if pull == "up_for_retry" and oom in ended:
                     break
                 time.sleep(0.5)
             states = {t: _state(home.database, scenario.dag_id, t) for t in ("oom", "pull")}
