@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
+from airflow_k8s_retry.kube import snapshot
 from airflow_k8s_retry.kube.errors import (
     BadRequest,
     CertificateError,
@@ -119,17 +120,7 @@ def withhold_termination_messages(verdict: Verdict, pod: Mapping[str, Any] | Non
     A termination message is whatever the container wrote (with ``FallbackToLogsOnError``, the end
     of its log), so it stays out of XCom, the pod's annotation and the exception text.
     """
-    status = (pod or {}).get("status") or {}
-    messages = sorted(
-        {
-            str(((cs.get("state") or {}).get("terminated") or {}).get("message") or "").strip()
-            for kind in ("initContainerStatuses", "containerStatuses")
-            for cs in status.get(kind) or []
-        }
-        - {""},
-        key=len,
-        reverse=True,
-    )
+    messages = sorted(snapshot.termination_messages(pod), key=len, reverse=True)
     if not messages:
         return verdict
 

@@ -95,16 +95,23 @@ def _without_termination_messages(field: str, value: Any) -> Any:
     return out
 
 
-def withheld_messages(pod: Mapping[str, Any] | None) -> bool:
-    """Whether ``pod`` (a full body) has termination messages a snapshot of it leaves out."""
+def termination_messages(pod: Mapping[str, Any] | None, states: Sequence[str] = ("state",)) -> set[str]:
+    """The non-empty ``terminated.message`` texts of ``pod``'s containers (init containers too),
+    read from each of ``states`` (``"state"``, ``"lastState"``)."""
     status = (pod or {}).get("status") or {}
-    return any(
-        ((cs.get(key) or {}).get("terminated") or {}).get("message")
+    found = {
+        str(((cs.get(key) or {}).get("terminated") or {}).get("message") or "").strip()
         for kind in ("initContainerStatuses", "containerStatuses")
         for cs in status.get(kind) or []
         if isinstance(cs, Mapping)
-        for key in ("state", "lastState")
-    )
+        for key in states
+    }
+    return found - {""}
+
+
+def withheld_messages(pod: Mapping[str, Any] | None) -> bool:
+    """Whether ``pod`` (a full body) has termination messages a snapshot of it leaves out."""
+    return bool(termination_messages(pod, ("state", "lastState")))
 
 
 def uid_of(pod: Mapping[str, Any] | None) -> str | None:
