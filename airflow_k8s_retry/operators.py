@@ -29,7 +29,7 @@ from airflow_k8s_retry.kpo_arguments import ignored, local_config_errors, refusa
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.lost_try import with_lost_try_cleanup
 from airflow_k8s_retry.metrics import count_task_verdict
-from airflow_k8s_retry.retry_policy import effective_retry_policy, ignore_retry_policy_before_3_3
+from airflow_k8s_retry.retry_policy import ignore_retry_policy_before_3_3, install_retry_policy
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -137,10 +137,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             schedule=schedule_timeout_seconds,
             relaunch_budget=relaunch_budget,
         )
-        given = getattr(self, "retry_policy", None)
-        retry_policy = effective_retry_policy(task_id, given, self.failure_policy)
-        if retry_policy is not None:  # Airflow 3.3+: the cause of each try decides what follows it
-            self.retry_policy = retry_policy
+        install_retry_policy(self, self.failure_policy)
         self.live_logs = bool(live_logs)
         self._kill_requested = False  # on_kill ran (Airflow lets the interrupted code go on)
         self._try_held: tuple[TryIdentity, str] | None = None  # the try and namespace execute works in

@@ -52,6 +52,7 @@ __all__ = [
     "RetryStep",
     "effective_retry_policy",
     "ignore_retry_policy_before_3_3",
+    "install_retry_policy",
     "reason_text",
 ]
 
@@ -210,6 +211,14 @@ def effective_retry_policy(task_id: str, policy: object, failure_policy: Failure
     if ours:
         return policy
     return _RecordingChain.get()([policy, PodFailureRetryPolicy()])
+
+
+def install_retry_policy(task: Any, failure_policy: FailurePolicy | None) -> None:
+    """Set ``task.retry_policy`` to :func:`effective_retry_policy` of what the author gave; on
+    Airflow 3.1 and 3.2 leave the task as it is."""
+    policy = effective_retry_policy(task.task_id, getattr(task, "retry_policy", None), failure_policy)
+    if policy is not None:  # Airflow 3.3+: the cause of each try decides what follows it
+        task.retry_policy = policy
 
 
 def ignore_retry_policy_before_3_3(task_id: str, kwargs: dict[str, Any]) -> None:

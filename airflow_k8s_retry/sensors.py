@@ -143,13 +143,9 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
         self.failure_policy = failure_policy or FailurePolicy()
-        from airflow_k8s_retry.retry_policy import effective_retry_policy
+        from airflow_k8s_retry.retry_policy import install_retry_policy
 
-        retry_policy = effective_retry_policy(
-            self.task_id, getattr(self, "retry_policy", None), self.failure_policy
-        )
-        if retry_policy is not None:  # Airflow 3.3+: the cause of each try decides what follows it
-            self.retry_policy = retry_policy
+        install_retry_policy(self, self.failure_policy)
         self.delete_pod_on_finish = delete_pod_on_finish
 
     # -- execute: check the target, then defer --------------------------------------------------
