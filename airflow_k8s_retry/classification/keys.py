@@ -58,6 +58,11 @@ def crash_loop(reason: Reason, container: str) -> SignalKey:
     return SignalKey(f"{reason.value}.loop:{container}")
 
 
+def status_behind(generation: int) -> SignalKey:
+    """The kubelet's status lagging the pod's spec at ``generation`` (each spec change waits anew)."""
+    return SignalKey(f"pod.status_behind_spec:{generation}")
+
+
 def gone_after(reason: Reason) -> SignalKey:
     """The final signal of a pod that vanished after ``reason`` was seen."""
     return SignalKey(f"{reason.value}.gone")

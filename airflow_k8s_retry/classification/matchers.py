@@ -39,6 +39,8 @@ class Sighting(StrEnum):
     LOST = "lost"  # the kubelet lost track of a container
     HELPERS_LEFT = "helpers_left"  # the main containers are done, helpers still run
     BASE_DONE = "base_done"  # the base container is done; its sidecars do not decide
+    NATIVE_SIDECARS = "native_sidecars"  # the main containers are done; native sidecars do not decide
+    BEHIND = "behind"  # the kubelet's status is older than the pod's spec (observedGeneration)
     WAITING = "waiting"  # a container waits with this reason
     PULL = "pull"  # a pull error whose cause is known
     LOOP = "loop"  # CrashLoopBackOff
@@ -100,17 +102,21 @@ _OWN_STORAGE_LIMIT = re.compile(
 
 
 def _finished(obs: Observation, container: ContainerView) -> Termination | None:
-    """The container's termination when it will not be restarted."""
+    """The container's termination when it will not be restarted: the pod failed, or neither its
+    restart rules nor its restart policy (its own, else the pod's) restart it after this exit."""
     term = container.terminated
     if term is None:
         return None
-    if obs.phase == "Failed" or (obs.restart_policy == "Never" and not container.sidecar):
+    if obs.phase == "Failed":
         return term
-    return None
+    if container.sidecar or container.restarts_after(term.exit_code, obs.restart_policy):
+        return None
+    return term
 
 
 def first_matching(obs: Observation, found: Callable[[ContainerView], bool]) -> ContainerView | None:
-    return next((c for c in obs.containers if found(c)), None)
+    """The first container that keeps the pod from its work (``Observation.blocks``) and matches."""
+    return next((c for c in obs.containers if obs.blocks(c) and found(c)), None)
 
 
 def _first_finished(
@@ -275,6 +281,8 @@ def admission_rejected(obs: Observation) -> Fact | None:
 def container_status_unknown(obs: Observation) -> Fact | None:
     """a container terminated with `ContainerStatusUnknown` (exit 137, not an OOM kill)"""
     for container in obs.containers:
+        if not obs.blocks(container):
+            continue  # a native sidecar beside running main containers is restarted by the kubelet
         for term in (container.terminated, container.last_terminated):
             if term is not None and term.reason == "ContainerStatusUnknown":
                 detail = join(term.reason, term.message)
@@ -311,6 +319,8 @@ def deleted_while_running(obs: Observation) -> Fact | None:
     # the deletion's doing. Any other exit happened before the deletion and speaks for itself.
     for container in obs.containers:
         term = container.terminated
+        if container.sidecar:
+            continue  # a native sidecar's exit never speaks for the task
         if term is not None and (term.exit_code not in (None, 0, 137, 143) or term.reason == "OOMKilled"):
             return None
     evidence = (cite(Reason.DELETED_EXTERNALLY, None, "metadata.deletionTimestamp set"),)
@@ -380,28 +390,35 @@ def main_containers_done(obs: Observation) -> Fact | None:
     """restartPolicy `Never`, phase `Running`, every main container exited 0 and only the XCom
     sidecar (`airflow-xcom-sidecar`) or `istio-proxy` still runs; or, when the pod names its base
     container (annotation `airflow-k8s-retry.io/base-container`), phase `Running` or `Failed` and the
-    base container exited 0, whatever its sidecars do"""
-    if obs.restart_policy != "Never" or obs.phase not in ("Running", "Failed" if obs.base else "Running"):
+    base container exited 0, whatever its sidecars do; native sidecars (init containers with
+    restartPolicy `Always`) never count, whatever their exit codes"""
+    native = any(c.sidecar for c in obs.containers)
+    phases = ("Running", "Failed") if obs.base or native else ("Running",)
+    if obs.restart_policy != "Never" or obs.phase not in phases:
         return None
     main = [c for c in obs.containers if not c.init and c.name not in HELPER_CONTAINERS and obs.decides(c)]
-    if not main or any(c.sidecar for c in main):
+    if not main:
         return None
     inits_done = all(c.sidecar or c.terminated is not None for c in obs.containers if c.init)
-    if not inits_done or not all(c.terminated is not None and c.terminated.exit_code == 0 for c in main):
+    done = [_finished(obs, c) for c in main]
+    if not inits_done or not all(t is not None and t.exit_code == 0 for t in done):
         return None
     if obs.base:
         return Fact(
             Sighting.BASE_DONE, keys.POD_SUCCEEDED, obs.title, _sidecar_states(obs), container=obs.base
         )
+    if native:
+        return Fact(Sighting.NATIVE_SIDECARS, keys.POD_SUCCEEDED, obs.title, _sidecar_states(obs))
     helpers = ", ".join(sorted(c.name for c in obs.containers if c.name in HELPER_CONTAINERS)) or "sidecars"
     return Fact(Sighting.HELPERS_LEFT, keys.POD_SUCCEEDED, obs.title, helpers)
 
 
 def _sidecar_states(obs: Observation) -> str:
-    """The other main containers of a pod with a base container: "log-shipper exited 1, proxy running"."""
+    """The native sidecars and the other main containers (those that do not decide): "log-shipper
+    exited 1, proxy running"."""
     states = []
     for c in obs.containers:
-        if c.init or c.name == obs.base:
+        if (c.init and not c.sidecar) or c.name == obs.base or (not c.sidecar and obs.decides(c)):
             continue
         code = c.terminated.exit_code if c.terminated is not None else None
         states.append(f"{c.name} {'running' if c.terminated is None else f'exited {code}'}")

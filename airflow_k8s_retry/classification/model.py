@@ -37,6 +37,8 @@ class Reason(StrEnum):
 
     SUCCEEDED = "pod.succeeded"
     RUNNING = "pod.running"
+    RESIZE_INFEASIBLE = "pod.resize_infeasible"
+    STATUS_BEHIND_SPEC = "pod.status_behind_spec"
     STARTING = "pod.starting"
     STARTUP_TIMEOUT = "startup.timeout"
     UNSCHEDULABLE = "schedule.unschedulable"

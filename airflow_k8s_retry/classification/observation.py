@@ -68,10 +68,31 @@ class Termination:
 
 
 @dataclass(frozen=True)
+class RestartRule:
+    """One of a container's ``restartPolicyRules`` (KEP-5307): ``action`` when its exit code is ``In``
+    (or ``NotIn``) ``values``."""
+
+    action: str
+    operator: str
+    values: frozenset[int]
+
+    def matches(self, exit_code: int) -> bool:
+        if self.operator == "In":
+            return exit_code in self.values
+        if self.operator == "NotIn":
+            return exit_code not in self.values
+        return False  # an operator this package does not know matches nothing, as in the kubelet
+
+
+#: Restart rule actions that restart the container in place (``RestartAllContainers``: KEP-5532).
+RESTART_ACTIONS = frozenset({"Restart", "RestartAllContainers"})
+
+
+@dataclass(frozen=True)
 class ContainerView:
     name: str
     init: bool
-    sidecar: bool  # an init container with restartPolicy Always
+    sidecar: bool  # an init container with restartPolicy Always (a native sidecar)
     image: str  # as the status reports it (resolved), else as the spec names it
     spec_image: str
     memory_limit: str
@@ -79,6 +100,32 @@ class ContainerView:
     waiting_message: str
     terminated: Termination | None
     last_terminated: Termination | None
+    running: bool = False
+    #: The container's own ``restartPolicy`` ("" when it follows the pod's) and ``restartPolicyRules``.
+    restart_policy: str = ""
+    restart_rules: tuple[RestartRule, ...] = ()
+
+    def restarted_by_rule(self, exit_code: int | None) -> bool:
+        """Whether one of the container's restart rules restarts it in place after ``exit_code``."""
+        if not self.restart_policy or exit_code is None:
+            return False
+        rule = next((r for r in self.restart_rules if r.matches(exit_code)), None)
+        return rule is not None and rule.action in RESTART_ACTIONS
+
+    def restarts_after(self, exit_code: int | None, pod_restart_policy: str) -> bool:
+        """Whether the kubelet restarts the container after it exited with ``exit_code``: its restart
+        rules first, then its own ``restartPolicy``, then the pod's (the kubelet's order)."""
+        if self.restarted_by_rule(exit_code):
+            return True
+        failed = exit_code != 0
+        for policy in (self.restart_policy, pod_restart_policy):
+            if policy == "Never":
+                return False
+            if policy == "OnFailure":
+                return failed
+            if policy == "Always":
+                return True
+        return True  # the pod's default policy is Always
 
     @property
     def label(self) -> str:
@@ -126,6 +173,8 @@ class Observation:
     pull_causes: Mapping[str, Evidence]  # container name -> cause to act on
     history: History
     base: str = ""  # the base container, when the pod names one of its main containers so
+    generation: int | None = None  # metadata.generation
+    observed_generation: int | None = None  # status.observedGeneration (absent before Kubernetes 1.33)
 
     @property
     def title(self) -> str:
@@ -140,7 +189,31 @@ class Observation:
     def decides(self, container: ContainerView) -> bool:
         """Whether ``container``'s ending decides the task: any container when the pod names no base
         container; else the base container and the init containers it waits for."""
+        if container.sidecar:
+            return False  # a native sidecar never decides: the kubelet restarts it, then stops it
         return not self.base or container.init or container.name == self.base
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the kubelet got past the init containers: ``Initialized=True``, or a main container
+        that ran or is being started (waiting for anything but ``PodInitializing``)."""
+        cond = self.condition("Initialized")
+        if cond is not None and cond.status == "True":
+            return True
+        return any(
+            c.running
+            or c.terminated is not None
+            or c.last_terminated is not None
+            or c.waiting_reason not in ("", "PodInitializing")
+            for c in self.containers
+            if not c.init
+        )
+
+    def blocks(self, container: ContainerView) -> bool:
+        """Whether ``container`` not starting keeps the pod from its work: every container but a native
+        sidecar once the pod is initialized (the kubelet restarts it beside the running main
+        containers); before that, a sidecar that never started holds the main containers back."""
+        return not container.sidecar or not self.initialized
 
 
 def _termination(value: object) -> Termination | None:
@@ -175,11 +248,12 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[Con
             state = mapping(cstat.get("state"))
             waiting = mapping(state.get("waiting"))
             limits = mapping(mapping(cspec.get("resources")).get("limits"))
+            own_policy = text(cspec.get("restartPolicy"))
             views.append(
                 ContainerView(
                     name=name,
                     init=init,
-                    sidecar=init and text(cspec.get("restartPolicy")) == "Always",
+                    sidecar=init and own_policy == "Always",
                     image=text(cstat.get("image")) or text(cspec.get("image")),
                     spec_image=text(cspec.get("image")),
                     memory_limit=text(limits.get("memory")),
@@ -187,9 +261,24 @@ def _containers(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[Con
                     waiting_message=text(waiting.get("message")).strip(),
                     terminated=_termination(state.get("terminated")),
                     last_terminated=_termination(mapping(cstat.get("lastState")).get("terminated")),
+                    running="running" in state,
+                    restart_policy=own_policy,
+                    restart_rules=_restart_rules(cspec.get("restartPolicyRules")),
                 )
             )
     return tuple(views)
+
+
+def _restart_rules(value: object) -> tuple[RestartRule, ...]:
+    rules: list[RestartRule] = []
+    for raw in sequence(value):
+        rule = mapping(raw)
+        codes = mapping(rule.get("exitCodes"))
+        if not codes:
+            continue  # the only condition a rule has today; a rule without it matches nothing
+        values = frozenset(v for v in (integer(x) for x in sequence(codes.get("values"))) if v is not None)
+        rules.append(RestartRule(text(rule.get("action")), text(codes.get("operator")), values))
+    return tuple(rules)
 
 
 def _events(events: object, uid: str) -> tuple[EventView, ...]:
@@ -324,6 +413,8 @@ def observe(pod: Mapping[str, Any] | None, events: object, history: History, now
         pull_causes=causes,
         history=history,
         base=base,
+        generation=integer(meta.get("generation")),
+        observed_generation=integer(status.get("observedGeneration")),
     )
 
 
@@ -337,6 +428,7 @@ __all__ = [
     "EventView",
     "Observation",
     "Reason",
+    "RestartRule",
     "Termination",
     "observe",
 ]

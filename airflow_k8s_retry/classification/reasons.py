@@ -26,6 +26,8 @@ class ReasonInfo:
 REASONS: Mapping[Reason, ReasonInfo] = {
     Reason.SUCCEEDED:                  ReasonInfo("the pod succeeded", "nothing to do"),
     Reason.RUNNING:                    ReasonInfo("the pod runs (wait, re-check deadline)", "nothing to do; the pod is re-checked until it finishes"),
+    Reason.RESIZE_INFEASIBLE:          ReasonInfo("the pod runs, but the node refused an in-place resize as infeasible (wait, re-check deadline)", "the pod keeps its current resources; resize within what one node can hold, or give the next try the new size"),
+    Reason.STATUS_BEHIND_SPEC:         ReasonInfo("the kubelet has not yet reported on the pod's latest spec: `observedGeneration` < `generation` (wait)", "nothing to do if it clears in seconds; if it lasts, check the node's kubelet (kubectl describe node)"),
     Reason.STARTING:                   ReasonInfo("the pod is pending with no known problem yet (wait)", "nothing to do yet; if it stays pending, look at the pod's Events"),
     Reason.STARTUP_TIMEOUT:            ReasonInfo("pending longer than `startup_timeout`", "read the pod's Events (kubectl describe pod) for what it waited on, or raise startup_timeout"),
     Reason.UNSCHEDULABLE:              ReasonInfo("the scheduler cannot place the pod yet (wait)", "check the pod's requests, nodeSelector, affinity and tolerations against the nodes"),

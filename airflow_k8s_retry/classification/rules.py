@@ -9,8 +9,10 @@ fix hints live in ``reasons.py``. The order is the precedence, read top to botto
 1. the pod is gone or finished (success before anything else);
 2. infrastructure took the pod away or refused it (relaunch: it was not the task's fault);
 3. a container finished badly (OOM, start error, exit code) or the pod failed otherwise;
-4. a container cannot start (image, configuration, crash loop, runtime errors);
-5. the pod runs, or its node stopped reporting (a re-check deadline, not a failure);
+4. the kubelet has not caught up with a spec change (``observedGeneration``), or a container cannot
+   start (image, configuration, crash loop, runtime errors);
+5. the pod runs (perhaps with a refused resize), or its node stopped reporting (a re-check deadline,
+   not a failure);
 6. the pod is not placed or not started yet (scheduling, volumes, sandbox, startup timeout);
 7. anything else (a long timeout, never a hang).
 
@@ -114,7 +116,8 @@ RULES: tuple[Rule, ...] = (
     Rule(name="exit_code",                  reason=R.CONTAINER_EXIT_CODE,        outcome=RETRY,    grace=None,                            match=m.exit_code,                  why="a container that will not be restarted exited non-zero; exit-code lists may skip or fail it"),
     Rule(name="main_containers_done",       reason=R.SUCCEEDED,                  outcome=SUCCEED,  grace=None,                            match=m.main_containers_done,       why="under restartPolicy Never the work is done once every main container exited 0, even while the XCom sidecar waits to be read"),
     Rule(name="pod_failed",                 reason=R.POD_FAILED,                 outcome=RETRY,    grace=None,                            match=m.pod_failed,                 why="phase Failed with no more specific explanation"),
-    # --- a container cannot start ---
+    # --- the kubelet has not caught up, or a container cannot start ---
+    Rule(name="status_behind_spec",         reason=R.NODE_LOST,                  outcome=RELAUNCH, grace=Seconds(300),                    match=w.status_behind_spec,         why="what the kubelet reports predates a spec change (a resize, a new image): wait for it to catch up, seconds on a healthy node; a kubelet 5 minutes behind has stopped acting on the pod", waiting_reason=R.STATUS_BEHIND_SPEC),
     Rule(name="invalid_image_name",         reason=R.IMAGE_INVALID_NAME,         outcome=FAIL,     grace=None,                            match=w.invalid_image_name,         why="a malformed image reference never becomes valid"),
     Rule(name="image_never_pull",           reason=R.IMAGE_NEVER_PULL,           outcome=FAIL,     grace=None,                            match=w.image_never_pull,           why="imagePullPolicy Never with a missing image is a spec error"),
     Rule(name="image_wrong_platform",       reason=R.IMAGE_WRONG_PLATFORM,       outcome=FAIL,     grace=None,                            match=w.image_wrong_platform,       why="the registry's answer is final: the image has no variant for this OS/architecture, and a retry lands on a node the scheduler picks without knowing it (see 'Wrong platform')"),
@@ -132,6 +135,7 @@ RULES: tuple[Rule, ...] = (
     Rule(name="crash_loop",                 reason=R.CONTAINER_EXIT_CODE,        outcome=RETRY,    grace=Seconds(180),                    match=w.crash_loop,                 why="a restarting container that keeps failing; give it a few restarts"),
     Rule(name="container_error",            reason=R.CONTAINER_CREATE_ERROR,     outcome=RETRY,    grace=Seconds(180),                    match=w.container_error,            why="CreateContainerError, RunContainerError, *HookError and any other waiting error may be transient"),
     # --- the pod runs, or its node stopped reporting ---
+    Rule(name="resize_infeasible",          reason=R.RESIZE_INFEASIBLE,          outcome=WAIT,     grace=PolicyField("running_recheck"),  match=w.resize_infeasible,          why="a refused in-place resize leaves the pod running with its current resources: not a failure, but worth naming"),
     Rule(name="running",                    reason=R.RUNNING,                    outcome=WAIT,     grace=PolicyField("running_recheck"),  match=w.running,                    why="a running pod is healthy; the deadline is only a safety re-check"),
     Rule(name="phase_unknown",              reason=R.NODE_LOST,                  outcome=RELAUNCH, grace=Seconds(300),                    match=w.phase_unknown,              why="phase Unknown means the node stopped reporting; give it 5 minutes to come back"),
     # --- not placed or not started yet ---

@@ -28,7 +28,18 @@ from airflow_k8s_retry.classification.observation import (
 )
 from airflow_k8s_retry.classification.registry_messages import pull_cause
 
-# --- a container cannot start --------------------------------------------------------------------
+# --- the kubelet has not caught up, or a container cannot start -----------------------------------
+
+
+def status_behind_spec(obs: Observation) -> Fact | None:
+    """`status.observedGeneration` present and behind `metadata.generation` (the kubelet has not yet
+    acted on a spec change, e.g. a resize); absent on clusters before 1.33: never matches"""
+    seen, wanted = obs.observed_generation, obs.generation
+    if seen is None or wanted is None or seen >= wanted:
+        return None
+    detail = f"status.observedGeneration {seen}, metadata.generation {wanted}"
+    evidence = (cite(Reason.NODE_LOST, None, detail),)
+    return Fact(Sighting.BEHIND, keys.status_behind(wanted), obs.title, detail, evidence)
 
 
 def _waiting(obs: Observation, reason: Reason, waiting: Iterable[str]) -> Fact | None:
@@ -64,7 +75,7 @@ def image_never_pull(obs: Observation) -> Fact | None:
 def _pull(cause: Reason, doc: str) -> Matcher:
     def match(obs: Observation) -> Fact | None:
         for container in obs.containers:
-            if container.waiting_reason not in IMAGE_WAITING_REASONS:
+            if container.waiting_reason not in IMAGE_WAITING_REASONS or not obs.blocks(container):
                 continue
             evidence = obs.pull_causes.get(container.name)
             if evidence is None or evidence.reason is not cause:
@@ -171,7 +182,10 @@ def _crash_loop(oom: bool, doc: str) -> Matcher:
         def looping(c: ContainerView) -> bool:
             if c.waiting_reason != "CrashLoopBackOff":
                 return False
-            last_oom = c.last_terminated is not None and c.last_terminated.reason == "OOMKilled"
+            last = c.last_terminated
+            if last is not None and c.restarted_by_rule(last.exit_code):
+                return False  # its restart rule asked for this restart: not a failure (KEP-5307)
+            last_oom = last is not None and last.reason == "OOMKilled"
             return last_oom == oom
 
         container = first_matching(obs, looping)
@@ -200,9 +214,14 @@ def _crash_loop(oom: bool, doc: str) -> Matcher:
 
 
 crash_loop_oom = _crash_loop(
-    True, "`CrashLoopBackOff` after an `OOMKilled` run (restartPolicy `OnFailure`/`Always`)"
+    True,
+    "`CrashLoopBackOff` after an `OOMKilled` run (restartPolicy `OnFailure`/`Always`), not of a native "
+    "sidecar beside started main containers, nor after an exit a `restartPolicyRules` rule restarts",
 )
-crash_loop = _crash_loop(False, "`CrashLoopBackOff` after any other failed run")
+crash_loop = _crash_loop(
+    False,
+    "`CrashLoopBackOff` after any other failed run, with the same exceptions",
+)
 
 
 def container_error(obs: Observation) -> Fact | None:
@@ -225,6 +244,17 @@ def container_error(obs: Observation) -> Fact | None:
 
 
 # --- the pod runs, or its node stopped reporting -------------------------------------------------
+
+
+def resize_infeasible(obs: Observation) -> Fact | None:
+    """phase `Running` and condition `PodResizePending=True` with reason `Infeasible` (an in-place
+    resize the node can never hold; the containers keep their current resources)"""
+    cond = obs.condition("PodResizePending")
+    if obs.phase != "Running" or cond is None or cond.status != "True" or cond.reason != "Infeasible":
+        return None
+    detail = cond.message or "no message"
+    evidence = (cite(Reason.RESIZE_INFEASIBLE, None, f"PodResizePending: Infeasible: {detail}"),)
+    return Fact(Sighting.CONDITION, keys.POD_RUNNING, obs.title, detail, evidence)
 
 
 def running(obs: Observation) -> Fact | None:

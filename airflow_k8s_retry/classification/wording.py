@@ -38,6 +38,8 @@ def _succeeded(f: Fact) -> str:
     if f.sighting is Sighting.BASE_DONE:
         base = f"the base container {f.container!r} of {f.subject}"
         return f"{base} exited 0; its sidecars do not decide ({f.detail})"
+    if f.sighting is Sighting.NATIVE_SIDECARS:
+        return f"every main container of {f.subject} exited 0; its native sidecars do not decide ({f.detail})"
     return f"{f.subject} succeeded"
 
 
@@ -63,6 +65,8 @@ def _node_lost(f: Fact) -> str:
         )
     if f.sighting is Sighting.PHASE:
         return f"{f.subject} is in phase Unknown ({f.detail})"
+    if f.sighting is Sighting.BEHIND:
+        return f"the node's kubelet has not caught up with a change to the spec of {f.subject} ({f.detail})"
     return f"{f.subject} lost its node ({f.detail})"
 
 
@@ -138,6 +142,10 @@ def _unschedulable(f: Fact) -> str:
 FORMATTERS: Mapping[Reason, Formatter] = {
     Reason.SUCCEEDED: _succeeded,
     Reason.RUNNING: lambda f: f"{f.subject} is running",
+    Reason.RESIZE_INFEASIBLE: lambda f: (
+        f"{f.subject} is running with its current resources; the node refused its in-place resize "
+        f"as infeasible ({f.detail})"
+    ),
     Reason.STARTUP_TIMEOUT: lambda f: f"{f.subject} has not started yet",
     Reason.SCHEDULE_TIMEOUT: _unschedulable,
     Reason.IMAGE_INVALID_NAME: _waiting("the image reference is not valid"),

@@ -130,7 +130,7 @@ def container_state(draw: st.DrawFn) -> dict[str, Any]:
                 "reason": draw(st.sampled_from(TERMINATED_REASONS)),
                 "exitCode": draw(
                     st.one_of(
-                        st.sampled_from([0, 1, 2, 3, 100, 128, 137, 143, 255]),
+                        st.sampled_from([0, 1, 2, 3, 42, 100, 128, 137, 143, 255]),
                         st.integers(-5, 300),
                         st.none(),
                     )
@@ -155,11 +155,24 @@ def container_statuses(draw: st.DrawFn, names: list[str]) -> list[dict[str, Any]
     ]
 
 
+#: PodScheduled, DisruptionTarget and resize (PodResizePending) reasons, and none.
+CONDITION_REASONS = [
+    *("Unschedulable", "SchedulingGated", "EvictionByEvictionAPI", "Infeasible", "Deferred"),
+    *("", None),
+]
+RESTART_ON_42 = [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]
+
+
 @st.composite
 def conditions(draw: st.DrawFn) -> list[dict[str, Any]]:
     # DisruptionTarget is rarer than the others, as on a real cluster.
     drawn = draw(
-        st.lists(st.sampled_from(["PodScheduled"] * 3 + ["Ready", "Initialized", "DisruptionTarget"]))
+        st.lists(
+            st.sampled_from(
+                ["PodScheduled"] * 3
+                + ["Ready", "Initialized", "DisruptionTarget", "PodResizePending", "PodResizeInProgress"]
+            )
+        )
     )
     kinds = list(dict.fromkeys(drawn))
     return [
@@ -167,7 +180,7 @@ def conditions(draw: st.DrawFn) -> list[dict[str, Any]]:
             "type": kind,
             "status": draw(st.sampled_from(["True", "False", "Unknown"])),
             "reason": draw(
-                st.sampled_from(["Unschedulable", "SchedulingGated", "EvictionByEvictionAPI", "", None])
+                st.sampled_from(CONDITION_REASONS)
             ),
             "message": draw(st.sampled_from(MESSAGES)),
         }
@@ -189,6 +202,17 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
                 "name": n,
                 "image": "docker.io/acme/etl:1",
                 "resources": {"limits": {"memory": draw(st.sampled_from(["512Mi", None]))}},
+                # Container restart rules (KEP-5307): a container-level policy, sometimes with rules.
+                **draw(
+                    st.sampled_from(
+                        [
+                            {},
+                            {},
+                            {"restartPolicy": "Never", "restartPolicyRules": RESTART_ON_42},
+                            {"restartPolicy": "OnFailure"},
+                        ]
+                    )
+                ),
             }
             for n in mains
         ],
@@ -215,6 +239,9 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         status["initContainerStatuses"] = draw(container_statuses(inits))
     metadata: dict[str, Any] = {"name": "p-1", "namespace": "ns", "uid": "u-1"}
+    if draw(st.booleans()):  # observedGeneration (1.33+): mostly caught up, sometimes behind
+        metadata["generation"] = draw(st.integers(1, 3))
+        status["observedGeneration"] = draw(st.integers(1, 3))
     if draw(st.integers(0, 9)) == 0:
         metadata["deletionTimestamp"] = "2026-03-14T09:41:00Z"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}

@@ -5,12 +5,16 @@ A case file holds ``description``, ``pod`` (API JSON), ``events`` (API JSON), op
 payload) and ``relaunches``, and ``expect`` (``outcome`` and ``reason``). A case whose wording was
 copied from a public report carries ``source``: the ``url`` where that exact ``text`` was seen, the
 ``runtime`` (and ``registry``) it came from, and ``seen_as`` (which field or log showed it); the pod
-and Events around the text are written for the case.
+and Events around the text are written for the case. A case for a field a newer Kubernetes added
+(native sidecars, restart rules, resize conditions, ``observedGeneration``) carries ``shape``: the
+``url`` of the Kubernetes documentation or KEP that defines the field, and the ``fields`` of the
+case's pod (dotted paths, ``[i]`` for a list item) written in that shape.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,9 @@ from airflow_k8s_retry.classification import (
 CORPUS = Path(__file__).parent / "corpus"
 CASES = sorted(CORPUS.glob("*.json"))
 NOW = 1_773_480_000.0
-FIELDS = {"description", "source", "pod", "events", "elapsed_seconds", "expect", "policy", "relaunches"}
+FIELDS = {
+    *("description", "source", "shape", "pod", "events", "elapsed_seconds", "expect", "policy", "relaunches")
+}
 SOURCE_FIELDS = {"url", "runtime", "registry", "seen_as", "text"}
 
 
@@ -98,6 +104,35 @@ def test_a_sourced_case_quotes_its_source_verbatim(path: Path) -> None:
     assert source["runtime"].strip() and source["seen_as"].strip(), path
     # The copied text is in the case as it was seen, not paraphrased.
     assert any(source["text"] in message for message in messages(case)), path
+
+
+SHAPED = [p for p in CASES if "shape" in load(p)]
+
+
+def field_at(data: Any, path: str) -> Any:
+    """The value at a dotted ``path`` such as ``spec.containers[0].restartPolicyRules[0].action``."""
+    for part in path.split("."):
+        name, *indexes = re.split(r"\[(\d+)\]", part)
+        data = data[name]
+        for index in filter(None, indexes):
+            data = data[int(index)]
+    return data
+
+
+def test_cases_of_newer_kubernetes_fields_cite_where_the_fields_are_defined() -> None:
+    assert len(SHAPED) >= 14
+    for path in SHAPED:
+        shape = load(path)["shape"]
+        assert set(shape) == {"url", "fields"}, path
+        assert shape["url"].startswith(("https://kubernetes.io/", "https://github.com/kubernetes/")), path
+        assert shape["fields"], path
+
+
+@pytest.mark.parametrize("path", SHAPED, ids=[p.stem for p in SHAPED])
+def test_a_shaped_case_has_the_fields_it_cites(path: Path) -> None:
+    case = load(path)
+    for field in case["shape"]["fields"]:
+        assert field_at(case["pod"], field) is not None, (path, field)
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
