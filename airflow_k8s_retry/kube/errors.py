@@ -81,6 +81,30 @@ class CertificateError(TransportError):
     transient = False
 
 
+def connection_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a :class:`TransportError` for a connection the server refused, reset or
+    closed without an answer (it is down or restarting), judged by its causes; not a timeout (a
+    server too slow to answer), not a certificate failure, not an HTTP answer."""
+    if not isinstance(exc, TransportError) or isinstance(exc, CertificateError):
+        return False
+    import aiohttp
+
+    seen: set[int] = set()
+    pending: list[object] = [exc.__cause__, exc.__context__]
+    refused = False
+    while pending:
+        item = pending.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, TimeoutError):
+            return False
+        if isinstance(item, ConnectionError | aiohttp.ClientConnectionError):
+            refused = True
+        pending += [item.__cause__, item.__context__, getattr(item, "os_error", None)]
+    return refused
+
+
 def _certificate_failure(exc: BaseException) -> bool:
     """Whether a certificate verification failure is anywhere in ``exc``'s causes (urllib3 keeps it
     in ``reason``, aiohttp in ``os_error`` or ``__cause__``)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from airflow_k8s_retry.kube.errors import Forbidden, Gone, KubeError, Unauthorized
+from airflow_k8s_retry.kube.errors import Forbidden, Gone, KubeError, Unauthorized, connection_refused
 from airflow_k8s_retry.kube.ordering import metadata
 from airflow_k8s_retry.kube.subscriptions import CollectionSubscription, KubeHolder, PodKey, PodSubscription
 from airflow_k8s_retry.kube.watch_settings import HubSettings
@@ -140,6 +140,8 @@ class Feed:
         self._step = Step.LIST
         self._on_cluster_refused = on_cluster_refused
         self._backoff = Backoff(base=settings.backoff_base, cap=settings.backoff_cap)
+        #: Failed turns in a row whose connection the API server refused (only the first is a warning).
+        self._refusals = 0
         #: When a 403 first moved this feed off WATCH (loop time), and whether that was logged.
         self._stepped_down_at: float | None = None
         self._refusal_logged = False
@@ -254,8 +256,14 @@ class Feed:
             await self._poll_without_list()
             await asyncio.sleep(self.poll_interval)
 
+    async def _pause(self, seconds: float) -> None:
+        """Wait before the next try after a failed turn."""
+        await asyncio.sleep(seconds)
+
     async def _recover(self, exc: Exception) -> bool:
         """Handle a failed turn; False when this feed ends (its readers moved elsewhere)."""
+        if not connection_refused(exc):
+            self._refusals = 0
         if isinstance(exc, Gone):
             await self._after_gone()
             return True
@@ -266,12 +274,24 @@ class Feed:
             log.warning("%s feed in %s: %s; reloading credentials", self.kind, self.where, exc)
             await asyncio.sleep(self._backoff.next())
             await self.conn.kube.reauthenticate()
+        elif connection_refused(exc):
+            # The API server is down or restarting: try again soon and at a steady pace, so the
+            # watch resumes within a second or so of its return, not after a grown backoff.
+            self._refusals += 1
+            delay = min(self.settings.reconnect_interval, self.settings.backoff_cap)
+            log.log(
+                logging.WARNING if self._refusals == 1 else logging.DEBUG,
+                "%s %s in %s failed (%s); retrying every %.1f s while connections are refused",
+                self.kind, self._step, self.where, exc, delay,
+            )
+            await self._pause(delay)
+            return True
         elif isinstance(exc, KubeError):
             delay = self._backoff.next()
             log.warning(
                 "%s %s in %s failed (%s); retrying in %.1f s", self.kind, self._step, self.where, exc, delay
             )
-            await asyncio.sleep(delay)
+            await self._pause(delay)
         else:
             # A bug here must not kill every trigger in the process silently.
             log.error("%s feed in %s failed unexpectedly", self.kind, self.where, exc_info=exc)
@@ -339,6 +359,7 @@ class Feed:
         # An API server always sends a collection version; without one, watch "from now" rather
         # than re-listing in a loop.
         self.resource_version = listing.resource_version
+        self._refusals = 0
         self.synced.set()
 
     async def _watch_once(self) -> None:
@@ -351,6 +372,7 @@ class Feed:
             async for event in stream:
                 received += 1
                 self._backoff.reset()
+                self._refusals = 0
                 if event.type != "BOOKMARK":
                     self._apply(event)
                 if event.resource_version:

@@ -44,6 +44,10 @@ class HubSettings:
     backoff_base: float = 0.5
     #: Longest reconnect delay (below ``backoff_base``, every delay is drawn from its upper half).
     backoff_cap: float = 30.0
+    #: Reconnect delay while the API server refuses or drops connections (no HTTP answer at all: it
+    #: is down or restarting), at most ``backoff_cap``. Fixed, not growing, so the watch resumes
+    #: within about this long after the server is back; answers such as 429 or 5xx back off.
+    reconnect_interval: float = 1.0
     #: How long a subscribed pod may be missing from the feed before it is read once with a GET (the
     #: watch may just be behind a pod created a moment ago; it must not be taken for a deleted one).
     confirm_delay: float = 2.0
@@ -65,6 +69,10 @@ class HubSettings:
             raise ValueError(
                 f"HubSettings: backoff_base and backoff_cap must be > 0 seconds, got "
                 f"{self.backoff_base!r} and {self.backoff_cap!r}"
+            )
+        if not self.reconnect_interval > 0:
+            raise ValueError(
+                f"HubSettings.reconnect_interval must be > 0 seconds, got {self.reconnect_interval!r}"
             )
         if not self.rbac_recheck > 0:
             raise ValueError(f"HubSettings.rbac_recheck must be > 0 seconds, got {self.rbac_recheck!r}")
