@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.kube.errors import (
     Conflict,
+    Forbidden,
     Invalid,
     KubeError,
     NotFound,
@@ -26,6 +27,7 @@ from airflow_k8s_retry.kube.errors import (
 )
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity
 from airflow_k8s_retry.kube.ordering import event_sort_key
+from airflow_k8s_retry.kube.rbac import rbac_message
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -310,6 +312,15 @@ class PodClient:
                 refused = _refused_upgrade(exc, f"exec in pod {namespace}/{name} ({container})")
                 if refused is None:
                     raise
+                if isinstance(refused, Forbidden):
+                    # One line naming both verbs an exec needs, even when the API's message is
+                    # cut off before the verb (as kube-apiserver's is without "create").
+                    refused = Forbidden(
+                        rbac_message(refused, "create", "pods/exec", namespace),
+                        status=403,
+                        reason=refused.reason,
+                        body=refused.body,
+                    )
                 raise refused from None
             out: list[str] = []
             try:

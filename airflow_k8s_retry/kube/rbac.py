@@ -45,6 +45,10 @@ CLUSTER_RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
 )
 
 _DENIED = re.compile(r'cannot (?P<verb>[a-z]+) resource "(?P<resource>[^"]+)"')
+#: Resources whose every use needs more than one verb; the hint names them all. An exec is a
+#: websocket upgrade, authorized as ``get`` and as ``create``; the API's 403 names at most the
+#: one it checked, and without ``create`` it names none (``pods "p" is forbidden: ``).
+_VERBS_NEEDED: dict[str, tuple[str, ...]] = {"pods/exec": ("create", "get")}
 
 
 def rbac_message(exc: KubeError, verb: str, resource: str, namespace: str | None) -> str:
@@ -57,7 +61,14 @@ def rbac_message(exc: KubeError, verb: str, resource: str, namespace: str | None
     if found:
         verb, resource = found["verb"], found["resource"]
     where = f'namespace "{namespace}"' if namespace else "the cluster scope"
+    needed = _VERBS_NEEDED.get(resource)
+    if needed:
+        verbs = " and ".join(f'"{v}"' for v in needed)
+        grant = f'grant verbs {verbs} on "{resource}"'
+    else:
+        grant = f'grant verb "{verb}" on "{resource}"'
+    said = str(exc).strip() or f"HTTP {exc.status or 403} with no message"
     return (
-        f"RBAC: may not {verb} {resource} in {where}; grant verb \"{verb}\" on \"{resource}\" "
-        f"(deploy/rbac/) to this service account. The API said: {exc}"
+        f"RBAC: may not {verb} {resource} in {where}; {grant} "
+        f"(deploy/rbac/) to this service account. The API said: {said}"
     )

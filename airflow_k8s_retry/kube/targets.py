@@ -1,11 +1,19 @@
 """Before a sensor defers: can what it waits for ever be seen? Asked once, synchronously.
 
 A sensor may wait days for a pod to appear, so a mistake that no waiting can fix must be caught
-before it waits: a label selector the API server cannot parse, a namespace that does not exist,
-credentials that may not read pods (or Jobs). Each is one request and, when it fails, one
+before it waits: a label selector the API server cannot parse, credentials that may not read pods
+(or Jobs), a namespace that does not exist. Each is one request and, when it fails, one
 :class:`TargetError` with a one-line message naming the problem and the fix. Transient failures
 (5xx, timeouts) are not the target's fault: they are raised as the ordinary :class:`KubeError` and
 the caller decides (the sensor defers anyway; the watch rides them out).
+
+The namespace itself is read only when listing its pods was refused or found none. Reading a
+namespace is cluster-scoped, which the namespaced Role (``deploy/rbac/``) does not grant, so
+reading it at every start would be refused every time; a 403 there says nothing about the
+namespace and is not an error. A namespace that does not exist can have no RoleBinding, so under
+namespaced RBAC listing its pods is refused: there the read tells "no such namespace" (404) from
+"no such grant". Credentials that may list pods everywhere see a namespace that does not exist as
+an empty one: there the read tells it from a namespace whose pods have not appeared yet.
 """
 
 from __future__ import annotations
@@ -53,21 +61,9 @@ def check_target(
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    # 1. The namespace. Reading it needs a cluster-scoped permission many sensors do not have: a 403
-    #    here says nothing about the namespace, so only a 404 counts.
+    # 1. Listing pods, as the watch will (with the selector: the API server checks its syntax).
     try:
-        _call(lambda: core.read_namespace(namespace, _request_timeout=(10, 30)))
-    except NotFound:
-        raise TargetError(
-            f"namespace {namespace!r} does not exist; check the sensor's namespace "
-            "(or the connection's default namespace)",
-            status=404,
-        ) from None
-    except Forbidden:
-        pass
-    # 2. Listing pods, as the watch will (with the selector: the API server checks its syntax).
-    try:
-        _call(
+        listed = _call(
             lambda: core.list_namespaced_pod(
                 namespace, label_selector=label_selector or "", limit=1, _request_timeout=(10, 30)
             )
@@ -79,12 +75,16 @@ def check_target(
             status=400,
         ) from None
     except Forbidden as exc:
+        _exists(core, namespace)
         raise TargetError(
-            f"the connection may not list pods in namespace {namespace!r} ({exc}); "
+            f"the connection may not list pods in namespace {namespace!r} ({exc}); check that the "
+            "namespace exists (no grant can be bound in one that does not), or "
             + _RBAC_HINT.format(what="pods"),
             status=403,
         ) from None
-    # 3. Reading the one pod, or the Job (a missing one is what the sensor waits for).
+    if not getattr(listed, "items", None):
+        _exists(core, namespace)  # an empty list is also what a namespace that does not exist gives
+    # 2. Reading the one pod, or the Job (a missing one is what the sensor waits for).
     if pod_name:
         _readable(
             lambda: core.read_namespaced_pod(pod_name, namespace, _request_timeout=(10, 30)),
@@ -98,6 +98,21 @@ def check_target(
             "jobs (API group batch)",
             namespace,
         )
+
+
+def _exists(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    """Raise :class:`TargetError` if the API says ``namespace`` does not exist. Reading it needs a
+    cluster-scoped grant many credentials lack: any other answer says nothing about it."""
+    try:
+        _call(lambda: core.read_namespace(namespace, _request_timeout=(10, 30)))
+    except NotFound:
+        raise TargetError(
+            f"namespace {namespace!r} does not exist; check the sensor's namespace "
+            "(or the connection's default namespace)",
+            status=404,
+        ) from None
+    except KubeError:
+        pass
 
 
 def _readable(fn: Callable[[], Any], what: str, namespace: str) -> None:

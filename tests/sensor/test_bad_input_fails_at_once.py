@@ -11,6 +11,7 @@ import pytest
 from airflow_k8s_retry.compat import AirflowFailException, AirflowSkipException, TaskDeferred
 from airflow_k8s_retry.exceptions import PodSelectionError
 from airflow_k8s_retry.sensors import PodCompletionSensor
+from tests.sensor.test_sensor_task import external_pod
 
 
 def sensor(**kwargs: Any) -> PodCompletionSensor:
@@ -38,11 +39,66 @@ def test_an_invalid_label_selector(make_cluster, context, selector):
     assert "key=value" in text  # and how to write one
 
 
-def test_a_namespace_that_does_not_exist(make_cluster, context):
-    make_cluster()
+#: What the shipped Role grants a sensor, in its one namespace: nothing at the cluster scope.
+IN_DEFAULT = {
+    "verbs": ["get", "list", "watch"],
+    "resources": ["pods", "events", "jobs"],
+    "namespaces": ["default"],
+}
+
+
+def test_a_namespace_that_does_not_exist(make_cluster, context, monkeypatch):
+    # No grant can be bound in a namespace that does not exist: listing its pods is refused, and
+    # credentials that may read namespaces learn why.
+    cluster = make_cluster()
+    may_read_namespaces = {"verbs": ["get"], "resources": ["namespaces"], "namespaces": None}
+    monkeypatch.setenv("KUBECONFIG", str(cluster.grant("ns-reader", [IN_DEFAULT, may_read_namespaces])))
     with pytest.raises(PodSelectionError) as raised:
         sensor(pod_name="report-1", namespace="reports").execute(context)
     assert "namespace 'reports' does not exist" in one_line(raised.value)
+
+
+def test_a_namespace_that_does_not_exist_under_the_namespaced_role(make_cluster, context, monkeypatch):
+    cluster = make_cluster()
+    monkeypatch.setenv("KUBECONFIG", str(cluster.grant("role", [IN_DEFAULT])))
+    with pytest.raises(PodSelectionError) as raised:
+        sensor(pod_name="report-1", namespace="reports").execute(context)
+    text = one_line(raised.value)
+    assert "may not list pods in namespace 'reports'" in text
+    assert "check that the namespace exists" in text and "grant get, list and watch" in text
+
+
+def test_under_the_namespaced_role_the_check_reads_no_namespace_once_pods_are_listed(
+    make_cluster, context, monkeypatch
+):
+    # Reading a namespace is cluster-scoped: the Role does not grant it, so a read at every start
+    # would be a refusal in the audit log at every start. Once listing finds pods, the namespace
+    # plainly exists and is not read.
+    cluster = make_cluster()
+    external_pod(cluster, "report-1", {"app": "x"})
+    before = len(cluster.audit_records())
+    monkeypatch.setenv("KUBECONFIG", str(cluster.grant("role", [IN_DEFAULT])))
+    for target in ({"pod_name": "report-1"}, {"label_selector": "app=x"}, {"job_name": "etl"}):
+        with pytest.raises(TaskDeferred):
+            sensor(**target).execute(context)
+    records = cluster.audit_records()[before:]
+    assert [r for r in records if r.get("resource") == "namespaces"] == []
+    assert [r for r in records if r.get("status") == 403] == []
+
+
+def test_a_sensor_that_starts_before_its_pod_waits_whatever_the_namespace_read_answers(
+    make_cluster, context, monkeypatch
+):
+    # No pod yet: the namespace is read to tell an empty namespace from a missing one, and the
+    # Role's refusal of that read is no error.
+    cluster = make_cluster()
+    monkeypatch.setenv("KUBECONFIG", str(cluster.grant("role", [IN_DEFAULT])))
+    with pytest.raises(TaskDeferred):
+        sensor(pod_name="report-1").execute(context)
+    reads = [
+        (r.get("verb"), r.get("status")) for r in cluster.audit_records() if r.get("resource") == "namespaces"
+    ]
+    assert reads == [("get", 403)]
 
 
 @pytest.mark.parametrize(
