@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -84,6 +84,14 @@ KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "r
 #: Pauses between looks at the task instance's state after the trigger fired, until its event was
 #: accepted (the state left ``deferred``): about 30 s.
 _FIRED_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
+#: Task instance states between an accepted event and a worker's resume: no worker holds the pod
+#: yet, so a kill there reaches no ``on_kill``.
+_WAITING_STATES = frozenset({"scheduled", "queued"})
+#: Seconds between looks while the task instance waits for a worker (a pool, ``parallelism``).
+_WAITING_PAUSE = 10.0
+#: How long the after-firing check follows a task instance that waits for a worker; past it, a
+#: kill of the waiting task is left to the api-server's listener and the next try's sweep.
+_WAITING_AT_MOST = 6 * 3600.0
 #: How long the after-firing check leaves a killed task's pod to its worker (whose own ``on_kill``
 #: deletes it when the kill came after the worker resumed) before it deletes what is left.
 _WORKER_FIRST = 60.0
@@ -291,10 +299,22 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             relaunches=self.relaunches,
             log_position=self._log_position,
             seen=self._seen,
+            connection=self._connection_for_a_kill(),
         )
         if self.owned and self._identity is not None and self.after_firing_check:
             _keep_until_done(self._after_firing(self._identity))
         yield TriggerEvent(event.to_payload())
+
+    def _connection_for_a_kill(self) -> dict[str, Any] | None:
+        """What deleting the pod after a user's kill needs besides its name, namespace and UID, for
+        a pod this trigger owns: the event carries it to the api-server's listener, which has no
+        trigger row to read once Airflow accepted the event."""
+        if not self.owned or self._identity is None:
+            return None
+        connection: dict[str, Any] = {"kubernetes_conn_id": self.kubernetes_conn_id}
+        if self.cluster is not None:
+            connection["cluster"] = dict(self.cluster)
+        return connection
 
     def _judge(self, pod_name: str, pod_uid: str) -> PodStateTrigger:
         """The trigger that judges one pod of this trigger's target."""
@@ -467,29 +487,52 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             await self._delete_with_retries(why)
 
     async def _after_firing(self, identity: TryIdentity) -> None:
-        """The task was killed before Airflow accepted this trigger's event: delete the pod.
+        """The task was killed before a worker resumed it: delete the pod.
 
         Airflow drops an event that arrives once the task instance is no longer deferred (a user
         marked it failed, cleared it or deleted its run in the moment the trigger fired), and a
         trigger that has ended gets no ``on_kill``: no worker resumes and nothing else would
-        delete the pod. So, after firing, the state is read until it leaves ``deferred``; in a
-        state only a kill leaves, what is left of the pod a minute later (unless stamped) is
-        deleted as ``on_kill`` would: a worker that had resumed deletes it itself. Any other state
-        means the worker acts on the verdict, and a state that cannot be read leaves the pod alone.
+        delete the pod. The same holds for a kill while the accepted event waits for a worker
+        (``scheduled``, ``queued``): the worker that would resume the try is never started. So,
+        after firing, the state is read until it leaves ``deferred``, and then for as long as it
+        stays ``scheduled`` or ``queued`` (up to :data:`_WAITING_AT_MOST`); in a state only a kill
+        leaves, what is left of the pod a minute later (unless stamped) is deleted as ``on_kill``
+        would: a worker that had resumed deletes it itself. Any other state (``running``, a new
+        deferral, ``up_for_retry``) means a worker acts on the verdict. A state that cannot be
+        read before the event was accepted leaves the pod alone; while the task waits for a
+        worker, it is read again at the next look.
         """
-        for pause in _FIRED_BACKOFF:
+        pauses = iter(_FIRED_BACKOFF)
+        waiting_since: float | None = None  # when the event was seen accepted, waiting for a worker
+        while (pause := self._next_look(pauses, waiting_since)) is not None:
             await self.clock.sleep_until(self.clock.now() + pause)
             try:
                 state, why = await self._state_of(identity)
             except Exception:
-                return  # cannot tell: the worker, or the next try's sweep, decides
-            if why is None and state == "deferred":
+                if waiting_since is None:
+                    return  # cannot tell: the worker, or the next try's sweep, decides
                 continue
             if why is not None:
                 # The kill may also have come after the worker resumed: its on_kill goes first.
                 await self.clock.sleep_until(self.clock.now() + _WORKER_FIRST)
                 await self._delete_with_retries(f"{why} after the trigger fired")
-            return
+                return
+            if state == "deferred" and waiting_since is None:
+                continue
+            if state not in _WAITING_STATES:
+                return
+            if waiting_since is None:
+                waiting_since = self.clock.now()
+
+    def _next_look(self, pauses: Iterator[float], waiting_since: float | None) -> float | None:
+        """The pause before the after-firing check's next look, or None when it stops looking:
+        still ``deferred`` after :data:`_FIRED_BACKOFF` (the trigger moved, or the triggerer lost
+        the event), or waiting for a worker for longer than :data:`_WAITING_AT_MOST`."""
+        if waiting_since is None:
+            return next(pauses, None)
+        if self.clock.now() - waiting_since >= _WAITING_AT_MOST:
+            return None
+        return _WAITING_PAUSE
 
     async def _delete_with_retries(self, why: str) -> None:
         config = self._config

@@ -11,8 +11,17 @@ triggerer holding it was just killed and no other has taken it yet (a hand-over)
 triggerer is down, the trigger row is removed and no ``on_kill`` runs anywhere. Airflow 3.1 and
 3.2 call no trigger ``on_kill`` at all.
 
+A kill can also land after the trigger fired, while the task instance waits for a worker to resume
+it (``scheduled`` or ``queued``, as long as a pool or ``parallelism`` makes it wait): Airflow
+cleared its ``trigger_id`` when it accepted the event, no trigger is left to get an ``on_kill``,
+and the worker that would act on the verdict is never started. A verdict reached while the pod
+still runs (``execution.timeout``, a start or schedule timeout, a grace that ran out) would leave
+it running.
+
 This listener covers those cases. For a task instance deferred on a ``PodStateTrigger`` that owns
-its pod, it reads the pod's name, namespace, UID and connection from the trigger row, and in a
+its pod, it reads the pod's name, namespace, UID and connection from the trigger row; for one that
+waits to resume in ``execute_complete`` with a ``PodStateTrigger`` event, from that event (in
+``next_kwargs``; the event names the connection only for a pod its task owns). Then, in a
 background thread (the request does not wait for Kubernetes) it waits :data:`ON_KILL_FIRST`
 seconds where Airflow gives the trigger an ``on_kill`` (:data:`COMMIT_FIRST` on 3.1 and 3.2),
 reads the task instance again (the state was set and not rolled back, and no worker has resumed
@@ -44,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: The trigger kwargs a kill needs (what ``PodStateTrigger.serialize`` writes).
 POD_KEYS = ("kubernetes_conn_id", "namespace", "pod_name", "pod_uid")
+#: The method a task instance resumes in after a ``PodStateTrigger`` event (operator and sensor).
+RESUME_METHOD = "execute_complete"
 #: The User-Agent of the api-server's requests, so a cluster's audit log tells them apart.
 USER_AGENT = "airflow-k8s-retry/kill-listener"
 #: Seconds the trigger's ``on_kill`` has to delete the pod before the listener looks: Airflow's
@@ -89,15 +100,19 @@ def kill_deferred_pod(
     sleep: Callable[[float], None] = time.sleep,
 ) -> threading.Thread | None:
     """Start the deletion of the pod of ``ti``, a task instance a user just set to ``state``, if it
-    was deferred on a trigger that owns its pod; the thread doing it, or None. Never raises.
+    was deferred on a trigger that owns its pod, or waited to resume with such a trigger's event;
+    the thread doing it, or None. Never raises.
 
     ``trigger_row_of`` and ``state_of`` read Airflow's metadata database by default (the
     api-server's own session, then a fresh one).
     """
-    if getattr(ti, "trigger_id", None) is None:
-        return None  # not deferred (a running task's worker runs the operator's on_kill)
     try:
-        pod = pod_in_trigger((trigger_row_of or trigger_row)(ti))
+        if getattr(ti, "trigger_id", None) is not None:
+            pod = pod_in_trigger((trigger_row_of or trigger_row)(ti))
+        else:
+            # Not deferred. Waiting to resume with the trigger's event (its trigger_id cleared when
+            # Airflow accepted it), or running: then its worker's on_kill deletes the pod first.
+            pod = pod_in_event(ti)
         if pod is None:
             return None
         from airflow_k8s_retry.compat import triggers_get_on_kill
@@ -186,6 +201,46 @@ def pod_in_trigger(trigger: Any) -> dict[str, Any] | None:
     if kwargs.get("cluster"):  # the task's in_cluster / config_file / cluster_context
         pod["cluster"] = dict(kwargs["cluster"])
     return pod
+
+
+def pod_in_event(ti: Any) -> dict[str, Any] | None:
+    """The pod (:data:`POD_KEYS`) of a task instance that resumes in :data:`RESUME_METHOD` with a
+    ``PodStateTrigger`` event whose task owns its pod (the event names its connection), or None."""
+    if getattr(ti, "next_method", None) != RESUME_METHOD or not getattr(ti, "next_kwargs", None):
+        return None
+    event = _decoded_next_kwargs(ti.next_kwargs).get("event")
+    if not isinstance(event, Mapping):
+        return None
+    connection = event.get("connection")
+    if not isinstance(connection, Mapping):
+        return None  # a pod kept on a kill, a sensor's, another trigger's event, or an older one
+    pod = {
+        "kubernetes_conn_id": connection.get("kubernetes_conn_id"),
+        "namespace": event.get("namespace"),
+        "pod_name": event.get("pod_name"),
+        "pod_uid": event.get("pod_uid"),
+    }
+    if not all(isinstance(pod[key], str) and pod[key] for key in ("namespace", "pod_name", "pod_uid")):
+        return None
+    if connection.get("cluster"):
+        pod["cluster"] = dict(connection["cluster"])
+    return pod
+
+
+def _decoded_next_kwargs(raw: Any) -> Mapping[str, Any]:
+    """A task instance's stored ``next_kwargs`` as a plain mapping, decoded as Airflow decodes them
+    on resume: ``airflow.sdk.serde`` (plain JSON stays as it is), else ``BaseSerialization``
+    (what older Airflow versions stored)."""
+    decoded: Any
+    try:
+        from airflow.sdk.serde import deserialize
+
+        decoded = deserialize(raw)
+    except (ImportError, KeyError, AttributeError, TypeError):
+        from airflow.serialization.serialized_objects import BaseSerialization
+
+        decoded = BaseSerialization.deserialize(raw)
+    return decoded if isinstance(decoded, Mapping) else {}
 
 
 def delete_pod_of_killed_task(

@@ -331,12 +331,44 @@ async def test_a_task_killed_before_its_event_was_accepted_loses_its_pod(
     assert len(lookup.asked) == 2
 
 
-async def test_after_its_event_was_accepted_the_pod_is_left_to_the_worker(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("then", ["running", "deferred", "up_for_retry"])
+async def test_once_a_worker_resumed_the_try_the_pod_is_left_to_it(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, then: str
 ) -> None:
-    lookup = StatesInTurn("deferred", "scheduled", "failed")
+    # Running: the worker acts on the verdict (its own on_kill covers a later kill). Deferred
+    # again: it relaunched the pod and a new trigger follows the new one. Up for retry: it is done.
+    lookup = StatesInTurn("deferred", "scheduled", "queued", then, "failed")
     name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
     await past_the_check(clock)
-    assert len(lookup.asked) == 2  # read until it left deferred, then no more
+    assert len(lookup.asked) == 4  # read until a worker had the try, then no more
     assert cluster.pod(name) is not None
     assert cluster.request_counts()[("delete", "pods")] == 0
+
+
+async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_running_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # execution_timeout fired while the pod still runs; Airflow accepted the event (scheduled,
+    # trigger_id cleared), the task waited in the queue, and the user marked it failed there. No
+    # worker resumes it and the ended trigger gets no on_kill: only this check deletes the pod.
+    use_cluster(monkeypatch, cluster)
+    lookup = StatesInTurn("scheduled", "queued", "queued", "failed")
+    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
+    clock = ManualClock()
+    monkeypatch.setattr(PodStateTrigger, "clock", clock)
+    identity = TryIdentity("kill", "task", "run-1", map_index=2)
+    pod = create_pod(cluster, pod_body(identity, "long:1"))
+    name = pod["metadata"]["name"]
+    await cluster_reaches(cluster, lambda c: (c.pod(name) or {})["status"].get("phase") == "Running", 10)
+    run = Run(trigger_for(pod, identity, execution_deadline=clock.now() + 30)).start()
+    await clock.wait_for_sleeper(clock.now() + 30)
+    clock.advance(30)
+    event = await run.finish(within=20)
+    assert event.verdict.reason.value == "execution.timeout", event.verdict
+    await past_the_check(clock)
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert len(lookup.asked) == 4
+    deletes = [
+        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
+    ]
+    assert [(r["uid"], r["status"]) for r in deletes] == [(pod["metadata"]["uid"], 200)]

@@ -100,6 +100,27 @@ def test_pod_event_payload_round_trips() -> None:
     assert PodEvent.from_payload(payload) == event
 
 
+def test_a_pod_event_names_the_connection_of_a_pod_its_task_owns() -> None:
+    # The api-server's kill listener deletes the pod from the event while the task instance waits
+    # for a worker (no trigger row is left then); an event stored before carried no connection.
+    verdict = Verdict(outcome=Outcome.RETRY, reason=Reason.EXECUTION_TIMEOUT, message="m", rule="r")
+    connection = {"kubernetes_conn_id": "k8s_fake", "cluster": {"cluster_context": "prod"}}
+    event = PodEvent("jobs", "p", "u", verdict, 0, connection=connection)
+    payload = event.to_payload()
+    assert payload == {
+        "namespace": "jobs",
+        "pod_name": "p",
+        "pod_uid": "u",
+        "verdict": verdict.to_payload(),
+        "relaunches": 0,
+        "connection": connection,
+    }
+    assert PodEvent.from_payload(payload) == event
+    older = {k: v for k, v in payload.items() if k != "connection"}
+    assert PodEvent.from_payload(older) == PodEvent("jobs", "p", "u", verdict, 0)
+    assert "connection" not in PodEvent("jobs", "p", "u", verdict, 0).to_payload()
+
+
 def test_a_payload_that_is_not_a_pod_event_is_rejected_by_name() -> None:
     with pytest.raises(ValueError, match="missing pod_uid"):
         PodEvent.from_payload({"namespace": "jobs", "pod_name": "p", "verdict": {}})
