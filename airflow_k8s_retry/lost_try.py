@@ -16,11 +16,23 @@ stamped as kept (``on_finish_action``), and everything when ``on_kill_action`` i
 It also sweeps what earlier tries of the task left (a delete that never got through): the last
 try's failure is the last chance. After a normal failure in the worker this costs two LISTs and
 finds nothing to do.
+
+Where the callback runs for a worker that died (the operator did not run the try's code in this
+process) and finds no pod of the try, it looks once more :data:`IN_FLIGHT_SETTLE` seconds later: a
+create the worker sent just before it died can still be on its way, and an executor that reports
+the death at once (CeleryExecutor reports a lost worker process as a failure within seconds,
+where LocalExecutor's try waits for its heartbeat timeout) has the callback run before the API
+server has stored the pod.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+#: Seconds after a first empty look before the callback of a dead worker's try looks again, for a
+#: create that worker sent just before it died. Well under the DAG processor's callback budget
+#: (``[dag_processor] dag_file_processor_timeout``, 50 s by default).
+IN_FLIGHT_SETTLE = 15.0
 
 
 def with_lost_try_cleanup(callbacks: Any) -> list[Any]:
@@ -49,6 +61,25 @@ def _operator_of(context: Any) -> Any:
     return task if isinstance(task, RetryingPodOperator) else None
 
 
+def _pods_of_try(task: Any, client: Any, identity: Any, namespace: str) -> list[dict[str, Any]]:
+    """The pods labelled with the try; where its worker died elsewhere (the operator did not run
+    the try's code in this process) and none is there yet, looked for again after
+    :data:`IN_FLIGHT_SETTLE` seconds, for a create that worker sent just before it died."""
+    labels = identity.labels()
+    keys = ("dag_id", "task_id", "run_id", "try_number")
+    selector = ",".join(f"{k}={labels[k]}" for k in keys if k in labels)
+    pods: list[dict[str, Any]] = client.list_pods(namespace, selector)
+    if getattr(task, "_ran_here", True) or any(identity.owns_pod(p) for p in pods):
+        return pods
+    task.log.info(
+        "No pod of try %d yet; looking again in %.0f s for a create its worker sent before it died",
+        identity.try_number,
+        IN_FLIGHT_SETTLE,
+    )
+    type(task).retry_sleep(IN_FLIGHT_SETTLE)
+    return list(client.list_pods(namespace, selector))
+
+
 def delete_pods_left_by_failed_try(context: Any) -> None:
     """``on_failure_callback``: delete the pods of the failed try that nothing else will delete."""
     from airflow_k8s_retry.exceptions import PodFailurePermanent
@@ -67,9 +98,7 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
         identity = try_pod.identity_of(context)
         namespace = task.build_try_pod(context)["metadata"]["namespace"]
         client = task._client()
-        labels = identity.labels()
-        keys = ("dag_id", "task_id", "run_id", "try_number")
-        pods = client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys if k in labels))
+        pods = _pods_of_try(task, client, identity, namespace)
     except (KubeError, ValueError, RuntimeError, PodFailurePermanent) as exc:
         # A configuration error (no template, no connection, bad YAML) created no pod: the try
         # already failed saying so, and a second traceback here would only repeat it.

@@ -140,6 +140,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         install_retry_policy(self, self.failure_policy)
         self.live_logs = bool(live_logs)
         self._kill_requested = False  # on_kill ran (Airflow lets the interrupted code go on)
+        # This process ran the try's code: False where the failure callback runs for a dead worker.
+        self._ran_here = False
         self._try_held: tuple[TryIdentity, str] | None = None  # the try and namespace execute works in
         self._pod: CreatedPod | None = None
         self._log_position: LogPosition | None = None  # where the trigger's log streaming stopped
@@ -188,6 +190,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     def execute(self, context: Context) -> Any:
         from airflow_k8s_retry.kube.lifecycle import sweep_earlier_tries
 
+        self._ran_here = True
         with local_config_errors(self.task_id, "name"):
             self._set_name(self.name)  # KPO's check of the rendered name: [A-Za-z0-9._-], 220 at most
         client = self._client()
@@ -294,6 +297,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         from airflow_k8s_retry.kube.pods import CreatedPod
         from airflow_k8s_retry.triggers import PodEvent
 
+        self._ran_here = True
         if not event:
             raise PodFailure("the pod watch ended without a verdict; the try is failed so Airflow retries it")
         pod_event = PodEvent.from_payload(event)

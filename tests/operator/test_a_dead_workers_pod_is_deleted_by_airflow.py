@@ -134,3 +134,35 @@ def test_a_configuration_error_gives_no_second_traceback_from_the_callback(make_
     make_cluster(RUNNING)
     task = operator(retries=0, pod_template_file=str(tmp_path / "missing.yaml"))
     assert dag_processor_runs_failure_callbacks(task, context) == []
+
+
+def test_a_create_still_on_its_way_when_the_callback_first_looks_is_deleted_too(
+    make_cluster, context, monkeypatch
+):
+    # An executor that reports a dead worker at once (CeleryExecutor) has the callback run while
+    # the create the worker sent just before it died is still on its way to the API server.
+    from airflow_k8s_retry.lost_try import IN_FLIGHT_SETTLE
+
+    cluster = make_cluster(RUNNING)
+    landed: list[str] = []
+
+    def sleep(seconds: float) -> None:
+        if seconds == IN_FLIGHT_SETTLE and not landed:
+            landed.append(defer(operator(retries=0), context).pod_name)  # the dead worker's create lands
+
+    monkeypatch.setattr(RetryingPodOperator, "retry_sleep", staticmethod(sleep))
+    assert dag_processor_runs_failure_callbacks(operator(retries=0), context) == []
+    assert len(landed) == 1
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_in_the_worker_that_ran_the_try_the_callback_does_not_wait(make_cluster, context, no_backoff_sleep):
+    from airflow_k8s_retry.lost_try import IN_FLIGHT_SETTLE
+
+    make_cluster(RUNNING)
+    op = operator(retries=0)
+    trigger = defer(op, context)
+    with pytest.raises(PodFailure):
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
+    assert dag_processor_runs_failure_callbacks(op, context) == []
+    assert IN_FLIGHT_SETTLE not in no_backoff_sleep
