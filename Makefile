@@ -40,12 +40,24 @@ COMPAT_TESTS_NEWEST := tests/test_example_dags.py tests/test_provider_is_registe
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip==26.3"
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e ".[test,bench]"
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e ".[test,bench,deploy]"
 	touch $(STAMP)
 
 # kubectl (Debian's kubernetes-client) is used by one conformance test of the simulator;
-# chromium (Debian's) by the browser test of the failures page.
+# chromium (Debian's) by the browser test of the failures page; PostgreSQL and Redis (Debian's
+# postgresql and redis-server) by the deployment tier, which starts its own servers in temporary
+# folders (the packages' own services are not used).
 tools:
+	@test -x "$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)/initdb" || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+	      || echo "warning: could not install PostgreSQL (Debian package postgresql)"; \
+	  else echo "warning: PostgreSQL missing; install Debian's postgresql"; fi; }
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+	      || echo "warning: could not install Redis (Debian package redis-server)"; \
+	  else echo "warning: redis-server missing; install Debian's redis-server"; fi; }
 	@command -v kubectl >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null) \
@@ -143,7 +155,7 @@ constraints-%:
 	rm -rf .venv-constraints-$*
 	$(PYTHON) -m venv .venv-constraints-$*
 	.venv-constraints-$*/bin/python -m pip install -q "pip==26.3"
-	.venv-constraints-$*/bin/python -m pip install -q $(SEED_$*) -e ".[test,bench]"
+	.venv-constraints-$*/bin/python -m pip install -q $(SEED_$*) -e ".[test,bench,deploy]"
 	mkdir -p constraints/airflow-$*
 	{ echo "# Pinned dependency set for Airflow $* on Python $(PY_MINOR): $(SEED_$*)"; \
 	  echo "# Regenerate with 'make constraints-$*' after changing dependencies in setup.cfg or the seed in the Makefile."; \

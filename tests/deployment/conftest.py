@@ -1,9 +1,12 @@
-"""A real Airflow deployment against the simulator: api-server, scheduler (LocalExecutor) and two
-triggerers, each its own process group, all started once for this folder and always stopped.
+"""A real Airflow deployment in the shape users run, against the simulator: PostgreSQL for the
+metadata database, CeleryExecutor with a Redis broker and two Celery workers, two schedulers, two
+triggerers and the api-server, each its own process group, all started once for this folder and
+always stopped. ``AIRFLOW_K8S_RETRY_DEPLOYMENT=local`` gives a lighter shape: PostgreSQL with one
+scheduler running LocalExecutor (and the same two triggerers).
 
 ``airflow dags test`` runs triggers inline in one process; here a task defers through the
 metadata database to a separate triggerer, its worker talks to the api-server's execution API,
-and the scheduler resumes it, as in production. The DAGs in ``dags/`` are serialized once with
+and a scheduler resumes it, as in production. The DAGs in ``dags/`` are serialized once with
 ``airflow dags reserialize`` (what a dag-processor would do), so no dag-processor competes for the
 two CPU cores. Results are read from the metadata database, the REST API and the simulator's
 audit log.
@@ -15,8 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
-import sqlite3
 import subprocess
 import time
 import urllib.error
@@ -28,7 +29,8 @@ from typing import Any, TypeVar
 import pytest
 
 from airflow_k8s_retry.testing import FakeCluster
-from tests.support.airflow_runner import AIRFLOW, AirflowHome, MigratedDatabase
+from tests.support.airflow_runner import AIRFLOW, AirflowHome
+from tests.support.services import PostgresServer, RedisServer, free_port
 
 DAGS = Path(__file__).with_name("dags")
 SCALE = 0.1  # real seconds per simulated second
@@ -46,13 +48,13 @@ SCENARIO: dict[str, Any] = {
         # deployment_no_triggerer: the first try exits 3, the second succeeds.
         "example.com/sync/app:try1": {"run": {"exit_code": 3, "duration_seconds": 20, "log": "boom"}},
         "example.com/sync/app:try2": {"run": {"duration_seconds": 20, "log": "done"}},
-        # deployment_retry_policy: the first try is OOM-killed, the second succeeds. The first pod
-        # runs 15 s: a verdict within a second or two of deferring can reach the resumed worker
+        # deployment_retry_policy: the first try is OOM-killed, the second succeeds. Both pods
+        # run 15 s: a verdict within a second or two of deferring can reach the resumed worker
         # before the scheduler has processed the executor's event for the deferring workload, and
         # Airflow 3.3's scheduler then fails the running resume itself ("finished with state
-        # success, but the task instance's state attribute is running"), without the retry policy.
+        # success, but the task instance's state attribute is running"; apache/airflow#72716).
         "example.com/policy/app:try1": {"run": {"oom": True, "duration_seconds": 150}},
-        "example.com/policy/app:try2": {"run": {"duration_seconds": 10, "log": "done"}},
+        "example.com/policy/app:try2": {"run": {"duration_seconds": 150, "log": "done"}},
     },
 }
 #: A triggerer whose heartbeat is older than this loses its triggers to a live one.
@@ -64,26 +66,49 @@ POLL = 0.5  # seconds between looks at the other processes' state
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: The deployment's shape: "celery" (two schedulers, two Celery workers) or "local" (one scheduler).
+SHAPE = os.environ.get("AIRFLOW_K8S_RETRY_DEPLOYMENT", "celery")
+if SHAPE not in ("celery", "local"):
+    raise ValueError(f"AIRFLOW_K8S_RETRY_DEPLOYMENT={SHAPE!r}: use 'celery' or 'local'")
+SCHEDULERS = ("scheduler-a", "scheduler-b") if SHAPE == "celery" else ("scheduler",)
+WORKERS = ("worker-a", "worker-b") if SHAPE == "celery" else ()
+TRIGGERERS = ("triggerer-a", "triggerer-b")
 
 
 class Deployment:
     """The running processes, the simulator they talk to, and ways to look at and act on them."""
 
-    def __init__(self, root: Path, home: AirflowHome, cluster: FakeCluster) -> None:
+    def __init__(
+        self,
+        root: Path,
+        home: AirflowHome,
+        cluster: FakeCluster,
+        database: PostgresServer,
+        broker: RedisServer | None,
+    ) -> None:
         self.root = root
         self.home = home
         self.cluster = cluster
+        self.database = database
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        executor: dict[str, str] = {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor"}
+        if broker is not None:
+            executor = {
+                "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+                "AIRFLOW__CELERY__BROKER_URL": broker.url(),
+                "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + database.url(),
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "1",
+                # Sending a task to the broker on a busy 2-core machine can take more than 1 s.
+                "AIRFLOW__CELERY__OPERATION_TIMEOUT": "15",
+            }
         self.env = home.env(
             cluster.kubeconfig,
             {
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-                # One executor slot: tasks that are deferred at the same time prove the worker is free.
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database.url(),
+                **executor,
+                # One executor slot per scheduler, one process per Celery worker: tasks that are
+                # deferred at the same time, more of them than there are slots, prove the worker free.
                 "AIRFLOW__CORE__PARALLELISM": "1",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
                 "AIRFLOW__API__BASE_URL": self.base_url,
@@ -102,6 +127,7 @@ class Deployment:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.triggerer_jobs: dict[str, int] = {}  # process name -> its TriggererJob id
         self._token: str | None = None
+        self._db: Any = None
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -133,40 +159,14 @@ class Deployment:
     def signal(self, name: str, sig: signal.Signals) -> None:
         os.killpg(self.procs[name].pid, sig)
 
-    def freeze(self, *names: str, attempts: int = 20) -> None:
-        """Stop the named processes (SIGSTOP) at a moment none of them is writing to the database.
-
-        The metadata database is SQLite in WAL mode, where one writer at a time holds its write
-        lock; a process stopped inside a write transaction keeps it, and every other write then
-        fails with "database is locked" (the api-server answers 500 "Database error"). That is an
-        artefact of freezing a process on SQLite, not something a deployment does, so the freeze
-        is taken again until the database accepts a writer.
-        """
-        for _ in range(attempts):
-            for name in names:
-                self.signal(name, signal.SIGSTOP)
-            if self._database_takes_a_writer():
-                return
-            self.thaw(*names)
-            time.sleep(0.2)
-        held = ", ".join(names)
-        raise AssertionError(f"{held} held the database's write lock at each of {attempts} freezes")
+    def freeze(self, *names: str) -> None:
+        """Stop the named processes (SIGSTOP): alive to the operating system, silent to Airflow."""
+        for name in names:
+            self.signal(name, signal.SIGSTOP)
 
     def thaw(self, *names: str) -> None:
         for name in names:
             self.signal(name, signal.SIGCONT)
-
-    def _database_takes_a_writer(self) -> bool:
-        """Whether a write transaction starts within 3 s (a running writer finishes well within it)."""
-        db = sqlite3.connect(self.home.database, timeout=3, isolation_level=None)
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False
-        finally:
-            db.close()
 
     def start_triggerer(self, name: str) -> None:
         known = set(self._triggerer_job_ids())  # every job so far, a killed triggerer's included
@@ -179,6 +179,8 @@ class Deployment:
         self.triggerer_jobs[name] = job
 
     def stop_all(self) -> None:
+        if self._db is not None:
+            self._db.close()
         for proc in self.procs.values():
             if proc.poll() is None:
                 for sig in (signal.SIGCONT, signal.SIGTERM):  # a frozen process must wake to stop
@@ -229,8 +231,12 @@ class Deployment:
     # -- metadata database ----------------------------------------------------------------------
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(self.home.database, timeout=30) as db:
-            return db.execute(sql, params).fetchall()
+        """Rows of ``sql`` (``?`` placeholders) from the metadata database, in autocommit."""
+        if self._db is None or self._db.closed:
+            self._db = self.database.connect()
+        with self._db.cursor() as cursor:
+            cursor.execute(sql.replace("?", "%s"), params)
+            return [tuple(row) for row in cursor.fetchall()]
 
     def _triggerer_job_ids(self) -> list[int]:
         return [r[0] for r in self.query("select id from job where job_type = 'TriggererJob' order by id")]
@@ -322,36 +328,55 @@ class Deployment:
             time.sleep(POLL)
 
 
+def _airflow(dep: Deployment, *args: str, timeout: float = 300) -> None:
+    """Run one ``airflow`` command to completion in the deployment's environment."""
+    proc = subprocess.run(
+        [AIRFLOW, *args],
+        env=dep.env,
+        cwd=dep.home.home,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, f"airflow {' '.join(args)}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+
+
 @pytest.fixture(scope="package")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     root = Path(tmp_path_factory.mktemp("deployment"))
-    database = MigratedDatabase.create(root / "template")
-    home = AirflowHome.create(root / "home", dags_folder=DAGS, database=database)
-    with FakeCluster(scenario=SCENARIO, audit=root / "audit.jsonl") as cluster:
-        dep = Deployment(root, home, cluster)
+    (root / "home").mkdir()
+    home = AirflowHome(root / "home", DAGS)
+    with contextlib.ExitStack() as stack:
+        database = stack.enter_context(PostgresServer())
+        broker = stack.enter_context(RedisServer()) if WORKERS else None
+        cluster = stack.enter_context(FakeCluster(scenario=SCENARIO, audit=root / "audit.jsonl"))
+        dep = Deployment(root, home, cluster, database, broker)
         try:
-            serialized = subprocess.run(
-                [AIRFLOW, "dags", "reserialize"],
-                env=dep.env,
-                cwd=home.home,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-            assert serialized.returncode == 0, serialized.stdout[-3000:] + serialized.stderr[-3000:]
+            _airflow(dep, "db", "migrate")
+            _airflow(dep, "dags", "reserialize", timeout=120)
             dep.start("api-server", "api-server", "--port", str(dep.port))
-            dep.start("scheduler", "scheduler")
-            dep.start_triggerer("triggerer-a")
-            dep.start_triggerer("triggerer-b")
+            for name in SCHEDULERS:
+                dep.start(name, "scheduler")
+            for name in WORKERS:
+                dep.start(name, "celery", "worker", "--concurrency", "1", "--celery-hostname", f"{name}@%h",
+                          "--skip-serve-logs")
+            for name in TRIGGERERS:
+                dep.start_triggerer(name)
             dep.wait(
                 lambda: all(
                     (dep.health().get(part) or {}).get("status") == "healthy"
                     for part in ("metadatabase", "scheduler", "triggerer")
                 ),
                 90,
-                "api-server, scheduler and triggerers to report healthy",
+                "api-server, schedulers and triggerers to report healthy",
                 dep.health,
+            )
+            dep.wait(
+                lambda: all(" ready." in dep.log(name) for name in WORKERS) or not WORKERS,
+                90,
+                "the Celery workers to be ready",
+                lambda: {name: dep.log(name)[-500:] for name in WORKERS},
             )
             yield dep
         finally:

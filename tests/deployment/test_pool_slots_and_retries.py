@@ -1,4 +1,4 @@
-"""Under a real scheduler, LocalExecutor and triggerer, a deferred RetryingPodOperator holds neither
+"""Under real schedulers, executors and triggerers, a deferred RetryingPodOperator holds neither
 its pool slot nor its worker, and a failed pod costs one Airflow try: one pod per try, each deleted.
 """
 
@@ -26,7 +26,7 @@ def test_deferred_tasks_free_the_pool_slot_and_worker_and_a_failure_costs_one_tr
     run_id = dep.trigger_dag(DAG_ID)
 
     # While the pods run, every task sits deferred at once although the pool has one slot and the
-    # executor one worker; the pool reports its slot open.
+    # executors fewer worker slots than there are tasks; the pool reports its slot open.
     busiest: dict[str, Any] = {}
 
     def all_deferred() -> bool:

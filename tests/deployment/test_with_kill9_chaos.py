@@ -152,7 +152,7 @@ def _parent_of(pid: int) -> int | None:
 def _kill_worker_mid_create(dep: Deployment, dag_id: str, *, whole_worker: bool = False) -> str:
     """Start ``dag_id`` and kill its worker while its pod create is in flight; returns the run id.
 
-    ``whole_worker`` kills the task process's supervisor too (the LocalExecutor worker that
+    ``whole_worker`` kills the task process's supervisor too (the executor's worker process that
     heartbeats for it), as when the worker's node or container is lost: nothing reports the try.
     """
     dep.cluster.set_image(CRASH_IMAGE, {"run": {"duration_seconds": 300, "log": "done"}})
@@ -196,8 +196,10 @@ def test_kill9_of_a_worker_between_create_and_defer(deployment: Deployment) -> N
 
 def test_kill9_of_a_worker_between_create_and_defer_on_the_last_try(deployment: Deployment) -> None:
     """No later try sweeps the orphan and no trigger ever ran: Airflow's own path cleans up. The
-    scheduler fails the try once its heartbeat stops and sends a TaskCallbackRequest; the DAG
-    processor runs the task's ``on_failure_callback``, the operator's own one deletes the pod."""
+    scheduler fails the try (at once when Celery reports the lost worker process, after the
+    heartbeat timeout under LocalExecutor) and sends a TaskCallbackRequest; the DAG processor runs
+    the task's ``on_failure_callback``, the operator's own one deletes the pod, the held create
+    included when it lands after the callback's first look."""
     dep = deployment
     dag_id = f"{CRASH_DAG}_last_try"
     dep.start("dag-processor", "dag-processor")  # only this test needs one: it runs the callbacks

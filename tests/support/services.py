@@ -1,0 +1,233 @@
+"""Debian's PostgreSQL and Redis servers, each in a throw-away folder, started for a test run and
+always stopped: the metadata database and the Celery broker of a production-shape deployment.
+
+PostgreSQL refuses to run as root, so under root (a CI machine, a container) the cluster's folder
+is handed to Debian's ``postgres`` user and its commands run through ``runuser``; otherwise they
+run as the current user. Durability is switched off (``fsync``, ``synchronous_commit``,
+``full_page_writes``): the data is thrown away with the folder.
+
+Example::
+
+    with PostgresServer() as pg, RedisServer() as redis:
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = pg.url()
+        env["AIRFLOW__CELERY__BROKER_URL"] = redis.url()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+USER = "airflow"  # the database role the deployment connects as
+DATABASE = "airflow"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def postgres_bin() -> Path:
+    """The newest installed PostgreSQL's bin folder (Debian keeps each major under its own)."""
+    found = sorted(
+        (p for p in Path("/usr/lib/postgresql").glob("*/bin") if (p / "initdb").exists()),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    if not found:
+        raise RuntimeError(
+            "PostgreSQL is not installed: install Debian's postgresql (make tools does it as root)"
+        )
+    return found[-1]
+
+
+def redis_server() -> str:
+    path = shutil.which("redis-server")
+    if path is None:
+        raise RuntimeError(
+            "redis-server is not installed: install Debian's redis-server (make tools does it as root)"
+        )
+    return path
+
+
+class PostgresServer:
+    """One PostgreSQL cluster on a free loopback port, with an empty ``airflow`` database."""
+
+    def __init__(self, *, max_connections: int = 300) -> None:
+        self.max_connections = max_connections
+        self.port = free_port()
+        self.bin = postgres_bin()
+        self.folder = Path(tempfile.mkdtemp(prefix="airflow-k8s-retry-pg-"))
+        self.data = self.folder / "data"
+        self.log = self.folder / "postgres.log"
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+
+    def _run(self, *args: str, timeout: float = 120) -> None:
+        proc = subprocess.run(
+            [*self._as, *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if proc.returncode != 0:
+            log = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+            raise RuntimeError(
+                f"{' '.join(args[:2])} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}{log}"
+            )
+
+    def url(self, database: str = DATABASE, driver: str = "postgresql+psycopg2") -> str:
+        return f"{driver}://{USER}@127.0.0.1:{self.port}/{database}"
+
+    def connect(self, database: str = DATABASE) -> Any:
+        import psycopg2  # the deploy extra's; imported only where a server runs
+
+        db = psycopg2.connect(
+            host="127.0.0.1", port=self.port, user=USER, dbname=database, connect_timeout=10
+        )
+        db.autocommit = True
+        return db
+
+    def start(self) -> PostgresServer:
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            USER,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        options = " ".join(
+            [
+                f"-p {self.port}",
+                f"-k {self.folder}",  # its Unix socket in the throw-away folder, not /var/run
+                "-c listen_addresses=127.0.0.1",
+                f"-c max_connections={self.max_connections}",
+                "-c fsync=off",
+                "-c synchronous_commit=off",
+                "-c full_page_writes=off",
+            ]
+        )
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
+        with contextlib.closing(self.connect("postgres")) as db, db.cursor() as cursor:
+            cursor.execute(f"create database {DATABASE}")
+        return self
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                self._run(
+                    str(self.bin / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                    timeout=60,
+                )
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> PostgresServer:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class RedisServer:
+    """One Redis server on a free loopback port, nothing persisted."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="airflow-k8s-retry-redis-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def _pong(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+        return False
+
+    def start(self) -> RedisServer:
+        with (self.folder / "redis.log").open("wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    redis_server(),
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.folder),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while not self._pong():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = (self.folder / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server did not start: {log}")
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
