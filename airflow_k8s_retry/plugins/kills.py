@@ -41,6 +41,7 @@ warning per kill.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -229,17 +230,18 @@ def pod_in_event(ti: Any) -> dict[str, Any] | None:
 
 def _decoded_next_kwargs(raw: Any) -> Mapping[str, Any]:
     """A task instance's stored ``next_kwargs`` as a plain mapping, decoded as Airflow decodes them
-    on resume: ``airflow.sdk.serde`` (plain JSON stays as it is), else ``BaseSerialization``
-    (what older Airflow versions stored)."""
-    decoded: Any
-    try:
+    on resume: ``airflow.sdk.serde`` where it exists (plain JSON stays as it is), ``BaseSerialization``
+    for a mapping it encoded (what earlier releases stored); Airflow 3.1's column gives a plain one."""
+    decoded: Any = raw
+    with contextlib.suppress(ImportError, KeyError, AttributeError, TypeError, ValueError):
         from airflow.sdk.serde import deserialize
 
         decoded = deserialize(raw)
-    except (ImportError, KeyError, AttributeError, TypeError):
+    if isinstance(decoded, Mapping) and "__type" in decoded:
         from airflow.serialization.serialized_objects import BaseSerialization
 
-        decoded = BaseSerialization.deserialize(raw)
+        with contextlib.suppress(KeyError, AttributeError, TypeError, ValueError):
+            decoded = BaseSerialization.deserialize(decoded)
     return decoded if isinstance(decoded, Mapping) else {}
 
 

@@ -199,7 +199,11 @@ def accepted(trigger: PodStateTrigger, event: TriggerEvent) -> TaskInstanceRow:
     (what ``Trigger.submit_event`` calls) clears ``trigger_id``, puts the event in ``next_kwargs``
     and schedules it, waiting for a worker."""
     from airflow.models.trigger import handle_event_submit
-    from airflow.sdk.serde import serialize
+
+    try:
+        from airflow.sdk.serde import serialize
+    except ImportError:  # Airflow 3.1: the column encodes it; the task instance holds a plain dict
+        serialize = dict
 
     ti = TaskInstanceRow()
     ti.next_method = "execute_complete"  # as the operator's defer() left it
