@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 USER = "airflow"  # the database role the deployment connects as
 DATABASE = "airflow"
@@ -59,7 +59,30 @@ def redis_server() -> str:
     return path
 
 
-class PostgresServer:
+class _Server:
+    """A server started on entering a ``with`` block and stopped (its folder removed) on leaving it,
+    also when starting it fails half-way."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class PostgresServer(_Server):
     """One PostgreSQL cluster on a free loopback port, with an empty ``airflow`` database."""
 
     def __init__(self, *, max_connections: int = 300) -> None:
@@ -97,7 +120,7 @@ class PostgresServer:
         db.autocommit = True
         return db
 
-    def start(self) -> PostgresServer:
+    def start(self) -> Self:
         self._run(
             str(self.bin / "initdb"),
             "-D",
@@ -153,20 +176,8 @@ class PostgresServer:
                 )
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def __enter__(self) -> PostgresServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-
-class RedisServer:
+class RedisServer(_Server):
     """One Redis server on a free loopback port, nothing persisted."""
 
     def __init__(self) -> None:
@@ -183,7 +194,7 @@ class RedisServer:
             return s.recv(16).startswith(b"+PONG")
         return False
 
-    def start(self) -> RedisServer:
+    def start(self) -> Self:
         with (self.folder / "redis.log").open("wb") as out:
             self.proc = subprocess.Popen(
                 [
@@ -219,15 +230,3 @@ class RedisServer:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
