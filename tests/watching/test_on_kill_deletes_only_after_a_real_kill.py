@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,6 +51,21 @@ class StateLookup:
         return self.state
 
 
+async def running_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, kubeconfig: Path | None = None
+) -> tuple[ManualClock, TryIdentity, dict[str, Any]]:
+    """A running pod of a try, with triggers on a manual clock that read task states from ``lookup``."""
+    use_cluster(monkeypatch, cluster, kubeconfig)
+    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
+    clock = ManualClock()
+    monkeypatch.setattr(PodStateTrigger, "clock", clock)
+    identity = TryIdentity("kill", "task", "run-1", map_index=2)
+    pod = create_pod(cluster, pod_body(identity, "long:1"))
+    name = pod["metadata"]["name"]
+    await cluster_reaches(cluster, lambda c: (c.pod(name) or {})["status"].get("phase") == "Running", 10)
+    return clock, identity, pod
+
+
 async def stopped_trigger(
     cluster: FakeCluster,
     monkeypatch: pytest.MonkeyPatch,
@@ -59,14 +75,8 @@ async def stopped_trigger(
     kubeconfig: Path | None = None,
 ) -> tuple[PodStateTrigger, str, TryIdentity]:
     """Run a trigger on a running pod, then cancel it as the triggerer does before ``on_kill``."""
-    use_cluster(monkeypatch, cluster, kubeconfig)
-    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
-    clock = ManualClock()
-    monkeypatch.setattr(PodStateTrigger, "clock", clock)
-    identity = TryIdentity("kill", "task", "run-1", map_index=2)
-    pod = create_pod(cluster, pod_body(identity, "long:1"))
+    clock, identity, pod = await running_pod(cluster, monkeypatch, lookup, kubeconfig)
     name = pod["metadata"]["name"]
-    await cluster_reaches(cluster, lambda c: (c.pod(name) or {})["status"].get("phase") == "Running", 10)
     run = Run(trigger_for(pod, identity if owned else None, owned=owned)).start()
     # The trigger has seen the pod running and sleeps until its next re-check.
     await clock.wait_for_sleeper(clock.now() + 600)
@@ -351,15 +361,9 @@ async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_running_pod(
     # execution_timeout fired while the pod still runs; Airflow accepted the event (scheduled,
     # trigger_id cleared), the task waited in the queue, and the user marked it failed there. No
     # worker resumes it and the ended trigger gets no on_kill: only this check deletes the pod.
-    use_cluster(monkeypatch, cluster)
     lookup = StatesInTurn("scheduled", "queued", "queued", "failed")
-    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
-    clock = ManualClock()
-    monkeypatch.setattr(PodStateTrigger, "clock", clock)
-    identity = TryIdentity("kill", "task", "run-1", map_index=2)
-    pod = create_pod(cluster, pod_body(identity, "long:1"))
+    clock, identity, pod = await running_pod(cluster, monkeypatch, lookup)
     name = pod["metadata"]["name"]
-    await cluster_reaches(cluster, lambda c: (c.pod(name) or {})["status"].get("phase") == "Running", 10)
     run = Run(trigger_for(pod, identity, execution_deadline=clock.now() + 30)).start()
     await clock.wait_for_sleeper(clock.now() + 30)
     clock.advance(30)
