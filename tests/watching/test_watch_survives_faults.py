@@ -53,6 +53,11 @@ class Recorder:
         self.sub = sub
         self.changes: list[PodChange] = []
 
+    async def first_state(self, within: float) -> None:
+        """Wait for the subscription's first delivery of the pod."""
+        assert await self.sub.wait(within=within), "the subscription delivered nothing in time"
+        self.changes.extend(self.sub.drain())
+
     async def until_done(self, within: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
@@ -106,7 +111,8 @@ async def follow(
     poll_interval: float = 10.0,
     history_kept: bool = True,
 ) -> tuple[Recorder, list[int], dict[str, Any]]:
-    """Create a pod, follow it with a trigger and a recorder, arm the faults once both are subscribed."""
+    """Create a pod, follow it with a trigger and a recorder, arm the faults once the recorder has
+    been given the pod's first state (so everything after it is the recorder's to lose)."""
     use_cluster(monkeypatch, cluster, kubeconfig)
     start_rv = cluster.resource_version
     identity = TryIdentity("faults", "task", "run-1")
@@ -118,6 +124,7 @@ async def follow(
     )
     recorder = Recorder(sub)
     run = Run(trigger_for(pod, identity, poll_interval=poll_interval)).start()
+    await recorder.first_state(within=30)
     armed = arm(cluster)
     if inspect.isawaitable(armed):
         await armed
@@ -135,15 +142,34 @@ async def follow(
 async def test_transient_errors_resume_without_loss_or_duplicate(
     status: int | str, cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def arm(c: FakeCluster) -> None:
-        c.add_fault(verb="watch", resource="pods", status=status, times=3)
+    changed_while_down: list[int] = []
+
+    async def arm(c: FakeCluster) -> None:
+        # The watch fails from its next reconnection on; while it is down the pod changes three
+        # times; it comes back only after two more failed reconnections. An exact order, whatever
+        # the machine's load: the changes are made after the first failure and before the faults go.
+        watches = c.request_counts()[("watch", "pods")]
+        c.add_fault(verb="watch", resource="pods", status=status, times=None)
+        await cluster_reaches(c, lambda c: c.request_counts()[("watch", "pods")] >= watches + 1, 10)
+        (pod_name,) = [p["metadata"]["name"] for p in c.pods("default")]
+        kube = await AsyncKube.connect(ClusterConfig(kube_config_path=str(c.kubeconfig)))
+        try:
+            for n in range(3):
+                patched = await kube.patch_pod_annotations("default", pod_name, {"example.com/step": str(n)})
+                changed_while_down.append(int(patched["metadata"]["resourceVersion"]))
+        finally:
+            await kube.close()
+        await cluster_reaches(c, lambda c: c.request_counts()[("watch", "pods")] >= watches + 3, 10)
+        c.clear_faults()
         c.add_fault(verb="list", resource="events", status=status, times=2)
 
     recorder, reference, _ = await follow(cluster, monkeypatch, arm)
-    assert cluster.request_counts()[("watch", "pods")] >= 4  # three failed reconnections, then success
-    # Resumed from the last resourceVersion: every version of the pod, once each, in order.
+    # Resumed from the last resourceVersion: every version of the pod, once each, in order, from
+    # the first one the recorder was given (before the outage), so the changes made while the
+    # watch was down are among them.
     recorder.check_against(reference, complete=True)
-    assert len(recorder.versions) >= 5
+    assert recorder.versions[0] < changed_while_down[0]
+    assert set(changed_while_down) <= set(recorder.versions)
 
 
 async def test_410_gone_relists_and_delivers_the_latest_state_once(
