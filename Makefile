@@ -26,7 +26,7 @@ COMPAT := .venv-compat
 # suite; `make test` runs the whole suite there anyway.
 COMPAT_TESTS_OLDER := tests/test_example_dags.py tests/test_provider_is_registered.py \
   tests/end_to_end/test_example_dags_run.py tests/end_to_end/test_every_try_keeps_its_cause.py \
-  tests/operator tests/sensor \
+  tests/end_to_end/test_memory_growth_under_airflow.py tests/operator tests/sensor \
   tests/watching/test_trigger_serializes_exactly.py \
   tests/watching/test_cluster_config_resolves_connections.py \
   tests/watching/test_on_kill_deletes_only_after_a_real_kill.py \

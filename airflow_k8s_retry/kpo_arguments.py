@@ -64,6 +64,15 @@ def refusals(args: Mapping[str, Any]) -> list[str]:
         chosen_cluster(args["in_cluster"], None, None)
     except ConnectionConfigError as exc:
         out.append(str(exc))
+    growth = args.get("memory_growth")
+    if growth is not None:
+        from airflow_k8s_retry.memory_growth import MemoryGrowth
+
+        if not isinstance(growth, MemoryGrowth):
+            out.append(
+                "memory_growth must be a MemoryGrowth (from airflow_k8s_retry.memory_growth), e.g. "
+                f"MemoryGrowth(factor=2, maximum='16Gi'), got {type(growth).__name__}"
+            )
     every = args["logging_interval"]
     if every is not None and (isinstance(every, bool) or not isinstance(every, int | float) or every <= 0):
         out.append(f"logging_interval must be a positive number of seconds or None, got {every!r}")

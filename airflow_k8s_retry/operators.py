@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.classification.policy import FailurePolicy
     from airflow_k8s_retry.kube.logstream import LogPosition
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
+    from airflow_k8s_retry.memory_growth import MemoryGrowth
 
 
 #: Seconds between copies of the base container's new log lines into the task log, by default.
@@ -66,6 +67,11 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         log while the pod runs, every ``logging_interval`` seconds (default
         :data:`LIVE_LOG_INTERVAL`, 30); each line reaches the task log once. ``False`` writes the
         whole log only when the pod ends.
+    :param memory_growth: a :class:`~airflow_k8s_retry.memory_growth.MemoryGrowth`: after a try's
+        ``container.oom`` verdict, the next try asks for more memory for that container, capped by
+        its ``maximum`` and by what the namespace and the nodes allow (the task fails at once when
+        the caps leave no room); with ``remember=True`` later runs start from the size that
+        succeeded. Off by default.
     :param retry_policy: (Airflow 3.3+) Airflow's ``retry_policy``: consulted first when a try
         fails, then :class:`~airflow_k8s_retry.retry_policy.PodFailureRetryPolicy`'s defaults (the
         only policy when none is given), which set the delay per cause and record each try's reason
@@ -99,6 +105,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         logging_interval: int | None = None,
         trigger_kwargs: dict[str, Any] | None = None,
         live_logs: bool = True,
+        memory_growth: MemoryGrowth | None = None,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
@@ -139,6 +146,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         )
         install_retry_policy(self, self.failure_policy)
         self.live_logs = bool(live_logs)
+        self.memory_growth = memory_growth
         self._kill_requested = False  # on_kill ran (Airflow lets the interrupted code go on)
         # This process ran the try's code: False where the failure callback runs for a dead worker.
         self._ran_here = False
@@ -343,11 +351,15 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         if verdict.reason is Reason.EXECUTION_TIMEOUT and self.on_kill_action.value != "keep_pod":
             keep = False  # as KPO: a timed-out task is killed and on_kill_action decides; a kept
             # pod would go on running beside the next try
+        if self.memory_growth is not None and verdict.outcome is Outcome.RETRY:
+            verdict = try_pod.grow_after(self, context, client, pod, verdict)
         result, published = None, verdict  # what reaches XCom, the stamp and the exception
         v1pod = endings.as_v1pod(pod)
         try:
             if verdict.outcome is Outcome.SUCCEED:
                 result = endings.succeeded(self, client, pod)
+                if self.memory_growth is not None:
+                    try_pod.sized_success(self, context, client, pod)
             else:
                 published = endings.failed(self, context, client, pod, verdict)
             endings.run_callbacks(self, "on_pod_completion", context, pod=v1pod)

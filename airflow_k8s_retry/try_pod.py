@@ -23,6 +23,7 @@ from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
     from airflow_k8s_retry.operators import RetryingPodOperator
     from airflow_k8s_retry.triggers import PodStateTrigger
@@ -87,7 +88,73 @@ def build_try_pod(op: RetryingPodOperator, context: Context, relaunch: int = 0) 
     # decides): the provider puts it first, named base_container_name.
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     annotations[BASE_CONTAINER_ANNOTATION] = str(containers[0].get("name") or op.base_container_name)
+    if getattr(op, "memory_growth", None) is not None:
+        size_memory(op, context, pod)
     return pod
+
+
+def size_memory(op: RetryingPodOperator, context: Context, pod: dict[str, Any]) -> None:
+    """Give the try's pod the memory ``memory_growth`` planned for this try (read once per try:
+    a relaunch in the same try gets the same size)."""
+    from airflow_k8s_retry import memory_growth
+
+    assert op.memory_growth is not None
+    try_number = context["ti"].try_number
+    cached = getattr(op, "_memory_sized", None)
+    if cached is None or cached[0] != try_number:
+        note = memory_growth.size_for_try(op.memory_growth, context, pod, op.log.warning)
+        sized = [c for c in (pod.get("spec") or {}).get("containers") or []]
+        cached = (try_number, note, copy.deepcopy({c.get("name"): c.get("resources") for c in sized}))
+        op._memory_sized = cached
+        if note:
+            op.log.info("Try %d: %s", try_number, note)
+        return
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") in cached[2] and cached[2][container.get("name")] is not None:
+            container["resources"] = copy.deepcopy(cached[2][container.get("name")])
+
+
+def ran_with(op: RetryingPodOperator, client: PodClient, pod: CreatedPod, context: Context) -> dict[str, Any]:
+    """The pod as the trigger judged it when its containers' resources travelled with the event
+    (what the pod really ran with, a LimitRange's defaults included); the try's pod as built otherwise."""
+    from airflow_k8s_retry import endings
+
+    body, _ = endings.judged_on(op, client, pod)
+    containers = ((body or {}).get("spec") or {}).get("containers") or []
+    if body is not None and any("resources" in c for c in containers):
+        body.setdefault("metadata", {})["namespace"] = pod.namespace
+        return body
+    return build_try_pod(op, context)
+
+
+def grow_after(
+    op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict
+) -> Verdict:
+    """After an OOM kill, plan the next try's memory (or fail at once when the caps allow no more)."""
+    from airflow_k8s_retry import memory_growth
+
+    assert op.memory_growth is not None
+    if memory_growth.oom_container(verdict) is None:
+        return verdict
+    grown = memory_growth.after_oom(
+        op.memory_growth,
+        context=context,
+        verdict=verdict,
+        ran_on=ran_with(op, client, pod, context),
+        read=client.list_sizing,
+        log=op.log.warning,
+    )
+    op.log.warning("%s", grown.message.rpartition("; ")[2])
+    return grown
+
+
+def sized_success(op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod) -> None:
+    """A try succeeded: ``memory_growth`` remembers its size (with ``remember``) and ends the run's plan."""
+    from airflow_k8s_retry import memory_growth
+
+    assert op.memory_growth is not None
+    ran_on = ran_with(op, client, pod, context)
+    memory_growth.after_success(op.memory_growth, context, ran_on, op.log.warning)
 
 
 def pod_client(op: RetryingPodOperator) -> PodClient:

@@ -213,6 +213,22 @@ class PodClient:
             )
         return [self._json(p) for p in result.items]
 
+    def list_sizing(self, resource: str, namespace: str | None = None) -> list[Json]:
+        """The ``limitranges`` or ``resourcequotas`` of ``namespace``, or the cluster's ``nodes``:
+        what bounds a pod's memory (one LIST, no watch)."""
+        calls = {
+            "limitranges": lambda: self.core.list_namespaced_limit_range(
+                namespace, _request_timeout=self.request_timeout
+            ),
+            "resourcequotas": lambda: self.core.list_namespaced_resource_quota(
+                namespace, _request_timeout=self.request_timeout
+            ),
+            "nodes": lambda: self.core.list_node(_request_timeout=self.request_timeout),
+        }
+        with _translated():
+            result = calls[resource]()
+        return [self._json(item) for item in result.items]
+
     def stamp_verdict(self, namespace: str, name: str, uid: str, stamp: str) -> bool:
         """Write the verdict annotation (see ``lifecycle.encode_stamp``) on the pod with this UID, in
         one request: the UID in the patch is a precondition (a replaced pod answers 409). False when

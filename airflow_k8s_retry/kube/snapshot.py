@@ -4,9 +4,10 @@ The trigger holds the pod (its last look) and the pod's Events (the shared Event
 emits a verdict. :func:`take` keeps the parts a failure report and the worker's decisions read
 (:func:`~airflow_k8s_retry.kube.pods.failure_report`,
 :func:`~airflow_k8s_retry.kube.lifecycle.withhold_termination_messages`,
-:func:`~airflow_k8s_retry.kube.lifecycle.started_containers`): the pod's name and UID, its
-containers' names and termination-message policies, its status without the containers'
-termination messages (``withheld`` says whether there were any), and its last Events. The spec's
+:func:`~airflow_k8s_retry.kube.lifecycle.started_containers`, the memory growth after an OOM
+kill): the pod's name and UID, its containers' names, termination-message policies, resources and
+restart policies, its status without the containers' termination messages (``withheld`` says
+whether there were any), and its last Events. The spec's
 env, commands, volumes and annotations are left behind, so no secret value travels with it.
 
 A snapshot larger than :data:`SIZE_LIMIT` (as JSON) is left out; the worker then reads the pod and
@@ -28,7 +29,7 @@ EVENTS_KEPT = 10
 
 _STATUS_FIELDS = ("phase", "reason", "message", "conditions", "initContainerStatuses", "containerStatuses")
 _EVENT_FIELDS = ("type", "reason", "count", "message")
-_CONTAINER_FIELDS = ("name", "terminationMessagePolicy")
+_CONTAINER_FIELDS = ("name", "terminationMessagePolicy", "resources", "restartPolicy")
 
 
 def take(pod: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]], uid: str) -> Json | None:

@@ -150,6 +150,9 @@ def _str(value: object, where: str) -> str:
     return value
 
 
+RUN_KEYS = ("exit_code", "duration_seconds", "log", "oom", "memory_needed", "xcom", "stop_seconds")
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """How a container started from an image behaves once running."""
@@ -158,6 +161,8 @@ class RunSpec:
     duration_seconds: float = 1.0
     log: str = ""
     oom: bool = False
+    #: Bytes it needs: OOM-killed halfway through its run when its memory limit is lower.
+    memory_needed: float | None = None
     xcom: Any = None  # content of /airflow/xcom/return.json, as JSON; None means an empty file
     #: How long the container takes to exit after SIGTERM (a checkpointing job); None: at once.
     #: The kubelet kills it when the pod's termination grace runs out first.
@@ -178,7 +183,7 @@ class RunSpec:
     @classmethod
     def from_dict(cls, data: object, where: str) -> RunSpec:
         data = _mapping(data, where)
-        _check_keys(data, ("exit_code", "duration_seconds", "log", "oom", "xcom", "stop_seconds"), where)
+        _check_keys(data, RUN_KEYS, where)
         exit_code = _int(data.get("exit_code", 0), f"{where}.exit_code")
         duration = _real(data.get("duration_seconds", 1.0), f"{where}.duration_seconds")
         log = data.get("log", "")
@@ -193,16 +198,12 @@ class RunSpec:
         except (TypeError, ValueError) as exc:
             raise ScenarioError(f"{where}.xcom: must be JSON-serializable ({exc})") from None
         stop = _real(data["stop_seconds"], f"{where}.stop_seconds") if "stop_seconds" in data else None
+        need = data.get("memory_needed")
+        needed = parse_quantity(need, f"{where}.memory_needed") if need is not None else None
         spec = _build(
-            cls,
-            where,
-            exit_code=exit_code,
-            duration_seconds=duration,
-            log=log,
-            oom=oom,
-            xcom=xcom,
-            stop_seconds=stop,
+            cls, where, exit_code=exit_code, duration_seconds=duration, log=log, oom=oom, stop_seconds=stop
         )
+        spec = dataclasses.replace(spec, memory_needed=needed, xcom=xcom)
         return dataclasses.replace(spec, exit_code=137) if oom else spec  # the kernel's SIGKILL
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,6 +212,8 @@ class RunSpec:
             out["log"] = self.log
         if self.oom:
             out["oom"] = True
+        if self.memory_needed is not None:
+            out["memory_needed"] = self.memory_needed
         if self.xcom is not None:
             out["xcom"] = self.xcom
         if self.stop_seconds is not None:

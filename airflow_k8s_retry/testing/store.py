@@ -38,6 +38,7 @@ RESOURCES = (
     "nodes",
     "jobs",
     "resourcequotas",
+    "limitranges",
     "poddisruptionbudgets",
 )
 KINDS = {
@@ -49,6 +50,7 @@ KINDS = {
     "nodes": "Node",
     "jobs": "Job",
     "resourcequotas": "ResourceQuota",
+    "limitranges": "LimitRange",
     "poddisruptionbudgets": "PodDisruptionBudget",
 }
 #: Resources outside the core group, by their group/version (served under ``/apis/``).

@@ -280,11 +280,33 @@ def with_status(store: Store, resource: str, obj: Obj) -> Obj:
     return {**obj, "status": status}
 
 
+def limit_range_refusal(limit_range: Obj, pod: Obj) -> str | None:
+    """The LimitRanger's 403 message for a container whose limit is above a ``Container`` maximum."""
+    name = (pod.get("metadata") or {}).get("name", "")
+    for item in (limit_range.get("spec") or {}).get("limits") or []:
+        if item.get("type") != "Container":
+            continue
+        for resource, most in (item.get("max") or {}).items():
+            for c in (pod.get("spec") or {}).get("containers") or []:
+                limit = ((c.get("resources") or {}).get("limits") or {}).get(resource)
+                if limit is not None and parse_quantity(limit, resource) > parse_quantity(most, resource):
+                    return (
+                        f'pods "{name}" is forbidden: maximum {resource} usage per Container is {most}, '
+                        f"but limit is {limit}"
+                    )
+    return None
+
+
 def admit_pod(store: Store, pod: Obj, namespace: str) -> None:
-    """PodSecurity, then ResourceQuota, as the API server admits a pod: 403 with their words."""
+    """PodSecurity, then LimitRange maxima, then ResourceQuota, as the API server admits a pod:
+    403 with their words."""
     name = pod["metadata"]["name"]
     ns = store.get("namespaces", "", namespace) or {}
     refusal = pod_security_refusal(ns, pod)
+    for limit_range in sorted(store.items("limitranges", namespace), key=lambda q: q["metadata"]["name"]):
+        if refusal is not None:
+            break
+        refusal = limit_range_refusal(limit_range, pod)
     pods = store.items("pods", namespace)
     for quota in sorted(store.items("resourcequotas", namespace), key=lambda q: q["metadata"]["name"]):
         if refusal is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow_k8s_retry.testing.apiserver import pods as pod_strategy
 from airflow_k8s_retry.testing.controllers import registry
-from airflow_k8s_retry.testing.controllers.runs import SIDECAR, ContainerRun, PodRun
+from airflow_k8s_retry.testing.controllers.runs import SIDECAR, ContainerRun, PodRun, memory_limit
 from airflow_k8s_retry.testing.controllers.scheduler import Scheduler
 from airflow_k8s_retry.testing.controllers.sources import config_error, missing_volume
 from airflow_k8s_retry.testing.controllers.status import StatusManager
@@ -252,6 +252,10 @@ class Kubelet:
                 chunk = lines[g * per : (g + 1) * per]
                 if chunk:
                     self.status.after(run, duration * g / groups, self.emit_log, c, chunk)
+        if c.run.memory_needed is not None and c.run.memory_needed > memory_limit(c.spec):
+            # The kernel kills it when its use crosses the limit, halfway through the run.
+            self.status.after(run, duration / 2, self.container_exited, run, c, 137, "OOMKilled")
+            return
         self.status.after(
             run, duration, self.container_exited, run, c, c.run.exit_code, "OOMKilled" if c.run.oom else None
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,6 +191,12 @@ def pod_requests(containers: list[Obj]) -> tuple[float, float]:
         if "memory" in req:
             memory += parse_quantity(req["memory"], "memory")
     return cpu, memory
+
+
+def memory_limit(container: Obj) -> float:
+    """A container's memory limit in bytes (infinite when it sets none)."""
+    limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+    return parse_quantity(limit, "memory") if limit is not None else math.inf
 
 
 def new_run(pod: Obj, scenario: Scenario) -> PodRun:
