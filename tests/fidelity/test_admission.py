@@ -1,5 +1,6 @@
 """What admission answers on both backends: the Eviction API under a PodDisruptionBudget (429),
-an exceeded ResourceQuota (403) and the PodSecurity admission of a namespace's labels (403)."""
+an exceeded ResourceQuota (403), a container limit above a LimitRange's maximum (403) and the
+PodSecurity admission of a namespace's labels (403)."""
 
 from __future__ import annotations
 
@@ -127,6 +128,22 @@ def _over_quota(side: Side, ns: str) -> dict[str, Any]:
 
 def test_a_pod_over_the_namespace_quota_is_403(backends: Backends):
     seen = backends.run(_in_fresh_namespace("fidelity-quota-", None, _over_quota))
+    assert_same(seen)
+    assert seen["real"]["http"] == 403
+
+
+def _over_the_limit_range(side: Side, ns: str) -> dict[str, Any]:
+    limits = [{"type": "Container", "max": {"memory": "3Gi"}}]
+    side.api.create_namespaced_limit_range(
+        ns, {"metadata": {"name": "per-container"}, "spec": {"limits": limits}}
+    )
+    big = pod_body("big", LONG)
+    big["spec"]["containers"][0]["resources"] = {"limits": {"memory": "4Gi"}, "requests": {"memory": "1Gi"}}
+    return error_of(lambda: side.api.create_namespaced_pod(ns, big), NS=ns)
+
+
+def test_a_container_over_the_limit_range_maximum_is_403(backends: Backends):
+    seen = backends.run(_in_fresh_namespace("fidelity-limits-", None, _over_the_limit_range))
     assert_same(seen)
     assert seen["real"]["http"] == 403
 
