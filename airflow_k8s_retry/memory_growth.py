@@ -522,6 +522,9 @@ def after_oom(
     if step.size is None:
         save(context, replace(record, next=None), log)
         return replace(verdict, outcome=Outcome.FAIL, message=f"{verdict.message}; {step.why}")
+    if ti.try_number > getattr(ti, "max_tries", ti.try_number):  # no try is left to grow into
+        save(context, replace(record, next=None), log)
+        return verdict
     planned = Planned(container, step.size, step.why, ti.run_id, ti.try_number + 1)
     save(context, replace(record, next=planned), log)
     text = f"try {ti.try_number + 1} asks for memory {step.size.text()} ({step.why})"

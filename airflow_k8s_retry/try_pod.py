@@ -144,7 +144,8 @@ def grow_after(
         read=client.list_sizing,
         log=op.log.warning,
     )
-    op.log.warning("%s", grown.message.rpartition("; ")[2])
+    if grown is not verdict:
+        op.log.warning("%s", grown.message.rpartition("; ")[2])
     return grown
 
 

@@ -34,7 +34,7 @@ TASK = """
 RetryingPodOperator(
     task_id="job",
     image="{image}",
-    retries=3,
+    retries={retries},
     retry_delay=timedelta(seconds=0),
     container_resources=k8s.V1ResourceRequirements(requests={{"memory": "1Gi"}}, limits={{"memory": "2Gi"}}),
     {growth}
@@ -47,8 +47,8 @@ IMAGES = {
 }
 
 
-def dag_file(dag_id: str, image: str, growth: str) -> str:
-    body = TASK.format(image=image, growth=f"memory_growth={growth}," if growth else "")
+def dag_file(dag_id: str, image: str, growth: str, retries: int) -> str:
+    body = TASK.format(image=image, growth=f"memory_growth={growth}," if growth else "", retries=retries)
     return (
         HEADER
         + f"\nwith DAG(dag_id={dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1)):\n"
@@ -110,11 +110,15 @@ class Deployment:
 def deploy(tmp_path: Path, migrated_database: MigratedDatabase):  # type: ignore[no-untyped-def]
     made: list[Deployment] = []
 
-    def make(dag_id: str, image: str, growth: str, nodes: list[dict[str, Any]] | None = None) -> Deployment:
+    def make(
+        dag_id: str, image: str, growth: str, nodes: list[dict[str, Any]] | None = None, retries: int = 3
+    ) -> Deployment:
         cluster: dict[str, Any] = {"images": IMAGES}
         if nodes:
             cluster["nodes"] = nodes
-        d = Deployment(tmp_path / dag_id, migrated_database, dag_id, dag_file(dag_id, image, growth), cluster)
+        d = Deployment(
+            tmp_path / dag_id, migrated_database, dag_id, dag_file(dag_id, image, growth, retries), cluster
+        )
         d.cluster.start()
         made.append(d)
         return d
@@ -185,4 +189,14 @@ def test_only_an_oom_kill_grows_the_memory(deploy) -> None:  # type: ignore[no-u
     result = d.run()
     assert result.returncode == 0, result.output[-4000:]
     assert d.limits() == [("2Gi", "1Gi"), ("2Gi", "1Gi")]
+    assert d.variable() is None
+
+
+def test_an_oom_kill_on_the_last_try_leaves_no_plan_behind(deploy) -> None:  # type: ignore[no-untyped-def]
+    d = deploy("last_try", "example.com/hungry:1", "MemoryGrowth(factor=1.5)", retries=1)
+    result = d.run()
+    assert result.returncode != 0
+    assert d.limits() == [("2Gi", "1Gi"), ("3Gi", "1536Mi")]  # 3Gi is still below the 3500Mi needed
+    assert result.final_state("job") == "failed"
+    assert "try 3 asks for memory" not in result.output
     assert d.variable() is None
