@@ -131,11 +131,19 @@ def grow_after(
     op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict
 ) -> Verdict:
     """After an OOM kill, plan the next try's memory (or fail at once when the caps allow no more)."""
+    from dataclasses import replace
+
     from airflow_k8s_retry import memory_growth
 
     assert op.memory_growth is not None
     if memory_growth.oom_container(verdict) is None:
-        return verdict
+        # Another cause: the size stays; the try's cause says what it ran with when growth set it.
+        cached = getattr(op, "_memory_sized", None)
+        if cached is None or cached[0] != context["ti"].try_number:
+            build_try_pod(op, context)
+            cached = op._memory_sized
+        note = cached[1] if cached is not None else None
+        return replace(verdict, message=f"{verdict.message}; this try ran with {note}") if note else verdict
     grown = memory_growth.after_oom(
         op.memory_growth,
         context=context,

@@ -44,6 +44,8 @@ RetryingPodOperator(
 IMAGES = {
     "example.com/hungry:1": {"run": {"memory_needed": "3500Mi", "duration_seconds": 2}},
     "example.com/flaky:try1": {"run": {"exit_code": 3, "duration_seconds": 1}},
+    "example.com/mixed:try1": {"run": {"memory_needed": "3500Mi", "duration_seconds": 2}},
+    "example.com/mixed:try2": {"run": {"exit_code": 3, "duration_seconds": 1}},
 }
 
 
@@ -199,4 +201,15 @@ def test_an_oom_kill_on_the_last_try_leaves_no_plan_behind(deploy) -> None:  # t
     assert d.limits() == [("2Gi", "1Gi"), ("3Gi", "1536Mi")]  # 3Gi is still below the 3500Mi needed
     assert result.final_state("job") == "failed"
     assert "try 3 asks for memory" not in result.output
+    assert d.variable() is None
+
+
+def test_a_later_failure_of_a_grown_try_says_what_it_ran_with_and_keeps_the_size(deploy) -> None:  # type: ignore[no-untyped-def]
+    d = deploy("mixed", "example.com/mixed:try{{ ti.try_number }}", "MemoryGrowth()")
+    result = d.run()
+    assert result.returncode == 0, result.output[-4000:]
+    # Try 2 ran at 4Gi and failed with exit code 3; try 3 keeps 4Gi (only an OOM kill grows it).
+    assert d.limits() == [("2Gi", "1Gi"), ("4Gi", "2Gi"), ("4Gi", "2Gi")]
+    said = "this try ran with memory 4Gi for container base: container base try 1 was OOMKilled at 2Gi"
+    assert said in (d.reasons()[1] if HAS_RETRY_POLICIES else result.output)
     assert d.variable() is None
