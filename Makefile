@@ -34,7 +34,7 @@ COMPAT_TESTS_OLDER := tests/test_example_dags.py tests/test_provider_is_register
 COMPAT_TESTS_NEWEST := tests/test_example_dags.py tests/test_provider_is_registered.py \
   tests/end_to_end/test_example_dags_run.py tests/operator tests/sensor tests/watching
 
-.PHONY: test lint unit demo bench bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
+.PHONY: test lint unit demo bench bench-oom bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
   test-compat test-side test-cluster
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
@@ -138,6 +138,11 @@ demo: $(STAMP)
 # CLUSTER=real: the same phases on the real control plane (results in bench/results/real/).
 bench: $(STAMP) $(if $(filter real,$(CLUSTER)),controlplane)
 	$(BIN)/python -m bench.run $(if $(filter real,$(CLUSTER)),--cluster real)
+
+# The classic OOM DAG (3500Mi needed, 2Gi limit, retries=3) four ways under airflow dags test:
+# KPO, KPO with Jinja on ti.try_number, RetryingPodOperator with growth off and on.
+bench-oom: $(STAMP)
+	$(BIN)/python -m bench.oom_growth
 
 # Seeded randomized runs under faults, restarts, crashes and kills (tests/chaos); SEED=N replays one.
 CHAOS_RUNS ?= 1000

@@ -55,6 +55,13 @@ SCENARIO: dict[str, Any] = {
         # success, but the task instance's state attribute is running"; apache/airflow#72716).
         "example.com/policy/app:try1": {"run": {"oom": True, "duration_seconds": 150}},
         "example.com/policy/app:try2": {"run": {"duration_seconds": 150, "log": "done"}},
+        # deployment_db_outage: ends 15 s into the database's 30 s outage.
+        "example.com/outage/app:1": {"run": {"duration_seconds": 150, "log": "done"}},
+        # deployment_capacity: six pods of 60 s for triggerers that run two triggers each (all six
+        # tasks defer long before the first pod ends, however slowly they launch).
+        "example.com/capacity/job:1": {"run": {"duration_seconds": 600, "log": "done"}},
+        # deployment_scheduler_restart: ends while no scheduler runs.
+        "example.com/restart/app:1": {"run": {"duration_seconds": 100, "log": "done"}},
     },
 }
 #: A triggerer whose heartbeat is older than this loses its triggers to a live one.
@@ -125,6 +132,8 @@ class Deployment:
             },
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.commands: dict[str, tuple[str, ...]] = {}  # process name -> its airflow arguments
+        self.extra_env: dict[str, dict[str, str]] = {}  # process name -> its own settings
         self.triggerer_jobs: dict[str, int] = {}  # process name -> its TriggererJob id
         self._token: str | None = None
         self._db: Any = None
@@ -137,11 +146,14 @@ class Deployment:
     def log(self, name: str) -> str:
         return self.log_path(name).read_text(errors="replace")
 
-    def start(self, name: str, *args: str) -> None:
-        with self.log_path(name).open("wb") as out:
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        """Start ``airflow ARGS`` as process ``name``, with ``env`` over the deployment's settings."""
+        self.commands[name] = args
+        self.extra_env[name] = dict(env or {})
+        with self.log_path(name).open("ab") as out:
             self.procs[name] = subprocess.Popen(
                 [AIRFLOW, *args],
-                env=self.env,
+                env={**self.env, **self.extra_env[name]},
                 cwd=self.home.home,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -168,15 +180,36 @@ class Deployment:
         for name in names:
             self.signal(name, signal.SIGCONT)
 
-    def start_triggerer(self, name: str) -> None:
+    def start_triggerer(self, name: str, env: dict[str, str] | None = None) -> None:
         known = set(self._triggerer_job_ids())  # every job so far, a killed triggerer's included
-        self.start(name, "triggerer")
+        self.start(name, "triggerer", env=env)
         job = self.wait(
             lambda: next(iter(set(self._triggerer_job_ids()) - known), None),
             60,
             f"a TriggererJob row for {name}",
         )
         self.triggerer_jobs[name] = job
+
+    def restart_exited(self) -> list[str]:
+        """Start again every process that has exited, as a process supervisor would; their names."""
+        exited = [name for name, proc in self.procs.items() if proc.poll() is not None]
+        for name in exited:
+            if name in self.triggerer_jobs:
+                self.start_triggerer(name, self.extra_env.get(name))
+            else:
+                self.start(name, *self.commands[name], env=self.extra_env.get(name))
+        return exited
+
+    def stop(self, *names: str) -> None:
+        """SIGTERM the named processes and wait for them to exit (Airflow's own graceful stop)."""
+        for name in names:
+            self.signal(name, signal.SIGTERM)
+        for name in names:
+            try:
+                self.procs[name].wait(60)
+            except subprocess.TimeoutExpired:
+                self.signal(name, signal.SIGKILL)
+                self.procs[name].wait()
 
     def stop_all(self) -> None:
         if self._db is not None:
@@ -232,11 +265,21 @@ class Deployment:
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         """Rows of ``sql`` (``?`` placeholders) from the metadata database, in autocommit."""
-        if self._db is None or self._db.closed:
-            self._db = self.database.connect()
-        with self._db.cursor() as cursor:
-            cursor.execute(sql.replace("?", "%s"), params)
-            return [tuple(row) for row in cursor.fetchall()]
+        import psycopg2
+
+        for attempt in (1, 2):
+            if self._db is None or self._db.closed:
+                self._db = self.database.connect()
+            try:
+                with self._db.cursor() as cursor:
+                    cursor.execute(sql.replace("?", "%s"), params)
+                    return [tuple(row) for row in cursor.fetchall()]
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                # The server went away since the last query (a database outage test): reconnect once.
+                self._db.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("not reached")
 
     def _triggerer_job_ids(self) -> list[int]:
         return [r[0] for r in self.query("select id from job where job_type = 'TriggererJob' order by id")]
@@ -359,8 +402,16 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             for name in SCHEDULERS:
                 dep.start(name, "scheduler")
             for name in WORKERS:
-                dep.start(name, "celery", "worker", "--concurrency", "1", "--celery-hostname", f"{name}@%h",
-                          "--skip-serve-logs")
+                dep.start(
+                    name,
+                    "celery",
+                    "worker",
+                    "--concurrency",
+                    "1",
+                    "--celery-hostname",
+                    f"{name}@%h",
+                    "--skip-serve-logs",
+                )
             for name in TRIGGERERS:
                 dep.start_triggerer(name)
             dep.wait(

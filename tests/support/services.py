@@ -23,6 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -133,6 +134,12 @@ class PostgresServer(_Server):
             "UTF8",
             "--no-sync",
         )
+        self._serve()
+        with contextlib.closing(self.connect("postgres")) as db, db.cursor() as cursor:
+            cursor.execute(f"create database {DATABASE}")
+        return self
+
+    def _serve(self) -> None:
         options = " ".join(
             [
                 f"-p {self.port}",
@@ -144,36 +151,29 @@ class PostgresServer(_Server):
                 "-c full_page_writes=off",
             ]
         )
-        self._run(
-            str(self.bin / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.log),
-            "-o",
-            options,
-            "-w",
-            "-t",
-            "60",
-            "start",
-        )
-        with contextlib.closing(self.connect("postgres")) as db, db.cursor() as cursor:
-            cursor.execute(f"create database {DATABASE}")
-        return self
+        pg_ctl = str(self.bin / "pg_ctl")
+        self._run(pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
+
+    def _halt(self, mode: str = "immediate") -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop", timeout=60)
+
+    @contextlib.contextmanager
+    def outage(self) -> Iterator[None]:
+        """The server is down inside the block: every connection is cut and new ones are refused;
+        it comes back on the same port with the same data. The stop is PostgreSQL's fast shutdown,
+        which writes out what was committed: this server runs without fsync and with asynchronous
+        commits for speed, so a crash (an immediate stop) could lose the last committed
+        transactions, which a production database does not."""
+        self._halt("fast")
+        try:
+            yield
+        finally:
+            self._serve()
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-                self._run(
-                    str(self.bin / "pg_ctl"),
-                    "-D",
-                    str(self.data),
-                    "-m",
-                    "immediate",
-                    "-w",
-                    "stop",
-                    timeout=60,
-                )
+                self._halt()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
