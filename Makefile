@@ -139,8 +139,8 @@ demo: $(STAMP)
 bench: $(STAMP) $(if $(filter real,$(CLUSTER)),controlplane)
 	$(BIN)/python -m bench.run $(if $(filter real,$(CLUSTER)),--cluster real)
 
-# The classic OOM DAG (3500Mi needed, 2Gi limit, retries=3) four ways under airflow dags test:
-# KPO, KPO with Jinja on ti.try_number, RetryingPodOperator with growth off and on.
+# The classic OOM DAG (3500Mi needed, 2Gi limit, retries=3) three ways under airflow dags test:
+# KPO, RetryingPodOperator with growth off and on.
 bench-oom: $(STAMP)
 	$(BIN)/python -m bench.oom_growth
 
