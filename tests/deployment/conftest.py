@@ -349,6 +349,24 @@ class Deployment:
 
     # -- waiting ------------------------------------------------------------------------------
 
+    def wait_healthy(self, what: str) -> None:
+        """Until the api-server reports the database, a scheduler and a triggerer healthy."""
+        parts = ("metadatabase", "scheduler", "triggerer")
+        self.wait(
+            lambda: all((self.health().get(part) or {}).get("status") == "healthy" for part in parts),
+            90,
+            what,
+            self.health,
+        )
+
+    def wait_deferred(self, dag_id: str, run_id: str, task_id: str) -> None:
+        self.wait(
+            lambda: self.task_states(dag_id, run_id).get(task_id, (0, None))[1] == "deferred",
+            90,
+            f"{dag_id}.{task_id} to defer",
+            lambda: self.task_states(dag_id, run_id),
+        )
+
     def wait(
         self,
         probe: Callable[[], T | None],
@@ -414,15 +432,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
                 )
             for name in TRIGGERERS:
                 dep.start_triggerer(name)
-            dep.wait(
-                lambda: all(
-                    (dep.health().get(part) or {}).get("status") == "healthy"
-                    for part in ("metadatabase", "scheduler", "triggerer")
-                ),
-                90,
-                "api-server, schedulers and triggerers to report healthy",
-                dep.health,
-            )
+            dep.wait_healthy("api-server, schedulers and triggerers to report healthy")
             dep.wait(
                 lambda: all(" ready." in dep.log(name) for name in WORKERS) or not WORKERS,
                 90,

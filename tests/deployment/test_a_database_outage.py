@@ -27,12 +27,7 @@ RUNS_FOR = 150 * SCALE  # the pod's real seconds of running (the scenario's 150 
 def test_a_30_second_database_outage_while_deferred_loses_nothing(deployment: Deployment) -> None:
     dep = deployment
     run_id = dep.trigger_dag(DAG_ID)
-    dep.wait(
-        lambda: dep.task_states(DAG_ID, run_id).get(TASK_ID, (0, None))[1] == "deferred",
-        90,
-        "the task to defer",
-        lambda: dep.task_states(DAG_ID, run_id),
-    )
+    dep.wait_deferred(DAG_ID, run_id, TASK_ID)
     [pod] = dep.wait(
         lambda: [p for p in dep.live_pods(DAG_ID) if (p.get("status") or {}).get("phase") == "Running"],
         60,
@@ -60,12 +55,4 @@ def test_a_30_second_database_outage_while_deferred_loses_nothing(deployment: De
     assert [p["metadata"]["uid"] for p in dep.pods_of(DAG_ID)] == [pod["metadata"]["uid"]]  # one pod
     dep.wait(lambda: not dep.live_pods(DAG_ID), 30, "the pod to be deleted", lambda: dep.live_pods(DAG_ID))
     # Every process is up again for the tests after this one.
-    dep.wait(
-        lambda: all(
-            (dep.health().get(part) or {}).get("status") == "healthy"
-            for part in ("metadatabase", "scheduler", "triggerer")
-        ),
-        90,
-        "the deployment to report healthy again",
-        dep.health,
-    )
+    dep.wait_healthy("the deployment to report healthy again")

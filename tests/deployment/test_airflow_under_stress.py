@@ -68,12 +68,7 @@ def test_a_pod_that_ends_while_every_scheduler_is_down_is_judged_once_they_retur
     dep = deployment
     dag_id, task_id = "deployment_scheduler_restart", "app"
     run_id = dep.trigger_dag(dag_id)
-    dep.wait(
-        lambda: dep.task_states(dag_id, run_id).get(task_id, (0, None))[1] == "deferred",
-        90,
-        "the task to defer",
-        lambda: dep.task_states(dag_id, run_id),
-    )
+    dep.wait_deferred(dag_id, run_id, task_id)
     [pod] = dep.pods_of(dag_id)
     dep.stop(*SCHEDULERS)
     try:
