@@ -36,7 +36,7 @@ RetryingPodOperator(
     image="{image}",
     retries={retries},
     retry_delay=timedelta(seconds=0),
-    container_resources=k8s.V1ResourceRequirements(requests={{"memory": "1Gi"}}, limits={{"memory": "2Gi"}}),
+    {resources}
     {growth}
 )
 """
@@ -49,8 +49,30 @@ IMAGES = {
 }
 
 
-def dag_file(dag_id: str, image: str, growth: str, retries: int) -> str:
-    body = TASK.format(image=image, growth=f"memory_growth={growth}," if growth else "", retries=retries)
+SIZED = (
+    'container_resources=k8s.V1ResourceRequirements(requests={"memory": "1Gi"}, limits={"memory": "2Gi"}),'
+)
+
+#: A pod template whose base container sets the memory itself (no container_resources).
+TEMPLATE = """
+apiVersion: v1
+kind: Pod
+metadata:
+  namespace: default
+spec:
+  containers:
+    - name: base
+      image: example.com/hungry:1
+      resources:
+        limits: {memory: 2Gi}
+        requests: {memory: 1Gi}
+"""
+
+
+def dag_file(dag_id: str, image: str, growth: str, retries: int, resources: str = SIZED) -> str:
+    body = TASK.format(
+        image=image, growth=f"memory_growth={growth}," if growth else "", retries=retries, resources=resources
+    )
     return (
         HEADER
         + f"\nwith DAG(dag_id={dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1)):\n"
@@ -113,7 +135,12 @@ def deploy(tmp_path: Path, migrated_database: MigratedDatabase):  # type: ignore
     made: list[Deployment] = []
 
     def make(
-        dag_id: str, image: str, growth: str, nodes: list[dict[str, Any]] | None = None, retries: int = 3
+        dag_id: str,
+        image: str,
+        growth: str,
+        nodes: list[dict[str, Any]] | None = None,
+        retries: int = 3,
+        resources: str = SIZED,
     ) -> Deployment:
         cluster: dict[str, Any] = {"images": IMAGES}
         if nodes:
@@ -213,3 +240,17 @@ def test_a_later_failure_of_a_grown_try_says_what_it_ran_with_and_keeps_the_size
     said = "this try ran with memory 4Gi for container base: container base try 1 was OOMKilled at 2Gi"
     assert said in (d.reasons()[1] if HAS_RETRY_POLICIES else result.output)
     assert d.variable() is None
+
+
+def test_growth_applies_on_top_of_a_pod_template(deploy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    template = tmp_path / "pod.yaml"
+    template.write_text(TEMPLATE)
+    d = deploy(
+        "templated",
+        "example.com/hungry:1",
+        "MemoryGrowth()",
+        resources=f"pod_template_file={str(template)!r},",
+    )
+    result = d.run()
+    assert result.returncode == 0, result.output[-4000:]
+    assert d.limits() == [("2Gi", "1Gi"), ("4Gi", "2Gi")]
