@@ -172,12 +172,10 @@ def _smaller(a: Decimal | None, cap: Decimal) -> Decimal | None:
 
 def apply_size(container: Json, size: Size) -> None:
     """Write ``size`` into a container of a pod as API JSON (the other resources stay)."""
-    resources = container.setdefault("resources", {}) or {}
-    container["resources"] = resources
+    resources = container["resources"] = dict(container.get("resources") or {})
     for key, value in (("limits", size.limit), ("requests", size.request)):
         if value is not None:
-            resources.setdefault(key, {})
-            resources[key] = {**(resources[key] or {}), "memory": format_memory(value)}
+            resources[key] = {**(resources.get(key) or {}), "memory": format_memory(value)}
 
 
 # -- caps ---------------------------------------------------------------------------------------

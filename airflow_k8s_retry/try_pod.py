@@ -14,7 +14,7 @@ import copy
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_k8s_retry.classification.observation import BASE_CONTAINER_ANNOTATION
 from airflow_k8s_retry.kpo_arguments import local_config_errors
@@ -93,6 +93,15 @@ def build_try_pod(op: RetryingPodOperator, context: Context, relaunch: int = 0) 
     return pod
 
 
+class SizedTry(NamedTuple):
+    """What ``memory_growth`` gave one try: its number, what it runs with and why (``None``: as
+    written), and each container's resources as sized."""
+
+    try_number: int
+    note: str | None
+    resources: dict[str, Any]
+
+
 def size_memory(op: RetryingPodOperator, context: Context, pod: dict[str, Any]) -> None:
     """Give the try's pod the memory ``memory_growth`` planned for this try (read once per try:
     a relaunch in the same try gets the same size)."""
@@ -100,18 +109,28 @@ def size_memory(op: RetryingPodOperator, context: Context, pod: dict[str, Any]) 
 
     assert op.memory_growth is not None
     try_number = context["ti"].try_number
-    cached = getattr(op, "_memory_sized", None)
-    if cached is None or cached[0] != try_number:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    sized: SizedTry | None = getattr(op, "_memory_sized", None)
+    if sized is None or sized.try_number != try_number:
         note = memory_growth.size_for_try(op.memory_growth, context, pod, op.log.warning)
-        sized = [c for c in (pod.get("spec") or {}).get("containers") or []]
-        cached = (try_number, note, copy.deepcopy({c.get("name"): c.get("resources") for c in sized}))
-        op._memory_sized = cached
+        resources = copy.deepcopy({c.get("name"): c.get("resources") for c in containers})
+        op._memory_sized = SizedTry(try_number, note, resources)
         if note:
             op.log.info("Try %d: %s", try_number, note)
         return
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") in cached[2] and cached[2][container.get("name")] is not None:
-            container["resources"] = copy.deepcopy(cached[2][container.get("name")])
+    for container in containers:
+        if sized.resources.get(container.get("name")) is not None:
+            container["resources"] = copy.deepcopy(sized.resources[container.get("name")])
+
+
+def memory_note(op: RetryingPodOperator, context: Context) -> str | None:
+    """What this try runs with and why, when ``memory_growth`` sized it (the pod is built, and the
+    plan read, if this process has not done so for this try)."""
+    sized: SizedTry | None = getattr(op, "_memory_sized", None)
+    if sized is None or sized.try_number != context["ti"].try_number:
+        build_try_pod(op, context)
+        sized = op._memory_sized
+    return sized.note if sized is not None else None
 
 
 def ran_with(op: RetryingPodOperator, client: PodClient, pod: CreatedPod, context: Context) -> dict[str, Any]:
@@ -138,11 +157,7 @@ def grow_after(
     assert op.memory_growth is not None
     if memory_growth.oom_container(verdict) is None:
         # Another cause: the size stays; the try's cause says what it ran with when growth set it.
-        cached = getattr(op, "_memory_sized", None)
-        if cached is None or cached[0] != context["ti"].try_number:
-            build_try_pod(op, context)
-            cached = op._memory_sized
-        note = cached[1] if cached is not None else None
+        note = memory_note(op, context)
         return replace(verdict, message=f"{verdict.message}; this try ran with {note}") if note else verdict
     grown = memory_growth.after_oom(
         op.memory_growth,
