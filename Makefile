@@ -24,18 +24,22 @@ COMPAT := .venv-compat
 # Airflow, the operator and sensor tests, and the trigger tests that touch Airflow (connections,
 # task state, serialization) or walk a pod's whole life. The newest minor runs the whole trigger
 # suite; `make test` runs the whole suite there anyway.
-COMPAT_TESTS_OLDER := tests/test_example_dags.py tests/test_provider_is_registered.py \
-  tests/end_to_end/test_example_dags_run.py tests/end_to_end/test_every_try_keeps_its_cause.py \
-  tests/end_to_end/test_memory_growth_under_airflow.py tests/operator tests/sensor \
-  tests/watching/test_trigger_serializes_exactly.py \
-  tests/watching/test_cluster_config_resolves_connections.py \
-  tests/watching/test_on_kill_deletes_only_after_a_real_kill.py \
-  tests/watching/test_every_default_rule_through_a_pod_lifecycle.py
-COMPAT_TESTS_NEWEST := tests/test_example_dags.py tests/test_provider_is_registered.py \
-  tests/end_to_end/test_example_dags_run.py tests/operator tests/sensor tests/watching
+COMPAT_TESTS_OLDER := tests/airflow/structure/test_example_dags.py \
+  tests/airflow/structure/test_provider_is_registered.py \
+  tests/airflow/end_to_end/test_example_dags_run.py tests/airflow/end_to_end/test_every_try_keeps_its_cause.py \
+  tests/airflow/end_to_end/test_memory_growth_under_airflow.py \
+  tests/unit/operator tests/simulated/operator tests/unit/sensor tests/simulated/sensor tests/airflow/sensor \
+  tests/unit/watching/test_trigger_serializes_exactly.py \
+  tests/unit/watching/test_cluster_config_resolves_connections.py \
+  tests/simulated/watching/test_on_kill_deletes_only_after_a_real_kill.py \
+  tests/simulated/watching/test_every_default_rule_through_a_pod_lifecycle.py
+COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
+  tests/airflow/structure/test_provider_is_registered.py tests/airflow/end_to_end/test_example_dags_run.py \
+  tests/unit/operator tests/simulated/operator tests/unit/sensor tests/simulated/sensor tests/airflow/sensor \
+  tests/unit/watching tests/simulated/watching
 
 .PHONY: test lint unit demo bench bench-oom bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
-  test-compat test-side test-cluster
+  test-compat test-cluster
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,30 +78,39 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The pure tier (tests/unit): no socket, no subprocess; under a minute on 2 cores.
 unit: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e and not cluster"
+	$(BIN)/pytest -q -n 2 tests/unit
 
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Most of the
-# suite's time is spent waiting (Airflow subprocesses, simulated and real clusters), so the cluster
-# tier and the older minors' legs run beside the main suite; their output (.test-logs/side.log)
-# is printed after it, and either side failing fails the target.
+# suite's time is spent waiting (Airflow subprocesses, simulated and real clusters), so the main
+# suite runs on TEST_WORKERS pytest-xdist workers (a file's tests share one; the deployment tier takes
+# one worker for all of its tests), and the cluster tier and each older minor's leg run beside it,
+# each into its own log under .test-logs/, printed after the main suite. Any leg failing fails the
+# target. --durations prints the slowest tests of each.
+TEST_WORKERS ?= 3
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
+SIDE_LEGS := cluster $(addprefix compat-,$(OLDER_MINORS))
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
 
 test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
-	@mkdir -p .test-logs; rm -f .test-logs/side.rc
-	@{ $(MAKE) --no-print-directory -k test-side > .test-logs/side.log 2>&1; echo $$? > .test-logs/side.rc; } & \
-	  $(BIN)/pytest; main=$$?; wait; \
-	  echo "== cluster tier and older Airflow minors (.test-logs/side.log)"; cat .test-logs/side.log; \
-	  side=$$(cat .test-logs/side.rc); echo "== main suite exit $$main, cluster tier and older minors exit $$side"; \
-	  test "$$main" = 0 && test "$$side" = 0
-
-test-side: test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
+	@mkdir -p .test-logs; rm -f .test-logs/*.rc; start=$$(date +%s); \
+	  for leg in $(SIDE_LEGS); do \
+	    { $(MAKE) --no-print-directory test-$$leg > .test-logs/$$leg.log 2>&1; echo $$? > .test-logs/$$leg.rc; } & \
+	  done; \
+	  $(BIN)/pytest $(XDIST) --durations=25; main=$$?; echo "== main suite exit $$main after $$(( $$(date +%s) - start )) s"; \
+	  wait; status=$$main; \
+	  for leg in $(SIDE_LEGS); do \
+	    echo "== $$leg (.test-logs/$$leg.log)"; cat .test-logs/$$leg.log; rc=$$(cat .test-logs/$$leg.rc); \
+	    echo "== $$leg exit $$rc"; test "$$rc" = 0 || status=1; \
+	  done; \
+	  echo "== make test: $$(( $$(date +%s) - start )) s of tests"; test "$$status" = 0
 
 # The cluster tier: tests marked `cluster`, against a real control plane the session starts.
 test-cluster: $(STAMP) controlplane
 	@echo "== cluster tier (real control plane)"
 	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
-	  $(BIN)/pytest -m cluster
+	  $(BIN)/pytest -m cluster --durations=15
 
 test-compat: $(addprefix test-compat-,$(AIRFLOW_MINORS))
 
@@ -118,7 +131,7 @@ $(COMPAT)/%/.installed: constraints/airflow-%/constraints-$(PY_MINOR).txt setup.
 
 test-compat-%: $(COMPAT)/%/.installed
 	@echo "== Airflow $* ($(COMPAT)/$*)"
-	$(COMPAT)/$*/bin/pytest -q -p no:cacheprovider $(COMPAT_TESTS_OLDER)
+	$(COMPAT)/$*/bin/pytest -q -p no:cacheprovider --durations=15 $(COMPAT_TESTS_OLDER)
 
 # The real control plane (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, KWOK),
 # built from tools/controlplane/go.mod into a cache outside the repository, keyed by the pins.

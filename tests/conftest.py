@@ -1,16 +1,54 @@
-"""Process-wide test settings that must be in place before anything imports Airflow.
+"""Process-wide test settings, and the tiers.
 
 Airflow reads its configuration once per process, so every test session gets a throw-away
-AIRFLOW_HOME (never the user's own) with the example DAGs switched off.
+AIRFLOW_HOME (never the user's own) with the example DAGs switched off, before anything imports
+Airflow.
+
+Every test lives in the folder of its tier and gets the tier's marker from that folder, so
+``pytest -m unit`` and ``pytest tests/unit`` select the same tests and no test goes unmarked: a
+test file outside a tier folder stops the collection.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
+
+import pytest
 
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-k8s-retry-home-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-# The real control plane's session fixtures (the cluster tier and the fidelity suite share them).
-from tests.support.cluster_session import cluster_scenario, control_plane  # noqa: F401
+TESTS = Path(__file__).resolve().parent
+#: The tiers, cheapest first; pyproject.toml registers each as a marker with the same words.
+TIERS = ("unit", "simulated", "airflow", "deployment", "cluster", "chaos")
+
+
+def tier_of(path: Path) -> str | None:
+    parts = path.resolve().relative_to(TESTS).parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unplaced = sorted(
+        {str(Path(item.path).relative_to(TESTS.parent)) for item in items if tier_of(Path(item.path)) is None}
+    )
+    if unplaced:
+        raise pytest.UsageError(
+            f"tests outside a tier folder: {', '.join(unplaced)}; move each under tests/<tier>/ "
+            f"(one of {', '.join(TIERS)})"
+        )
+    for item in items:
+        tier = str(tier_of(Path(item.path)))
+        item.add_marker(getattr(pytest.mark, tier))
+        # Under `pytest -n N --dist loadgroup` (make test), a file's tests share a worker (and so their
+        # module fixtures), and the deployment tier's tests take one worker between them: two whole
+        # Airflow deployments at once would only slow each other down on a small machine.
+        group = "deployment" if tier == "deployment" else str(Path(item.path).relative_to(TESTS))
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+# The real control plane's session fixtures (the cluster tier, the fidelity suite included).
+from tests.support.cluster_session import cluster_scenario, control_plane  # noqa: E402, F401

@@ -17,7 +17,7 @@ fix hints live in ``reasons.py``. The order is the precedence, read top to botto
 7. anything else (a long timeout, never a hang).
 
 Adding a failure mode is one matcher, one line here, one formatter branch and one corpus case.
-``docs/classification.md`` shows this table; ``tests/classification/test_docs_match_the_table.py``
+``docs/classification.md`` shows this table; ``tests/unit/classification/test_docs_match_the_table.py``
 checks every column of it.
 """
 

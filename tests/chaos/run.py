@@ -236,7 +236,7 @@ LIMITS = """## What the suite does not show
 - A 403 fault here clears after one to three requests: an authorizer that failed for a moment
   (a webhook's timeout denies). A permanent RBAC denial is not drawn: without the verb nothing can
   delete a pod, and the package says so in one ERROR line naming the verb
-  (`tests/watching/test_least_privilege_rbac.py`).
+  (`tests/simulated/watching/test_least_privilege_rbac.py`).
 - A worker is killed whole here (its heartbeat stops): Airflow then fails the try and the DAG
   processor runs the task's `on_failure_callback`, which deletes a last try's pod. When only the
   task process dies and its supervisor lives, Airflow 3.3's supervisor reports the try failed

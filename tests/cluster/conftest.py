@@ -2,7 +2,7 @@
 kube-controller-manager, KWOK nodes) for the whole session.
 
 The session fixture ``control_plane`` lives in ``tests/support/cluster_session.py`` (registered by
-``tests/conftest.py``), so that the fidelity suite (``tests/fidelity``) shares the same control
+``tests/conftest.py``); the fidelity suite (``tests/cluster/fidelity``) shares the same control
 plane. The session reuses a control plane that ``make cluster-up SCENARIO=tests/cluster/scenario.yaml``
 left running in ``.cluster/``; otherwise it starts one in a temporary folder from the binaries
 ``make controlplane`` built (``AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN``, or found through

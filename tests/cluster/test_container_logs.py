@@ -16,8 +16,6 @@ from airflow_k8s_retry.testing.controlplane import ControlPlane
 from airflow_k8s_retry.testing.controlplane.cluster import KUBELET_PREFIX
 from tests.cluster.kube import core_api, delete_now, pod_body, wait_for_pod
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.mark.parametrize(
     ("image", "text"),

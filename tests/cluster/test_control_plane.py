@@ -24,8 +24,6 @@ from tests.cluster.kube import (
     wait_for_pod,
 )
 
-pytestmark = pytest.mark.cluster
-
 
 def test_the_api_server_is_the_pinned_release_with_three_ready_kwok_nodes(kubeconfig: Path):
     with core_api(kubeconfig) as api:

@@ -15,8 +15,6 @@ from airflow_k8s_retry.classification import classify
 from airflow_k8s_retry.testing.controlplane import ControlPlane
 from tests.cluster.kube import as_json, core_api, delete_now, pod_body, wait_for_node_ready, wait_for_pod
 
-pytestmark = pytest.mark.cluster
-
 
 def watch_until_deleted(kubeconfig: Path, body: dict[str, Any], timeout: float = 90) -> list[dict[str, Any]]:
     """Create the pod and return every state it went through until it was deleted."""

@@ -30,8 +30,6 @@ from kubernetes.client.exceptions import ApiException
 from airflow_k8s_retry.classification import Outcome, Reason, classify
 from tests.cluster.kube import core_api, delete_now
 
-pytestmark = pytest.mark.cluster
-
 T = "2026-03-14T09:27:10Z"
 RESTART_ON_42 = [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]
 

@@ -19,8 +19,6 @@ from airflow_k8s_retry.memory_growth import MemoryGrowth, format_memory, next_si
 from airflow_k8s_retry.memory_growth import Size as MemorySize
 from tests.cluster.kube import core_api
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.fixture
 def namespace(kubeconfig: Path) -> Iterator[tuple[k.CoreV1Api, str]]:

@@ -14,12 +14,9 @@ import pytest
 
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.pods import PodClient
-from tests.end_to_end.scenarios import Scenario
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
-
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+from tests.support.scenarios import Scenario
 
 SUCCESS = Scenario(
     "cluster_success",

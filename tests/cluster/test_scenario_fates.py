@@ -25,8 +25,6 @@ from tests.cluster.kube import (
     waiting_reason,
 )
 
-pytestmark = pytest.mark.cluster
-
 
 def run_pod(
     kubeconfig: Path, image: str, until: Any, *, events: Any = None, **spec: Any

@@ -13,10 +13,8 @@ import pytest
 from airflow_k8s_retry.classification import Outcome, Reason
 from airflow_k8s_retry.following import Target
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from tests.sensor.test_following_a_target import Following, following
-from tests.watching.lab import CONN_ID
-
-pytestmark = pytest.mark.cluster
+from tests.simulated.sensor.test_following_a_target import Following, following
+from tests.support.lab import CONN_ID
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The example DAGs (dags/01-05) under real Airflow (``airflow dags test``) on the real control
-plane, driven by the demo's own scenario (demo/scenario.yaml), with what tests/end_to_end asserts
+plane, driven by the demo's own scenario (demo/scenario.yaml), with what tests/airflow/end_to_end asserts
 on FakeCluster: each try's outcome, the reason stamped on each pod, the pods each try cost, and
 every pod deleted.
 
@@ -19,12 +19,10 @@ from dataclasses import dataclass
 import pytest
 
 from demo.run import DAGS, build_rows
+from tests.airflow.end_to_end.test_example_dags_run import EXPECTED
 from tests.cluster.examples import EXAMPLES, ExampleRuns
 from tests.cluster.kube import PodRecorder
-from tests.end_to_end.test_example_dags_run import EXPECTED
 from tests.support.airflow_runner import DagRunResult
-
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 #: The container log each example's image writes in the demo's scenario (``run.log``), which the
 #: operator copies into the task log: read back from the KWOK node through the API server.

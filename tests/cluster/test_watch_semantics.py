@@ -17,8 +17,6 @@ from airflow_k8s_retry.testing.controlplane import ControlPlane
 from tests.cluster.conftest import WatchProbe
 from tests.cluster.kube import core_api, delete_now, pod_body, wait_for_pod
 
-pytestmark = pytest.mark.cluster
-
 
 def test_a_long_watch_carries_bookmarks(watch_probe: WatchProbe):
     """A watch that sees no change still gets bookmarks (about one a minute, and one 2 s before its

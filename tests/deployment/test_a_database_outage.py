@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.deployment.conftest import SCALE, Deployment
-
-pytestmark = pytest.mark.e2e
 
 DAG_ID = "deployment_db_outage"
 TASK_ID = "app"

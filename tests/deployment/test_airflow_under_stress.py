@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.deployment.conftest import SCALE, SCHEDULERS, TRIGGERERS, Deployment
 from tests.deployment.dags.deployment_capacity import TASKS
-
-pytestmark = pytest.mark.e2e
 
 CAPACITY = 2
 

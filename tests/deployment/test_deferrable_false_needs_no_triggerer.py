@@ -4,11 +4,7 @@ are stopped with SIGSTOP for the whole DAG run): one pod per try, each deleted."
 
 from __future__ import annotations
 
-import pytest
-
 from tests.deployment.conftest import Deployment
-
-pytestmark = pytest.mark.e2e
 
 DAG_ID = "deployment_no_triggerer"
 

@@ -7,11 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
-
 from tests.deployment.conftest import Deployment
-
-pytestmark = pytest.mark.e2e
 
 DAG_ID = "deployment_pool_slots"
 POOL = "k8s_one_slot"

@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.deployment.conftest import Deployment
-
-pytestmark = pytest.mark.e2e
 
 DAG_ID = "deployment_pool_deferred"
 POOL = "k8s_two_deferred"

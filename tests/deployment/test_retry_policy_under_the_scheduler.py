@@ -10,7 +10,6 @@ from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
 from tests.deployment.conftest import Deployment
 
 pytestmark = [
-    pytest.mark.e2e,
     pytest.mark.skipif(not HAS_RETRY_POLICIES, reason="retry policies are Airflow 3.3+"),
 ]
 

@@ -19,8 +19,6 @@ from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION
 from tests.deployment.conftest import HEALTH_THRESHOLD, Deployment
 from tests.deployment.dags.deployment_handover import GRACE_SECONDS
 
-pytestmark = pytest.mark.e2e
-
 DAG_ID = "deployment_handover"
 TASK_ID = "pull"
 ON_KILL = "invoking on_kill"

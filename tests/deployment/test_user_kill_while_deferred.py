@@ -15,8 +15,6 @@ from airflow_k8s_retry.kube.naming import safe_label_value
 from airflow_k8s_retry.plugins.kills import ON_KILL_FIRST, USER_AGENT
 from tests.deployment.conftest import Deployment
 
-pytestmark = pytest.mark.e2e
-
 DAG_ID = "deployment_user_kill"
 TASK_ID = "long"
 TRIGGERERS = ("triggerer-a", "triggerer-b")

@@ -1,5 +1,5 @@
-"""The real control plane's session fixture, shared by the cluster tier (``tests/cluster``) and the
-fidelity suite (``tests/fidelity``): one control plane per session, whichever starts first."""
+"""The real control plane's session fixture, of the cluster tier (``tests/cluster``, the fidelity
+suite in ``tests/cluster/fidelity`` included): one control plane per session, whichever starts first."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ objects: PodSecurity (a namespace's ``pod-security.kubernetes.io/enforce`` label
 and PodDisruptionBudget.
 
 Each answers with the API server's own words (held to a real kube-apiserver by
-``tests/fidelity/test_admission.py``). They cover a subset, named in each docstring and in
+``tests/cluster/fidelity/test_admission.py``). They cover a subset, named in each docstring and in
 docs/simulator.md; what they do not check is admitted.
 """
 

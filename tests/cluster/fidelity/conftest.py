@@ -1,0 +1,33 @@
+"""The fidelity suite: the same probe against ``FakeCluster`` and the real control plane.
+
+Part of the cluster tier (every test is marked ``cluster``): the real side is the session's
+``control_plane`` (``tests/support/cluster_session.py``, shared with ``tests/cluster``), the fake
+side one ``FakeCluster`` playing the same scenario file for the whole session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry.testing.controlplane import ControlPlane
+from airflow_k8s_retry.testing.controlplane.stages import KUBERNETES_MINOR
+from airflow_k8s_retry.testing.scenario import Scenario
+from tests.cluster.fidelity.probes import Backends
+
+
+@pytest.fixture(scope="session")
+def fake_cluster(cluster_scenario: Scenario) -> Iterator[FakeCluster]:
+    # The real control plane is Kubernetes 1.36 whatever the scenario says (it accepts the default
+    # 1.31 and plays 1.36 kubelets); FakeCluster is told so, as a DAG author would tell it.
+    scenario = dataclasses.replace(cluster_scenario, kubernetes_version=f"1.{KUBERNETES_MINOR}")
+    with FakeCluster(scenario) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def backends(fake_cluster: FakeCluster, control_plane: ControlPlane) -> Backends:
+    return Backends(fake=fake_cluster, real=control_plane)

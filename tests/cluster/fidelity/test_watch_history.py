@@ -1,0 +1,152 @@
+"""A watch's history on both backends: 410 Gone for a version compacted away, and the bookmark a
+watch gets before its timeout."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from airflow_k8s_retry.testing import FakeCluster
+from tests.cluster.fidelity.probes import Backends, Side, assert_same, delete_now, pod_body
+
+_NUMBERS = re.compile(r"\d+")
+TIMEOUT = 8
+
+
+def _raw_watch(
+    side: Side, resource_version: str, timeout: int, at: float | None = None, **params: str
+) -> dict[str, Any]:
+    """One watch of the default namespace's pods, read raw: its HTTP code, each event, and when
+    each bookmark came (seconds after ``at``)."""
+    query = [("watch", "1"), ("resourceVersion", resource_version), ("timeoutSeconds", str(timeout))]
+    query += list(params.items())
+    try:
+        response = side.api.api_client.call_api(
+            "/api/v1/namespaces/default/pods",
+            "GET",
+            query_params=query,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+    except ApiException as exc:
+        return {"http": exc.status, "events": [], "body": json.loads(exc.body)}
+    events: list[dict[str, Any]] = []
+    times: list[float] = []
+    buffer = b""
+    for chunk in response.stream(1024):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                events.append(json.loads(line))
+                if events[-1]["type"] == "BOOKMARK" and at is not None:
+                    times.append(time.monotonic() - at)
+    if buffer.strip():
+        events.append(json.loads(buffer))
+    return {"http": response.status, "events": events, "times": times}
+
+
+def _churn(side: Side, stop: threading.Event) -> None:
+    """Pods created and deleted until ``stop``: changes the watch below does not select."""
+    while not stop.is_set():
+        name = side.unique("fidelity-churn-")
+        body = pod_body(name, "registry.example.com/app:long")
+        body["metadata"]["labels"] = {"probe": "churn"}
+        side.api.create_namespaced_pod("default", body)
+        delete_now(side.api, name)
+        stop.wait(0.5)
+
+
+def test_a_watch_gets_a_bookmark_before_its_timeout(backends: Backends):
+    """With ``allowWatchBookmarks``, the API server's watch cache sends a BOOKMARK about 2 s
+    before the watch's ``timeoutSeconds`` (and about once a minute) carrying its newest version,
+    so a client resumes from a recent version even when nothing it selects changed. (It sends
+    one only when it has a version newer than the watch's: the probe keeps other pods changing,
+    as a cluster in use does.)"""
+
+    def probe(side: Side) -> dict[str, Any]:
+        stop = threading.Event()
+        churn = threading.Thread(target=_churn, args=(side, stop))
+        churn.start()
+        try:
+            listed = side.api.list_namespaced_pod("default", label_selector="probe=nothing")
+            started = time.monotonic()
+            seen = _raw_watch(
+                side,
+                listed.metadata.resource_version,
+                timeout=TIMEOUT,
+                allowWatchBookmarks="true",
+                labelSelector="probe=nothing",
+                at=started,
+            )
+        finally:
+            stop.set()
+            churn.join()
+        bookmarks = [e for e in seen["events"] if e["type"] == "BOOKMARK"]
+        shapes = [
+            {**e["object"], "metadata": {**e["object"]["metadata"], "resourceVersion": "RV"}}
+            for e in bookmarks
+        ]
+        return {
+            "http": seen["http"],
+            "types": sorted({e["type"] for e in seen["events"]}),
+            "bookmark objects": [
+                dict(t) for t in {json.dumps(s, sort_keys=True): s for s in shapes}.values()
+            ],
+            # the first comes in the last 3 s before the timeout (not at once, not a minute later)
+            "first bookmark in the last 3 s": bool(bookmarks) and seen["times"][0] >= TIMEOUT - 3.5,
+            "versions newer than the list's": all(
+                int(e["object"]["metadata"]["resourceVersion"]) >= int(listed.metadata.resource_version)
+                for e in bookmarks
+            ),
+        }
+
+    seen = backends.run(probe)
+    assert_same(seen)
+    assert seen["real"]["types"] == ["BOOKMARK"]
+    assert seen["real"]["first bookmark in the last 3 s"]
+
+
+def test_a_watch_from_a_compacted_version_is_410_gone(backends: Backends):
+    """After a compaction (the API server compacts etcd every five minutes; a restarted server's
+    watch cache starts after it), a watch from an older resourceVersion gets an ERROR event
+    carrying a 410 Expired Status: the client must list again."""
+
+    def probe(side: Side) -> dict[str, Any]:
+        name = side.unique("fidelity-gone-")
+        old = side.api.list_namespaced_pod("default").metadata.resource_version
+        side.api.create_namespaced_pod("default", pod_body(name, "registry.example.com/app:long"))
+        delete_now(side.api, name)
+        if isinstance(side.backend, FakeCluster):
+            side.backend.compact()
+        else:
+            side.backend.compact_etcd()
+            side.backend.restart("kube-apiserver")
+        seen = _raw_watch(side, old, timeout=5)
+        seen.pop("times")
+        for event in seen["events"]:
+            if event.get("type") == "ERROR":
+                event["object"]["message"] = _NUMBERS.sub("N", event["object"]["message"])
+        return seen
+
+    seen = backends.run(probe)
+    assert_same(seen)
+    assert seen["real"]["events"] == [
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "too old resource version: N (N)",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+    ]

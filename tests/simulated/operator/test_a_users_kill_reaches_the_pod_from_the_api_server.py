@@ -1,0 +1,282 @@
+"""When a user marks a deferred task failed, the api-server's listener (``plugins/kills.py``)
+deletes its pod, after giving the trigger's ``on_kill`` its turn: what covers a kill that reaches
+no running trigger (a triggerer hand-over, every triggerer down). The trigger row is Airflow's own
+``Trigger`` model, built from the trigger the operator deferred on; the pod is in the simulator,
+reached over HTTP by the real client. (Under a real api-server: ``tests/deployment``.)"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.models.taskinstancekey import TaskInstanceKey
+from airflow.models.trigger import Trigger
+from airflow.triggers.base import TriggerEvent
+
+from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.compat import triggers_get_on_kill
+from airflow_k8s_retry.kube.lifecycle import encode_stamp
+from airflow_k8s_retry.plugins import kills
+from airflow_k8s_retry.triggers import PodStateTrigger
+from tests.simulated.operator.test_operator_lifecycle import client_for, defer, operator, verdict
+
+RUNNING = {"time_scale": 0.05, "images": {"busybox:1.36": {"run": {"duration_seconds": 100_000}}}}
+WHY = "Task instance dag.load (run r, try 1) marked failed"
+
+
+def row_of(trigger: Any) -> Trigger:
+    classpath, kwargs = trigger.serialize()
+    return Trigger(classpath=classpath, kwargs=kwargs)
+
+
+def pods_named(cluster: Any, name: str) -> list[dict[str, Any]]:
+    return [p for p in cluster.pods() if p["metadata"]["name"] == name]
+
+
+def test_the_listener_deletes_the_pod_of_a_task_killed_while_deferred(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    trigger = defer(operator(), context)
+    pod = kills.pod_in_trigger(row_of(trigger))
+    assert pod == {
+        "kubernetes_conn_id": None,
+        "namespace": "default",
+        "pod_name": trigger.pod_name,
+        "pod_uid": trigger.pod_uid,
+    }
+    slept: list[float] = []
+    assert kills.delete_pod_of_killed_task(pod, WHY, sleep=slept.append) is True
+    assert slept == [kills.ON_KILL_FIRST]  # the trigger's on_kill had its turn first
+    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
+    assert [(r["uid"], r["status"], r["user_agent"]) for r in deletes] == [
+        (trigger.pod_uid, 200, kills.USER_AGENT)
+    ]
+
+
+def test_a_refused_delete_is_retried(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    trigger = defer(operator(), context)
+    cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
+    cluster.add_fault(verb="get", resource="pods", status=500, times=1)
+    slept: list[float] = []
+    assert kills.delete_pod_of_killed_task(kills.pod_in_trigger(row_of(trigger)), WHY, sleep=slept.append)
+    assert slept == [kills.ON_KILL_FIRST, 0.5, 1.0, 2.0]
+    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+
+
+def test_a_pod_already_gone_stamped_or_replaced_is_left_alone(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    trigger = defer(operator(), context)
+    pod = kills.pod_in_trigger(row_of(trigger))
+    assert (
+        kills.delete_pod_of_killed_task({**pod, "pod_uid": "another-pod"}, WHY, sleep=lambda _: None) is False
+    )
+    stamp = encode_stamp(verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE), kept=True)
+    assert client_for(cluster).stamp_verdict("default", trigger.pod_name, trigger.pod_uid, stamp)
+    assert kills.delete_pod_of_killed_task(pod, WHY, sleep=lambda _: None) is False
+    assert len(pods_named(cluster, trigger.pod_name)) == 1
+    client_for(cluster).delete("default", trigger.pod_name, trigger.pod_uid, grace_period_seconds=0)
+    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    assert kills.delete_pod_of_killed_task(pod, WHY, sleep=lambda _: None) is False
+
+
+def test_only_a_trigger_that_owns_its_pod_names_one(make_cluster, context):
+    make_cluster(RUNNING)
+    kept = defer(operator(on_kill_action="keep_pod"), context)
+    assert kills.pod_in_trigger(row_of(kept)) is None
+    assert (
+        kills.pod_in_trigger(Trigger(classpath="airflow.triggers.temporal.DateTimeTrigger", kwargs={}))
+        is None
+    )
+    assert kills.pod_in_trigger(None) is None
+
+
+class TaskInstanceRow:
+    """The attributes of Airflow's ``TaskInstance`` the listener reads."""
+
+    def __init__(self, trigger_id: int | None = 7, try_number: int = 1) -> None:
+        self.dag_id, self.task_id, self.run_id, self.map_index = "etl", "load", "r", -1
+        self.try_number, self.trigger_id = try_number, trigger_id
+        self.next_method: str | None = None
+        self.next_kwargs: Any = None
+        self.state, self.scheduled_dttm = "deferred", None
+
+    @property
+    def key(self) -> TaskInstanceKey:
+        return TaskInstanceKey(self.dag_id, self.task_id, self.run_id, self.try_number, self.map_index)
+
+
+@pytest.mark.parametrize("previous_state", ["running", "queued"])
+def test_a_task_s_own_ending_costs_nothing(monkeypatch, previous_state):
+    # The task runner and the scheduler call the same hooks with the state the task left.
+    called: list[Any] = []
+    monkeypatch.setattr(kills, "kill_deferred_pod", lambda *args: called.append(args))
+    ti = TaskInstanceRow()
+    kills.on_task_instance_failed(previous_state=previous_state, task_instance=ti, error="boom")
+    kills.on_task_instance_success(previous_state=previous_state, task_instance=ti)
+    kills.on_task_instance_skipped(previous_state=previous_state, task_instance=ti)
+    assert called == []
+    kills.on_task_instance_failed(previous_state=None, task_instance=ti, error="manually set")
+    kills.on_task_instance_skipped(previous_state=None, task_instance=ti)
+    assert called == [(ti, "failed"), (ti, "skipped")]
+
+
+def test_a_task_instance_that_was_not_deferred_is_not_looked_up():
+    def no_lookup(ti: Any) -> None:
+        raise AssertionError("looked up a trigger row")
+
+    assert (
+        kills.kill_deferred_pod(TaskInstanceRow(trigger_id=None), "failed", trigger_row_of=no_lookup) is None
+    )
+
+
+def test_an_unreadable_trigger_row_never_fails_the_users_request():
+    def unreadable(ti: Any) -> None:
+        raise RuntimeError("database is locked")
+
+    assert kills.kill_deferred_pod(TaskInstanceRow(), "failed", trigger_row_of=unreadable) is None
+
+
+@pytest.mark.parametrize(
+    ("now", "deleted"),
+    [
+        (("failed", 1), True),  # the user's state stands
+        (None, True),  # and the DAG run was deleted since
+        (("deferred", 1), False),  # the request's commit was rolled back
+        (("scheduled", 1), False),  # the trigger's event won: a worker resumes the try
+        (("failed", 2), False),  # the task instance is on a later try
+    ],
+)
+def test_the_pod_is_deleted_only_while_the_kill_stands(make_cluster, context, now, deleted):
+    cluster = make_cluster(RUNNING)
+    trigger = defer(operator(), context)
+    slept: list[float] = []
+    thread = kills.kill_deferred_pod(
+        TaskInstanceRow(),
+        "failed",
+        trigger_row_of=lambda ti: row_of(trigger),
+        state_of=lambda ti: now,
+        sleep=slept.append,
+    )
+    assert thread is not None
+    thread.join(30)
+    # Airflow 3.3 gives the trigger an on_kill first; on 3.1 and 3.2 only the request's commit.
+    assert slept[:1] == [kills.ON_KILL_FIRST if triggers_get_on_kill() else kills.COMMIT_FIRST]
+    gone = cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=5 if deleted else 1)
+    assert gone is deleted
+
+
+def test_only_airflow_3_3_on_gives_a_trigger_an_on_kill():
+    from importlib.metadata import version
+
+    major, minor = (int(p) for p in version("apache-airflow").split(".")[:2])
+    assert triggers_get_on_kill() is ((major, minor) >= (3, 3))
+
+
+# -- killed while the accepted event waits for a worker (scheduled, queued) -----------------------
+
+
+def first_event(trigger: PodStateTrigger) -> TriggerEvent:
+    """The trigger's one event, as a triggerer runs it (the after-firing check is another test's)."""
+    trigger.after_firing_check = False
+
+    async def run() -> TriggerEvent:
+        try:
+            async for event in trigger.run():
+                return event
+            raise AssertionError("the trigger ended without an event")
+        finally:
+            await trigger.cleanup()
+
+    return asyncio.run(run())
+
+
+def accepted(trigger: PodStateTrigger, event: TriggerEvent) -> TaskInstanceRow:
+    """The task instance after Airflow's triggerer handed the event over: ``handle_event_submit``
+    (what ``Trigger.submit_event`` calls) clears ``trigger_id``, puts the event in ``next_kwargs``
+    and schedules it, waiting for a worker."""
+    from airflow.models.trigger import handle_event_submit
+
+    try:
+        from airflow.sdk.serde import serialize
+    except ImportError:  # Airflow 3.1: the column encodes it; the task instance holds a plain dict
+        serialize = dict
+
+    ti = TaskInstanceRow()
+    ti.next_method = "execute_complete"  # as the operator's defer() left it
+    ti.next_kwargs = serialize({"execution_deadline": trigger.execution_deadline})
+    handle_event_submit(event, task_instance=ti, session=SimpleNamespace(flush=lambda: None))
+    assert (ti.trigger_id, ti.state) == (None, "scheduled")
+    return ti
+
+
+def test_the_listener_deletes_the_running_pod_of_a_task_killed_while_it_waits_for_a_worker(
+    make_cluster, context
+):
+    # execution_timeout fires while the pod still runs; the user marks the scheduled (or queued)
+    # task failed before a worker resumed it. No trigger is left for an on_kill, and no worker acts
+    # on the verdict: the listener reads the pod from the event.
+    cluster = make_cluster(RUNNING)
+    trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
+    event = first_event(trigger)
+    assert event.payload["verdict"]["reason"] == "execution.timeout"
+    assert [p["status"]["phase"] for p in pods_named(cluster, trigger.pod_name)] == ["Running"]
+    ti = accepted(trigger, event)
+    slept: list[float] = []
+    thread = kills.kill_deferred_pod(
+        ti, "failed", trigger_row_of=no_trigger_row, state_of=lambda key: ("failed", 1), sleep=slept.append
+    )
+    assert thread is not None
+    thread.join(30)
+    assert slept[:1] == [kills.ON_KILL_FIRST if triggers_get_on_kill() else kills.COMMIT_FIRST]
+    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
+    assert [(r["uid"], r["status"], r["user_agent"]) for r in deletes] == [
+        (trigger.pod_uid, 200, kills.USER_AGENT)
+    ]
+
+
+def no_trigger_row(ti: Any) -> None:
+    raise AssertionError("looked up a trigger row for a task instance with no trigger_id")
+
+
+def test_a_waiting_event_names_the_pod_only_when_its_task_owns_it(make_cluster, context):
+    make_cluster(RUNNING)
+    trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
+    event = first_event(trigger)
+    assert event.payload["connection"] == {"kubernetes_conn_id": None}
+    assert kills.pod_in_event(accepted(trigger, event)) == {
+        "kubernetes_conn_id": None,
+        "namespace": "default",
+        "pod_name": trigger.pod_name,
+        "pod_uid": trigger.pod_uid,
+    }
+    # An event from before the connection travelled in it, a kept pod's (on_kill_action=keep_pod),
+    # or another method's kwargs: nothing to delete.
+    older = {k: v for k, v in event.payload.items() if k != "connection"}
+    assert kills.pod_in_event(accepted(trigger, TriggerEvent(older))) is None
+    elsewhere = accepted(trigger, event)
+    elsewhere.next_method = "execute"
+    assert kills.pod_in_event(elsewhere) is None
+    kept = defer(operator(on_kill_action="keep_pod", execution_timeout=timedelta(seconds=1)), context)
+    kept_event = first_event(kept)
+    assert "connection" not in kept_event.payload
+    kept_ti = accepted(kept, kept_event)
+    assert kills.kill_deferred_pod(kept_ti, "failed", trigger_row_of=no_trigger_row) is None
+
+
+def test_a_waiting_event_stored_by_older_airflow_is_read_too(make_cluster, context):
+    # Airflow 3.1 and 3.2 stored next_kwargs with BaseSerialization.
+    from airflow.serialization.serialized_objects import BaseSerialization
+
+    make_cluster(RUNNING)
+    trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
+    event = first_event(trigger)
+    ti = TaskInstanceRow(trigger_id=None)
+    ti.next_method = "execute_complete"
+    ti.next_kwargs = BaseSerialization.serialize({"execution_deadline": None, "event": event.payload})
+    pod = kills.pod_in_event(ti)
+    assert pod is not None and pod["pod_uid"] == trigger.pod_uid

@@ -1,0 +1,448 @@
+"""One pod per try and nothing left behind, when the API or Airflow fails at the worst moment.
+
+Each test drives the operator in-process against the simulator, injects one fault (a failed
+DELETE, a lost create response, a failing XCom push, a stale pod of another incarnation of the
+run) and reads back from the simulator which pods are left.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.compat import AirflowFailException
+from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
+from airflow_k8s_retry.kube.lifecycle import read_stamp
+from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.operators import RetryingPodOperator
+from tests.simulated.operator.test_operator_lifecycle import (
+    client_for,
+    defer,
+    event_for,
+    operator,
+    requests,
+    verdict,
+)
+
+LONG_RUNNING = {"time_scale": 0.05, "images": {"busybox:1.36": {"run": {"duration_seconds": 100_000}}}}
+
+
+def live(cluster: Any) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in cluster.pods() if not p["metadata"].get("deletionTimestamp"))
+
+
+def running(cluster: Any, name: str) -> bool:
+    return ((cluster.pod(name) or {}).get("status") or {}).get("phase") == "Running"
+
+
+# -- 1. a delete that fails ---------------------------------------------------------------------
+
+
+def test_a_delete_that_fails_once_is_retried(make_cluster, context, no_backoff_sleep):
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator()
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    cluster.add_fault(verb="delete", resource="pods", status=500, times=1)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
+        )
+    assert [r["status"] for r in requests(cluster, "delete")] == [500, 200]
+    assert no_backoff_sleep == [0.5]
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(make_cluster, context, ti):
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator()
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    cluster.add_fault(verb="delete", resource="pods", status=500, times=4)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
+        )
+    # Still there, stamped with its verdict, and marked as not kept on purpose.
+    stamp = read_stamp(cluster.pod(trigger.pod_name))
+    assert stamp is not None and stamp.kept is False
+    assert live(cluster) == [trigger.pod_name]
+
+    ti.try_number = 2
+    second = defer(operator(), context)
+    assert cluster.wait_for(lambda c: live(c) == [second.pod_name], timeout=10)
+
+
+def test_a_failing_xcom_push_does_not_skip_the_delete(make_cluster, context, ti, monkeypatch):
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator()
+    trigger = defer(op, context)
+
+    def broken(key: str, value: Any) -> None:
+        raise RuntimeError("execution API answered 503")
+
+    monkeypatch.setattr(ti, "xcom_push", broken)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONFIG_MISSING_SECRET))
+        )
+    assert [r["status"] for r in requests(cluster, "delete")] == [200]
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_a_pod_kept_on_purpose_survives_the_next_tries_sweep(make_cluster, context, ti):
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator(keep_failed_pods=True)
+    trigger = defer(op, context)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
+        )
+    stamp = read_stamp(cluster.pod(trigger.pod_name))
+    assert stamp is not None and stamp.kept is True
+    ti.try_number = 2
+    second = defer(operator(keep_failed_pods=True), context)
+    assert live(cluster) == sorted([trigger.pod_name, second.pod_name])
+    assert requests(cluster, "delete") == []
+
+
+def test_a_malformed_stamp_reads_as_none():
+    assert read_stamp({"metadata": {"annotations": {"airflow-k8s-retry.io/verdict": "{not json"}}}) is None
+    assert (
+        read_stamp({"metadata": {"annotations": {"airflow-k8s-retry.io/verdict": '{"outcome": 1}'}}}) is None
+    )
+    assert read_stamp(None) is None
+
+
+# -- 6. an error between create and defer -------------------------------------------------------
+
+
+def test_a_lost_create_response_adopts_the_pod_it_created(make_cluster, context, monkeypatch):
+    cluster = make_cluster(LONG_RUNNING)
+    real = CoreV1Api.create_namespaced_pod
+    calls: list[int] = []
+
+    def create_then_lose_the_answer(self: CoreV1Api, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        result = real(self, *args, **kwargs)
+        if len(calls) == 1:
+            raise urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
+        return result
+
+    monkeypatch.setattr(CoreV1Api, "create_namespaced_pod", create_then_lose_the_answer)
+    trigger = defer(operator(), context)
+    assert live(cluster) == [trigger.pod_name]
+    assert trigger.pod_uid == cluster.pod(trigger.pod_name)["metadata"]["uid"]
+
+
+def test_an_error_after_the_create_deletes_the_pod(make_cluster, context, ti, monkeypatch):
+    cluster = make_cluster(LONG_RUNNING)
+
+    def broken(key: str, value: Any) -> None:
+        raise RuntimeError("execution API answered 503")
+
+    monkeypatch.setattr(ti, "xcom_push", broken)
+    with pytest.raises(RuntimeError, match="503"):
+        operator().execute(context)
+    assert len(requests(cluster, "create", 201)) == 1
+    assert [r["status"] for r in requests(cluster, "delete")] == [200]
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_poll_interval_zero_is_refused_before_any_pod_exists():
+    with pytest.raises(ValueError, match="poll_interval must be a positive number of seconds, got 0"):
+        RetryingPodOperator(task_id="load", image="busybox:1.36", poll_interval=0)
+
+
+# -- 7. API errors at create --------------------------------------------------------------------
+
+
+def status_error(code: int, reason: str, message: str) -> ApiException:
+    exc = ApiException(status=code, reason=reason)
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code}
+    exc.body = json.dumps(body | {"message": message})
+    return exc
+
+
+QUOTA = (
+    'pods "etl-load-38688838-t1" is forbidden: exceeded quota: compute, requested: limits.cpu=2, '
+    "used: limits.cpu=10, limited: limits.cpu=10"
+)
+
+
+def test_a_full_quota_at_create_costs_a_try_not_the_task(make_cluster, context, ti, monkeypatch):
+    cluster = make_cluster()
+
+    def quota(self: CoreV1Api, *args: Any, **kwargs: Any) -> Any:
+        raise status_error(403, "Forbidden", QUOTA)
+
+    monkeypatch.setattr(CoreV1Api, "create_namespaced_pod", quota)
+    with pytest.raises(PodFailure) as failure:
+        operator(retries=5).execute(context)
+    assert not isinstance(failure.value, AirflowFailException)
+    assert failure.value.verdict.reason is Reason.API_QUOTA_EXCEEDED
+    assert ti.xcom["verdict"]["reason"] == "api.quota_exceeded"
+    assert cluster.all_pods() == []
+
+
+def test_rbac_forbidding_create_fails_at_once(make_cluster, context, ti, monkeypatch):
+    cluster = make_cluster()
+    monkeypatch.setenv("KUBECONFIG", str(cluster.restrict("no-create", verbs={"get", "list", "watch"})))
+    with pytest.raises(PodFailurePermanent, match=r"api\.rejected: .*HTTP 403: .*cannot create"):
+        operator().execute(context)
+    assert cluster.all_pods() == []
+
+
+# -- 11. adoption bound to the task instance try and the deployment -----------------------------
+
+
+def test_a_recreated_dag_run_never_adopts_the_old_runs_kept_pod(make_cluster, context, ti):
+    cluster = make_cluster()
+    op = operator(on_finish_action="keep_pod")
+    trigger = defer(op, context)
+    op.execute_complete(context, event=event_for(trigger, verdict(Outcome.SUCCEED, Reason.SUCCEEDED)))
+    # The run is deleted and triggered again with the same run_id: try 1 again, a new task instance.
+    ti.id = "0199a1b2-0000-7000-8000-0000000000ff"
+    fresh = defer(operator(on_finish_action="keep_pod", image="busybox:1.37"), context)
+    assert fresh.pod_name != trigger.pod_name
+    assert len(requests(cluster, "create", 201)) == 2
+    assert cluster.pod(fresh.pod_name)["spec"]["containers"][0]["image"] == "busybox:1.37"
+
+
+def test_a_pod_of_another_task_instance_under_the_name_is_not_adopted(make_cluster, context, ti):
+    cluster = make_cluster()
+    squatter = operator().build_try_pod(context)
+    squatter["metadata"]["annotations"]["airflow-k8s-retry.io/ti-id"] = "someone-else"
+    client_for(cluster).core.create_namespaced_pod("default", squatter)
+    with pytest.raises(PodFailure, match="belongs to another task instance"):
+        operator().execute(context)
+    assert requests(cluster, "delete") == []
+
+
+def test_the_sweep_leaves_another_deployments_pods_alone(make_cluster, context, ti, monkeypatch):
+    cluster = make_cluster(LONG_RUNNING)
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_RETRY__DEPLOYMENT_ID", "blue")
+    blue = defer(operator(), context)
+    assert cluster.pod(blue.pod_name)["metadata"]["labels"]["airflow-k8s-retry.io/deployment"] == "blue"
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_RETRY__DEPLOYMENT_ID", "green")
+    ti.try_number = 2
+    green = defer(operator(), context)
+    assert live(cluster) == sorted([blue.pod_name, green.pod_name])
+    assert requests(cluster, "delete") == []
+
+
+# -- 10. the worker's client never blocks on a stalled request ----------------------------------
+
+
+def test_a_stalled_delete_times_out_and_is_retried(make_cluster, context, monkeypatch):
+    cluster = make_cluster()
+    op = operator()
+    trigger = defer(op, context)
+    monkeypatch.setattr(PodClient, "request_timeout", (2.0, 2.0))
+    cluster.add_fault(verb="delete", resource="pods", status="slow", delay_seconds=30)
+    began = time.monotonic()
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
+        )
+    assert time.monotonic() - began < 20
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_the_worker_client_has_tcp_keepalive(make_cluster):
+    make_cluster()
+    op = operator()
+    import socket
+
+    options = op.hook.api_client.configuration.socket_options or []
+    assert (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1) in options
+
+
+# -- 14. local configuration errors fail at once ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case", ["missing template", "invalid template", "missing kubeconfig", "missing connection"]
+)
+def test_local_configuration_errors_fail_at_once_in_one_line(
+    case, make_cluster, context, tmp_path, monkeypatch
+):
+    cluster = make_cluster()
+    kwargs: dict[str, Any] = {}
+    if case == "missing template":
+        kwargs["pod_template_file"] = str(tmp_path / "nope.yaml")
+    elif case == "invalid template":
+        (tmp_path / "bad.yaml").write_text("spec: [unclosed\n")
+        kwargs["pod_template_file"] = str(tmp_path / "bad.yaml")
+    elif case == "missing kubeconfig":
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    else:
+        kwargs["kubernetes_conn_id"] = "nope"
+    op = RetryingPodOperator(
+        task_id="load", image="busybox:1.36", namespace="default", **({"kubernetes_conn_id": None} | kwargs)
+    )
+    with pytest.raises(PodFailurePermanent) as failure:
+        op.execute(context)
+    assert "\n" not in str(failure.value)
+    expected = {
+        "missing template": "nope.yaml",
+        "invalid template": "configuration error (pod_template_file /",
+        "missing kubeconfig": "no-kubeconfig",
+        "missing connection": "'nope'",
+    }[case]
+    assert expected in str(failure.value)
+    if case == "invalid template":  # the YAML error names the file it is in
+        assert f"pod_template_file {tmp_path / 'bad.yaml'}" in str(failure.value)
+    assert cluster.all_pods() == []
+
+
+# -- 18. get_logs=False keeps container output out of the task log ------------------------------
+
+
+def test_get_logs_false_puts_no_log_tail_in_the_failure_report(make_cluster, context, caplog, capsys):
+    import logging
+
+    caplog.set_level(logging.INFO)
+    cluster = make_cluster(
+        {"time_scale": 0.05, "images": {"etl:3": {"run": {"exit_code": 3, "log": "private-output-line"}}}}
+    )
+    op = operator(image="etl:3", get_logs=False)
+    trigger = defer(op, context)
+    assert cluster.wait_for(
+        lambda c: ((c.pod(trigger.pod_name) or {}).get("status") or {}).get("phase") == "Failed", timeout=20
+    )
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
+        )
+    written = caplog.text + capsys.readouterr().out
+    assert "container.exit_code" in written and "events:" in written
+    assert "private-output-line" not in written
+
+
+def test_a_delete_refused_with_403_for_a_moment_is_retried(make_cluster, context, no_backoff_sleep):
+    # An authorizer that fails for a moment denies (a webhook's timeout): tried again, not left.
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator()
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
+        )
+    assert [r["status"] for r in requests(cluster, "delete")] == [403, 403, 200]
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_a_pod_kept_on_purpose_is_stamped_through_a_failing_patch(make_cluster, context):
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator(on_finish_action="keep_pod")
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    cluster.add_fault(verb="patch", resource="pods", status=500, times=2)
+    with pytest.raises(PodFailure):
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
+    stamp = read_stamp(cluster.pod(trigger.pod_name))
+    assert stamp is not None and stamp.kept
+    assert live(cluster) == [trigger.pod_name]
+
+
+def test_a_pod_whose_stamp_cannot_be_written_is_not_kept_unmarked(make_cluster, context):
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator(on_finish_action="keep_pod")
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    cluster.add_fault(verb="patch", resource="pods", status=500, times=10)
+    with pytest.raises(PodFailure):
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+def test_a_timed_out_try_does_not_keep_its_running_pod(make_cluster, context):
+    # As KPO: a timed-out task is killed and on_kill_action decides; a kept pod would run on.
+    cluster = make_cluster(LONG_RUNNING)
+    op = operator(on_finish_action="keep_pod")
+    trigger = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
+        )
+    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+
+
+# -- the next try's sweep: the earlier try's pod is out of the way before this try's pod starts --
+
+SLOW_TO_STOP = {
+    "time_scale": 0.05,
+    # A container that takes 600 s to exit after SIGTERM, in a pod with a 900 s grace period.
+    "images": {"busybox:1.36": {"run": {"duration_seconds": 100_000, "stop_seconds": 600}}},
+}
+
+
+def lifetime(cluster: Any, uid: str) -> tuple[float, float]:
+    """When a container of the pod first ran, and when it stopped or the pod went (audit log)."""
+    changes = [
+        (r["t"], str(r["change"]))
+        for r in cluster.audit_records()
+        if r.get("kind") == "lifecycle" and r.get("uid") == uid
+    ]
+    start = min(t for t, change in changes if change.startswith("running:"))
+    ends = [t for t, change in changes if change.startswith("terminated:") or change == "deleted"]
+    return start, min(ends, default=float("inf"))
+
+
+def test_the_next_try_starts_only_once_the_earlier_pod_still_stopping_is_gone(make_cluster, context, ti):
+    cluster = make_cluster(SLOW_TO_STOP)
+    op = operator(termination_grace_period=900)
+    first = defer(op, context)
+    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    # Try 1 ends with a graceful delete: its container keeps running while it stops.
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(first, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
+        )
+    assert cluster.pod(first.pod_name)["metadata"].get("deletionTimestamp")
+
+    ti.try_number = 2
+    second = defer(operator(termination_grace_period=900), context)
+    assert cluster.wait_for(lambda c: running(c, second.pod_name), timeout=20)
+    _, first_ended = lifetime(cluster, first.pod_uid)
+    second_started, _ = lifetime(cluster, second.pod_uid)
+    assert first_ended < second_started, "try 2's pod ran beside try 1's"
+    assert cluster.pod(first.pod_name) is None
+
+
+def test_the_sweep_retries_a_list_refused_for_a_moment(make_cluster, context, ti):
+    cluster = make_cluster(LONG_RUNNING)
+    first = defer(operator(), context)  # its worker dies: nothing deletes the pod
+    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    cluster.add_fault(verb="list", resource="pods", status=403, times=2)
+    ti.try_number = 2
+    second = defer(operator(), context)
+    assert live(cluster) == [second.pod_name]
+
+
+def test_the_next_try_is_not_started_beside_an_earlier_pod_it_cannot_delete(
+    make_cluster, context, ti, no_backoff_sleep
+):
+    from airflow_k8s_retry.kube.lifecycle import SWEEP_BACKOFF, EarlierTryNotGone
+
+    cluster = make_cluster(LONG_RUNNING)
+    first = defer(operator(), context)  # its worker dies: nothing deletes the pod
+    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    cluster.add_fault(verb="delete", resource="pods", status=500, times=100)
+    ti.try_number = 2
+    with pytest.raises(EarlierTryNotGone, match=rf"still there: {first.pod_name}.*not started beside"):
+        operator().execute(context)
+    assert len(requests(cluster, "create")) == 1  # try 1's only
+    assert no_backoff_sleep == list(SWEEP_BACKOFF)
+    assert live(cluster) == [first.pod_name]

@@ -1,0 +1,379 @@
+"""``on_kill`` deletes the pod by UID only once the task instance is confirmed killed.
+
+Airflow 3.3.0-3.3.2 also call ``on_kill`` when a trigger merely moves to another triggerer; the
+task instance is still deferred then, and the live pod must survive the hand-over. After another
+triggerer fired, the task instance is scheduled, queued or running and the worker owns the pod.
+A deleted DAG run leaves no task instance at all: nobody else will delete the pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_k8s_retry.kube.clock import ManualClock
+from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry.triggers import PodStateTrigger
+from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+
+SCENARIO = {
+    "images": {
+        "long:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 100_000}},
+        "fails:1": {"pull": "ok", "run": {"exit_code": 1, "duration_seconds": 1}},
+    }
+}
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster(SCENARIO, time_scale=0.01) as running:
+        yield running
+
+
+class StateLookup:
+    """Stands in for the task SDK's state lookup, the package's boundary with Airflow."""
+
+    def __init__(self, state: str | None = None, error: Exception | None = None) -> None:
+        self.state = state
+        self.error = error
+        self.asked: list[TryIdentity] = []
+
+    async def __call__(self, identity: TryIdentity) -> str | None:
+        self.asked.append(identity)
+        if self.error is not None:
+            raise self.error
+        return self.state
+
+
+async def running_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, kubeconfig: Path | None = None
+) -> tuple[ManualClock, TryIdentity, dict[str, Any]]:
+    """A running pod of a try, with triggers on a manual clock that read task states from ``lookup``."""
+    use_cluster(monkeypatch, cluster, kubeconfig)
+    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
+    clock = ManualClock()
+    monkeypatch.setattr(PodStateTrigger, "clock", clock)
+    identity = TryIdentity("kill", "task", "run-1", map_index=2)
+    pod = create_pod(cluster, pod_body(identity, "long:1"))
+    name = pod["metadata"]["name"]
+    await cluster_reaches(cluster, lambda c: (c.pod(name) or {})["status"].get("phase") == "Running", 10)
+    return clock, identity, pod
+
+
+async def stopped_trigger(
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    lookup: StateLookup,
+    *,
+    owned: bool = True,
+    kubeconfig: Path | None = None,
+) -> tuple[PodStateTrigger, str, TryIdentity]:
+    """Run a trigger on a running pod, then cancel it as the triggerer does before ``on_kill``."""
+    clock, identity, pod = await running_pod(cluster, monkeypatch, lookup, kubeconfig)
+    name = pod["metadata"]["name"]
+    run = Run(trigger_for(pod, identity if owned else None, owned=owned)).start()
+    # The trigger has seen the pod running and sleeps until its next re-check.
+    await clock.wait_for_sleeper(clock.now() + 600)
+    await run.stop()
+    return run.trigger, name, identity
+
+
+async def on_kill_on_the_clock(trigger: PodStateTrigger) -> None:
+    """``on_kill``, moving the trigger's manual clock on while it backs off between attempts."""
+    clock = trigger.clock
+    assert isinstance(clock, ManualClock)
+    killing = asyncio.ensure_future(trigger.on_kill())
+    while not killing.done():
+        await asyncio.wait({killing}, timeout=0.05)
+        clock.advance(1.0)
+    await killing
+
+
+async def kill(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, *, owned: bool = True
+) -> tuple[str, TryIdentity]:
+    """Do what the triggerer does on a kill: cancel the trigger, then call ``on_kill``."""
+    trigger, name, identity = await stopped_trigger(cluster, monkeypatch, lookup, owned=owned)
+    await trigger.on_kill()
+    return name, identity
+
+
+async def test_hand_over_to_another_triggerer_keeps_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lookup = StateLookup("deferred")
+    name, identity = await kill(cluster, monkeypatch, lookup)
+    assert lookup.asked == [identity]
+    assert cluster.pod(name) is not None
+    assert cluster.request_counts()[("delete", "pods")] == 0
+
+
+async def test_a_real_kill_deletes_the_pod_by_uid(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, _ = await kill(cluster, monkeypatch, StateLookup("failed"))
+    assert cluster.request_counts()[("delete", "pods")] == 1
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    records = cluster.audit_records()
+    deletion = [r for r in records if r.get("verb") == "delete" and r.get("resource") == "pods"]
+    assert [r["status"] for r in deletion] == [200]
+
+
+async def test_a_state_that_cannot_be_read_keeps_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, _ = await kill(cluster, monkeypatch, StateLookup(error=RuntimeError("no supervisor")))
+    assert cluster.pod(name) is not None
+    assert cluster.request_counts()[("delete", "pods")] == 0
+
+
+async def test_a_pod_the_task_did_not_create_is_never_deleted(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lookup = StateLookup("failed")
+    name, _ = await kill(cluster, monkeypatch, lookup, owned=False)
+    assert lookup.asked == []
+    assert cluster.pod(name) is not None
+
+
+async def test_outside_a_triggerer_the_default_lookup_fails_safe(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_k8s_retry.triggers import airflow_task_state
+
+    # No task SDK supervisor here: the real lookup raises, so the pod is kept.
+    name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
+    assert cluster.pod(name) is not None
+
+
+class SlowLookup(StateLookup):
+    """A state lookup that answers only when released, as a busy supervisor does (seen: about 4 s)."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, identity: TryIdentity) -> str | None:
+        self.asked.append(identity)
+        self.started.set()
+        await self.release.wait()
+        return self.state
+
+
+async def test_a_repeated_cancellation_during_the_lookup_still_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Airflow 3.3 re-sends the cancellation on every state sync until the trigger has ended, and
+    # each one lands inside on_kill while it is still asking for the task's state.
+    lookup = SlowLookup("failed")
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup)
+    on_kill = asyncio.ensure_future(trigger.on_kill())
+    await asyncio.wait_for(lookup.started.wait(), 10)
+    on_kill.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await on_kill
+    assert cluster.pod(name) is not None, "the kill work is still waiting for the state"
+    lookup.release.set()
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert cluster.request_counts()[("delete", "pods")] == 1
+
+
+@pytest.mark.parametrize("state", ["failed", "success", "skipped", "upstream_failed", "removed", None])
+async def test_every_state_a_user_action_leaves_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, state: str | None
+) -> None:
+    name, _ = await kill(cluster, monkeypatch, StateLookup(state))
+    assert cluster.request_counts()[("delete", "pods")] == 1
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+
+
+async def test_a_deleted_dag_run_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once the DAG run (or the DAG) is deleted, the execution API answers the state query with an
+    # empty map: the task instance is gone, and nobody else will ever delete its pod.
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from airflow_k8s_retry.triggers import airflow_task_state
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(lambda **kwargs: {}))
+    name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
+    assert cluster.request_counts()[("delete", "pods")] == 1
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+
+
+@pytest.mark.parametrize("state", ["scheduled", "queued", "running", "up_for_retry", "restarting"])
+async def test_after_another_triggerer_fired_the_pod_is_left_to_the_worker(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    # Hand-over: triggerer B fired the verdict, the task instance is on its way back to a worker
+    # (scheduled, queued, running); the stale copy on triggerer A is cancelled like a kill. The
+    # worker reads the pod's logs and XCom next, so A must not delete it.
+    name, _ = await kill(cluster, monkeypatch, StateLookup(state))
+    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert cluster.pod(name) is not None
+
+
+async def test_a_pod_carrying_a_verdict_is_left_to_the_worker(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker already acted on a verdict and kept the pod (keep_failed_pods): the task failed,
+    # and a stale triggerer's on_kill must not remove the pod the author asked to keep.
+    import json
+
+    from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION
+
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    stamp = {"outcome": "fail", "reason": "container.exit_code", "message": "exit 1", "rule": "exit_code"}
+    client = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    try:
+        from kubernetes import client as k
+
+        k.CoreV1Api(client).patch_namespaced_pod(
+            name, "default", {"metadata": {"annotations": {VERDICT_ANNOTATION: json.dumps(stamp)}}}
+        )
+    finally:
+        client.close()
+    await trigger.on_kill()
+    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert cluster.pod(name) is not None
+
+
+async def test_a_kill_without_the_delete_verb_names_it(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    everything_but_delete = [
+        {"verbs": ["get", "list", "watch", "patch"], "resources": ["pods", "events"], "namespaces": None}
+    ]
+    kubeconfig = cluster.grant("no-delete", everything_but_delete)
+    lookup = StateLookup("failed")
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup, kubeconfig=kubeconfig)
+    capfd.readouterr()
+    await on_kill_on_the_clock(trigger)  # a denial may be an authorizer's hiccup: tried again first
+    assert cluster.pod(name) is not None
+    errors = [line for line in capfd.readouterr().out.splitlines() if "[error" in line]
+    assert any('RBAC: may not delete pods in namespace "default"' in line for line in errors), errors
+
+
+@pytest.mark.parametrize("status", [500, 429, 403, "reset"])
+async def test_a_kill_whose_delete_fails_for_a_while_still_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, status: int | str
+) -> None:
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    cluster.add_fault(verb="delete", resource="pods", status=status, times=2)
+    await on_kill_on_the_clock(trigger)
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    deletes = [
+        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
+    ]
+    assert len(deletes) == 3 and deletes[-1]["status"] == 200, deletes
+
+
+async def test_a_kill_whose_deletes_fail_five_times_in_a_row_still_deletes_the_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chaos seed 107: three 410s from a proxy, then an authorizer's two denials.
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    cluster.add_fault(verb="delete", resource="pods", status=410, times=3)
+    cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
+    started = trigger.clock.now()
+    await on_kill_on_the_clock(trigger)
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    deletes = [
+        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
+    ]
+    assert [r["status"] for r in deletes] == [410, 410, 410, 403, 403, 200]
+    assert trigger.clock.now() - started < 30  # Airflow's limit for on_kill
+
+
+# -- killed in the moment the trigger fired: Airflow drops the event and calls no on_kill ---------
+
+
+class StatesInTurn(StateLookup):
+    """Answers ``states`` one after another (the last one from then on)."""
+
+    def __init__(self, *states: str | None) -> None:
+        super().__init__()
+        self.states = list(states)
+
+    async def __call__(self, identity: TryIdentity) -> str | None:
+        self.asked.append(identity)
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+async def fired_and_ended(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup
+) -> tuple[str, ManualClock]:
+    """Run a trigger on a pod that fails until it fires its verdict and returns, as in a triggerer."""
+    use_cluster(monkeypatch, cluster)
+    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
+    clock = ManualClock()
+    monkeypatch.setattr(PodStateTrigger, "clock", clock)
+    identity = TryIdentity("kill", "task", "run-1", map_index=2)
+    pod = create_pod(cluster, pod_body(identity, "fails:1"))
+    event = await Run(trigger_for(pod, identity)).start().finish(within=20)
+    assert event.verdict.outcome.value == "retry", event.verdict
+    return pod["metadata"]["name"], clock
+
+
+async def past_the_check(clock: ManualClock) -> None:
+    """Move the clock on past every pause of the trigger's after-firing check (about 90 s)."""
+    for _ in range(120):
+        clock.advance(1.0)
+        await asyncio.sleep(0.02)
+
+
+async def test_a_task_killed_before_its_event_was_accepted_loses_its_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trigger fired; before the triggerer handed its event over, the user marked the task
+    # failed: the event is dropped, no worker resumes, and the ended trigger gets no on_kill.
+    lookup = StatesInTurn("deferred", "failed")
+    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
+    await past_the_check(clock)
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert len(lookup.asked) == 2
+
+
+@pytest.mark.parametrize("then", ["running", "deferred", "up_for_retry"])
+async def test_once_a_worker_resumed_the_try_the_pod_is_left_to_it(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    # Running: the worker acts on the verdict (its own on_kill covers a later kill). Deferred
+    # again: it relaunched the pod and a new trigger follows the new one. Up for retry: it is done.
+    lookup = StatesInTurn("deferred", "scheduled", "queued", then, "failed")
+    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
+    await past_the_check(clock)
+    assert len(lookup.asked) == 4  # read until a worker had the try, then no more
+    assert cluster.pod(name) is not None
+    assert cluster.request_counts()[("delete", "pods")] == 0
+
+
+async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_running_pod(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # execution_timeout fired while the pod still runs; Airflow accepted the event (scheduled,
+    # trigger_id cleared), the task waited in the queue, and the user marked it failed there. No
+    # worker resumes it and the ended trigger gets no on_kill: only this check deletes the pod.
+    lookup = StatesInTurn("scheduled", "queued", "queued", "failed")
+    clock, identity, pod = await running_pod(cluster, monkeypatch, lookup)
+    name = pod["metadata"]["name"]
+    run = Run(trigger_for(pod, identity, execution_deadline=clock.now() + 30)).start()
+    await clock.wait_for_sleeper(clock.now() + 30)
+    clock.advance(30)
+    event = await run.finish(within=20)
+    assert event.verdict.reason.value == "execution.timeout", event.verdict
+    await past_the_check(clock)
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert len(lookup.asked) == 4
+    deletes = [
+        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
+    ]
+    assert [(r["uid"], r["status"]) for r in deletes] == [(pod["metadata"]["uid"], 200)]

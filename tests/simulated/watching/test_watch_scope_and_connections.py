@@ -1,0 +1,223 @@
+"""How the hub reaches the API: which watches it opens, on which connections, with which credentials.
+
+* One cluster-wide watch when RBAC allows it; one per namespace under a namespaced Role, chosen
+  by the API's own 403, with every subscriber kept.
+* Watches never take the connections short requests need: with more namespaces than the client's
+  pool has connections, every pod is still delivered and a direct GET answers at once.
+* A credential plugin that hangs delays only its own cluster, and fails after a time limit.
+* A rotated exec-plugin token is picked up by the next request that gets a 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_k8s_retry.kube import aio
+from airflow_k8s_retry.kube.config import ClusterConfig
+from airflow_k8s_retry.kube.errors import TransportError
+from airflow_k8s_retry.kube.hub import PodSubscription, WatchHub
+from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
+from airflow_k8s_retry.kube.watch_settings import HubSettings
+from airflow_k8s_retry.testing import FakeCluster
+from tests.support.lab import create_pod, pod_body
+
+LONG = {"images": {"long:1": {"run": {"exit_code": 0, "duration_seconds": 100_000}}}}
+
+
+def make_pods(cluster: FakeCluster, namespaces: int) -> dict[str, tuple[str, str]]:
+    """One labelled pod in each of ``namespaces`` namespaces: namespace -> (name, uid)."""
+    pods = {}
+    for i in range(namespaces):
+        namespace = f"ns-{i}"
+        cluster.add_namespace(namespace)
+        identity = TryIdentity("scope", f"task{i}", "run-1")
+        pod = create_pod(cluster, pod_body(identity, "long:1"), namespace=namespace)
+        pods[namespace] = (pod["metadata"]["name"], pod["metadata"]["uid"])
+    return pods
+
+
+async def subscribe_all(
+    config: ClusterConfig, pods: dict[str, tuple[str, str]]
+) -> dict[str, PodSubscription]:
+    hub = WatchHub.current()
+    return {
+        namespace: await hub.subscribe(config, namespace, name, uid, label_selector=MANAGED_SELECTOR)
+        for namespace, (name, uid) in pods.items()
+    }
+
+
+async def delivered(subs: dict[str, PodSubscription], within: float) -> list[str]:
+    """The namespaces whose subscriber got its pod within ``within`` seconds."""
+    results = await asyncio.gather(*(sub.wait(within=within) for sub in subs.values()))
+    return [namespace for namespace, got in zip(subs, results, strict=True) if got]
+
+
+async def close_all(subs: dict[str, PodSubscription]) -> None:
+    for sub in subs.values():
+        await sub.close()
+
+
+async def test_one_watch_for_every_namespace_when_rbac_allows() -> None:
+    with FakeCluster(LONG, time_scale=0.01) as cluster:
+        pods = make_pods(cluster, 20)
+        subs = await subscribe_all(ClusterConfig(kube_config_path=str(cluster.kubeconfig)), pods)
+        assert await delivered(subs, 20) == list(pods)
+        feeds = {(s.kind, s.namespace) for s in WatchHub.current().stats()}
+        assert feeds == {("pods", None), ("events", None)}
+        watching = await asyncio.to_thread(
+            cluster.wait_for, lambda c: c.request_counts()[("watch", "pods")] >= 1, 10
+        )
+        counts = cluster.request_counts()
+        assert watching and counts[("list", "pods")] == 1 and counts[("watch", "pods")] == 1
+        await close_all(subs)
+        assert WatchHub.current().stats() == []
+
+
+async def test_a_namespaced_role_gets_one_watch_per_namespace() -> None:
+    with FakeCluster(LONG, time_scale=0.01) as cluster:
+        pods = make_pods(cluster, 3)
+        # What a RoleBinding per namespace grants: nothing at the cluster scope.
+        kubeconfig = cluster.grant(
+            "role-only",
+            [
+                {
+                    "verbs": ["get", "list", "watch", "patch"],
+                    "resources": ["pods", "events"],
+                    "namespaces": list(pods),
+                },
+            ],
+        )
+        subs = await subscribe_all(ClusterConfig(kube_config_path=str(kubeconfig)), pods)
+        assert await delivered(subs, 20) == list(pods)
+        feeds = {(s.kind, s.namespace, s.mode) for s in WatchHub.current().stats()}
+        assert feeds == {(kind, ns, "watch") for kind in ("pods", "events") for ns in pods}
+        denied = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("status") == 403]
+        # One refused LIST per kind at the cluster scope, then never again.
+        assert sorted((r["verb"], r["resource"], r["namespace"]) for r in denied) == [
+            ("list", "events", None),
+            ("list", "pods", None),
+        ]
+        # A later subscriber goes straight to its namespace's feed.
+        identity = TryIdentity("scope", "late", "run-1")
+        late = create_pod(cluster, pod_body(identity, "long:1"), namespace="ns-0")
+        sub = await WatchHub.current().subscribe(
+            ClusterConfig(kube_config_path=str(kubeconfig)),
+            "ns-0",
+            late["metadata"]["name"],
+            late["metadata"]["uid"],
+            label_selector=MANAGED_SELECTOR,
+        )
+        assert await sub.wait(within=20)
+        assert cluster.request_counts()[("list", "pods")] == 1 + len(pods)
+        await sub.close()
+        await close_all(subs)
+
+
+async def test_watches_never_starve_short_requests(hub_settings: Callable[..., HubSettings]) -> None:
+    # One watch per namespace (as under a namespaced Role): 120 namespaces hold 240 watches, more
+    # than the 100 connections a kubernetes_asyncio client pools by default.
+    hub_settings(scope="namespace")
+    with FakeCluster(LONG, time_scale=0.01) as cluster:
+        pods = make_pods(cluster, 120)
+        config = ClusterConfig(kube_config_path=str(cluster.kubeconfig))
+        subs = await subscribe_all(config, pods)
+        assert await delivered(subs, 30) == list(pods)
+        await asyncio.to_thread(
+            cluster.wait_for, lambda c: len(c._call(lambda: list(c.store.watchers))) >= 2 * len(pods), 30
+        )
+        # A direct call (the last look, on_kill's DELETE) is answered while every watch is open.
+        async with WatchHub.current().client(config) as kube:
+            name, _ = pods["ns-0"]
+            pod = await asyncio.wait_for(kube.read_pod("ns-0", name), 5)
+        assert pod["metadata"]["name"] == name
+        # A change in the last namespace still reaches its subscriber through its watch.
+        last = subs["ns-119"]
+        last.drain()
+        await asyncio.to_thread(cluster.disrupt, pods["ns-119"][0], "delete", "ns-119")
+        assert await last.wait(within=20)
+        await close_all(subs)
+
+
+def write_exec_kubeconfig(cluster: FakeCluster, tmp_path: Path, script: str) -> Path:
+    plugin = tmp_path / "credential-plugin"
+    plugin.write_text(script)
+    plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
+    kubeconfig = yaml.safe_load(cluster.kubeconfig.read_text())
+    kubeconfig["users"][0]["user"] = {
+        "exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin)}
+    }
+    path = tmp_path / "kubeconfig-exec"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    os.chmod(path, 0o600)
+    return path
+
+
+async def test_a_hanging_credential_plugin_stalls_only_its_own_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aio, "CONNECT_TIMEOUT", 3.0, raising=False)
+    with FakeCluster(LONG, time_scale=0.01) as cluster:
+        # The plugin hangs until the test releases it (so that it never outlives the test).
+        release = tmp_path / "release"
+        script = f"#!/bin/sh\nwhile [ ! -e {release} ]; do sleep 0.1; done\n"
+        hanging = write_exec_kubeconfig(cluster, tmp_path, script)
+        hub = WatchHub.current()
+        stuck = asyncio.ensure_future(
+            hub.subscribe(
+                ClusterConfig(kube_config_path=str(hanging)), "default", "x", None, label_selector=None
+            )
+        )
+        await asyncio.sleep(0)
+        # Another cluster (here: the same server, other credentials) is served meanwhile.
+        async with asyncio.timeout(2.5):
+            async with hub.client(ClusterConfig(kube_config_path=str(cluster.kubeconfig))) as kube:
+                listing = await kube.list_pods("default")
+        try:
+            assert listing.items == []
+            assert not stuck.done()
+            with pytest.raises(TransportError, match="no credentials after 3 s"):
+                await stuck
+        finally:
+            release.touch()
+
+
+async def test_a_rotated_exec_token_is_picked_up_after_a_401(tmp_path: Path) -> None:
+    with FakeCluster(LONG, time_scale=0.01) as cluster:
+        token_file = tmp_path / "token"
+        script = (
+            "#!/bin/sh\n"
+            'printf \'{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential",'
+            f'"status":{{"token":"%s"}}}}\' "$(cat {token_file})"\n'
+        )
+        path = write_exec_kubeconfig(cluster, tmp_path, script)
+        cluster.restrict("token-a")
+        token_file.write_text("token-a")
+        identity = TryIdentity("token", "rotation", "run-1")
+        pod = create_pod(cluster, pod_body(identity, "long:1"))
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        config = ClusterConfig(kube_config_path=str(path))
+        sub = await WatchHub.current().subscribe(
+            config, "default", name, uid, label_selector=MANAGED_SELECTOR
+        )
+        assert await sub.wait(within=20)
+        # The token is rotated: token-a is revoked, the plugin hands out token-b from now on.
+        cluster.restrict("token-b")
+        cluster._call(lambda: cluster.api.rules.pop("token-a"))
+        token_file.write_text("token-b")
+        # The last look and on_kill's DELETE go through the subscription's shared client.
+        assert (await sub.kube.read_pod("default", name))["metadata"]["uid"] == uid
+        assert await sub.kube.delete_pod("default", name, uid)
+        statuses = [
+            r["status"]
+            for r in cluster.audit_records()
+            if r.get("kind") == "request" and r.get("verb") in ("get", "delete")
+        ]
+        assert statuses == [401, 200, 200]
+        await sub.close()
