@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.cncf.kubernetes.decorators.kubernetes import _KubernetesDecoratedOperator
 from airflow.providers.common.compat.sdk import task_decorator_factory
 
-from airflow_k8s_retry.operators import RetryingPodOperator
+from airflow_k8s_retry.operators.pod import RetryingPodOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

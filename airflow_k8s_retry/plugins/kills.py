@@ -179,7 +179,7 @@ def task_instance_state(key: Any) -> tuple[str | None, int] | None:
 
 def _still_killed(key: Any, state_of: StateOf) -> bool:
     """Whether the task instance ``key`` names is still in a state only a kill leaves, on its try."""
-    from airflow_k8s_retry.triggers import KILLED_STATES
+    from airflow_k8s_retry.triggers.pod import KILLED_STATES
 
     now = state_of(key)
     if now is None:
@@ -191,7 +191,7 @@ def _still_killed(key: Any, state_of: StateOf) -> bool:
 def pod_in_trigger(trigger: Any) -> dict[str, Any] | None:
     """The pod (:data:`POD_KEYS`) a ``PodStateTrigger`` row watches on behalf of its task, or None
     when the row is another trigger's, follows a pod it does not own, or is gone."""
-    from airflow_k8s_retry.triggers import CLASSPATH
+    from airflow_k8s_retry.triggers.pod import CLASSPATH
 
     if trigger is None or trigger.classpath != CLASSPATH:
         return None

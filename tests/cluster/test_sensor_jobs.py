@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.classification import Outcome, Reason
-from airflow_k8s_retry.following import Target
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.triggers.target import Target
 from tests.simulated.sensor.test_following_a_target import Following, following
 from tests.support.lab import CONN_ID
 

@@ -141,7 +141,7 @@ def test_a_create_still_on_its_way_when_the_callback_first_looks_is_deleted_too(
 ):
     # An executor that reports a dead worker at once (CeleryExecutor) has the callback run while
     # the create the worker sent just before it died is still on its way to the API server.
-    from airflow_k8s_retry.lost_try import IN_FLIGHT_SETTLE
+    from airflow_k8s_retry.operators.lost_try import IN_FLIGHT_SETTLE
 
     cluster = make_cluster(RUNNING)
     landed: list[str] = []
@@ -157,7 +157,7 @@ def test_a_create_still_on_its_way_when_the_callback_first_looks_is_deleted_too(
 
 
 def test_in_the_worker_that_ran_the_try_the_callback_does_not_wait(make_cluster, context, no_backoff_sleep):
-    from airflow_k8s_retry.lost_try import IN_FLIGHT_SETTLE
+    from airflow_k8s_retry.operators.lost_try import IN_FLIGHT_SETTLE
 
     make_cluster(RUNNING)
     op = operator(retries=0)

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.classification import Outcome, Reason
-from airflow_k8s_retry.following import PROGRESS_EVERY, Target, TargetEvent
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
+from airflow_k8s_retry.triggers.target import PROGRESS_EVERY, Target, TargetEvent
 from tests.support.lab import CONN_ID, cluster_reaches, use_cluster
 
 SCENARIO = {
@@ -316,7 +316,7 @@ def test_a_job_pod_taken_away_by_the_cluster_is_left_to_the_job_even_before_it_h
     """An eviction's relaunch verdict comes while the pod is still Running (DisruptionTarget, then
     the graceful stop): the Job counts that pod as failed and replaces it, so it is not the end."""
     from airflow_k8s_retry.classification.model import Verdict
-    from airflow_k8s_retry.following import _going
+    from airflow_k8s_retry.triggers.target import _going
 
     running = {"metadata": {"name": "etl-a"}, "status": {"phase": "Running"}}
     relaunch = Verdict(outcome=Outcome.RELAUNCH, reason=Reason.NODE_DISRUPTION, message="m", rule="r")

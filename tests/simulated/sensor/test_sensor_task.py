@@ -17,11 +17,11 @@ from airflow_k8s_retry.compat import (
     TaskDeferred,
 )
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-from airflow_k8s_retry.following import Judged, Target, TargetEvent
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.pods import PodClient
 from airflow_k8s_retry.sensors import PodCompletionSensor
 from airflow_k8s_retry.triggers import PodEvent
+from airflow_k8s_retry.triggers.target import Judged, Target, TargetEvent
 
 SCENARIO = {"time_scale": 0.05, "images": {"app:broken": {"run": {"exit_code": 3, "log": "boom at line 7"}}}}
 

@@ -5,7 +5,7 @@ still not crash."""
 
 from __future__ import annotations
 
-from airflow_k8s_retry.tracker import _clock
+from airflow_k8s_retry.triggers.tracker import _clock
 
 
 def test_times_format_and_a_time_past_year_9999_reads_never() -> None:

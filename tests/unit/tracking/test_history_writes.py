@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_k8s_retry.tracker import HISTORY_SETTLE, PodTracker, SleepUntil, Step
+from airflow_k8s_retry.triggers.tracker import HISTORY_SETTLE, PodTracker, SleepUntil, Step
 
 T0 = 1_800_000_000.0
 NOT_FOUND = (

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from airflow_k8s_retry.classification import FailurePolicy, Outcome
 from airflow_k8s_retry.classification.rules import RULES
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION
-from airflow_k8s_retry.tracker import (
+from airflow_k8s_retry.triggers.tracker import (
     HISTORY_SETTLE,
     SETTLING_RULES,
     Emit,

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_k8s_retry.classification import Outcome
-from airflow_k8s_retry.tracker import Emit, FetchLogs, LookAgain, PodTracker, ReadDirectly, Revive, SleepUntil
+from airflow_k8s_retry.triggers.tracker import (
+    Emit,
+    FetchLogs,
+    LookAgain,
+    PodTracker,
+    ReadDirectly,
+    Revive,
+    SleepUntil,
+)
 
 T0 = 1_800_000_000.0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from airflow_k8s_retry.classification import FailurePolicy, History, Outcome, Reason, Verdict
@@ -124,3 +126,78 @@ def test_a_pod_event_names_the_connection_of_a_pod_its_task_owns() -> None:
 def test_a_payload_that_is_not_a_pod_event_is_rejected_by_name() -> None:
     with pytest.raises(ValueError, match="missing pod_uid"):
         PodEvent.from_payload({"namespace": "jobs", "pod_name": "p", "verdict": {}})
+
+
+#: Two trigger rows as the release before the operators/, sensors/, triggers/ packages stored them
+#: (its own ``serialize()`` of an operator's trigger and of a sensor's), kept literally.
+STORED_BY_THE_PREVIOUS_RELEASE = {
+    "operator": {
+        "execution_deadline": 1800000600.5,
+        "history": {"first_seen": {"image.not_found": 1800000000.0}, "strongest": None},
+        "identity": {
+            "dag_id": "etl",
+            "map_index": 3,
+            "run_id": "manual__2026-01-01",
+            "task_id": "load",
+            "try_number": 2,
+        },
+        "kubernetes_conn_id": "k8s_fake",
+        "namespace": "jobs",
+        "owned": True,
+        "pod_name": "etl-load-40bdb1b0-t2",
+        "pod_uid": "0b7c-uid",
+        "policy": {
+            "fail_on_exit_codes": [],
+            "grace": {"image.not_found": 5.0},
+            "outcomes": {},
+            "relaunch_budget": 3,
+            "running_recheck": 600.0,
+            "scale_up_timeout": 900.0,
+            "schedule_timeout": 600.0,
+            "skip_on_exit_codes": [],
+            "startup_timeout": 900.0,
+        },
+        "poll_interval": 7.0,
+        "relaunches": 1,
+    },
+    "sensor": {
+        "execution_deadline": None,
+        "history": None,
+        "identity": None,
+        "kubernetes_conn_id": "k8s_fake",
+        "namespace": "jobs",
+        "owned": False,
+        "pod_name": "",
+        "pod_uid": "",
+        "policy": None,
+        "poll_interval": 10.0,
+        "relaunches": 0,
+        "target": {
+            "deadline": None,
+            "job_name": None,
+            "label_selector": "app=export",
+            "namespace": "jobs",
+            "pod_name": None,
+            "since": None,
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STORED_BY_THE_PREVIOUS_RELEASE))
+def test_a_trigger_row_of_the_previous_release_loads_in_the_triggerer(kind: str) -> None:
+    """As the triggerer loads a row: its kwargs through the Trigger model's encryption, the class
+    by its stored classpath, then the kwargs decoded; it serializes back to the same row."""
+    from airflow.models.trigger import Trigger
+
+    try:
+        from airflow.serialization.decoders import smart_decode_trigger_kwargs
+    except ImportError:  # Airflow 3.1
+        from airflow.serialization.serialized_objects import smart_decode_trigger_kwargs
+
+    classpath, stored = "airflow_k8s_retry.triggers.PodStateTrigger", STORED_BY_THE_PREVIOUS_RELEASE[kind]
+    row = Trigger._decrypt_kwargs(Trigger.encrypt_kwargs(stored))
+    module, _, name = classpath.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    trigger = cls(**{key: smart_decode_trigger_kwargs(value) for key, value in row.items()})
+    assert trigger.serialize() == (classpath, stored)

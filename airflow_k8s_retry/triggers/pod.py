@@ -2,11 +2,10 @@
 
 The operator and the sensor defer to this trigger. It subscribes to its pod in the triggerer's
 :class:`~airflow_k8s_retry.kube.hub.WatchHub` (one watch per namespace, not one poll per pod) and
-performs what :class:`~airflow_k8s_retry.tracker.PodTracker` decides: the tracker runs the pure
-classifier on every change and whenever a grace deadline falls due (a timer, not a poll), and this
-module does the I/O (reads, annotations, log reads, sleeping) until it emits exactly one
-:class:`PodEvent` carrying the verdict. With ``logging_interval``, the base container's new log
-lines are copied into the trigger's log (which Airflow 3 shows in the task's log) while it runs.
+performs what :class:`.tracker.PodTracker` decides: the tracker runs the pure classifier on every
+change and whenever a grace deadline falls due (a timer, not a poll), and this module does the I/O
+(reads, annotations, log reads, sleeping) until it emits exactly one :class:`PodEvent`. With
+``logging_interval``, the base container's new log lines go to the trigger's (the task's) log.
 
 Restart safety: trigger kwargs are frozen when the task defers, so what the trigger learns later
 (the first time a signal was seen, the strongest image-pull cause) is stamped on the pod as the
@@ -47,7 +46,7 @@ from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, 
 from airflow_k8s_retry.kube.pod_event import PodEvent
 from airflow_k8s_retry.kube.rbac import rbac_message
 from airflow_k8s_retry.task_state import TaskInstanceGone, airflow_task_state
-from airflow_k8s_retry.tracker import (
+from airflow_k8s_retry.triggers.tracker import (
     Emit,
     FetchLogs,
     LookAgain,
@@ -118,7 +117,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     :param poll_interval: seconds between polls, used only when RBAC forbids watching.
     :param owned: ``False`` for a pod this package did not create: never deleted, and annotated
         only where RBAC allows.
-    :param target: ``Target.to_payload()`` (:mod:`airflow_k8s_retry.following`) for a sensor that
+    :param target: ``Target.to_payload()`` (:mod:`airflow_k8s_retry.triggers.target`) for a sensor that
         waits for a pod by name, the newest pod of a label selector, or a Job: the trigger follows
         the target (``pod_name`` and ``pod_uid`` are then empty) and emits a ``TargetEvent``.
         Serialized only when given, so an operator's trigger kwargs stay as they were.
@@ -194,7 +193,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
 
         self.cluster = chosen_cluster(**dict(cluster)) if cluster else None
         if self.target is not None:
-            from airflow_k8s_retry.following import Target
+            from airflow_k8s_retry.triggers.target import Target
 
             Target.from_payload(self.target)
             if self.owned:
@@ -237,7 +236,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
 
         self._config = await aresolve_cluster_config(self.kubernetes_conn_id, self.cluster)
         if self.target is not None:
-            from airflow_k8s_retry.following import follow
+            from airflow_k8s_retry.triggers.target import follow
 
             followed = await follow(self, self._config, self._judge)
             yield TriggerEvent(followed.to_payload())

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_k8s_retry.classification.observation import BASE_CONTAINER_ANNOTATION
-from airflow_k8s_retry.kpo_arguments import local_config_errors
 from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
+from airflow_k8s_retry.operators.arguments import local_config_errors
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
-    from airflow_k8s_retry.operators import RetryingPodOperator
-    from airflow_k8s_retry.triggers import PodStateTrigger
+    from airflow_k8s_retry.operators.pod import RetryingPodOperator
+    from airflow_k8s_retry.triggers.pod import PodStateTrigger
 
 #: How much longer than the try's ``execution_timeout`` the deferral may last: the trigger itself
 #: ends the try at the deadline; Airflow's deferral timeout is only the backstop.
@@ -136,7 +136,7 @@ def memory_note(op: RetryingPodOperator, context: Context) -> str | None:
 def ran_with(op: RetryingPodOperator, client: PodClient, pod: CreatedPod, context: Context) -> dict[str, Any]:
     """The pod as the trigger judged it when its containers' resources travelled with the event
     (what the pod really ran with, a LimitRange's defaults included); the try's pod as built otherwise."""
-    from airflow_k8s_retry import endings
+    from airflow_k8s_retry.operators import endings
 
     body, _ = endings.judged_on(op, client, pod)
     containers = ((body or {}).get("spec") or {}).get("containers") or []
@@ -203,7 +203,7 @@ def trigger_for(
     deadline: float | None,
 ) -> PodStateTrigger:
     """The trigger that watches the try's pod ``created`` until its verdict."""
-    from airflow_k8s_retry.triggers import PodStateTrigger
+    from airflow_k8s_retry.triggers.pod import PodStateTrigger
 
     return PodStateTrigger(
         kubernetes_conn_id=op.kubernetes_conn_id,

@@ -4,7 +4,7 @@ Another system (a controller, a CronJob, a Job, a different DAG) owns the pod; t
 watches it. It is an Airflow sensor (``BaseSensorOperator``) that always defers: the wait happens in
 the triggerer, through the shared watch, as a
 :class:`~airflow_k8s_retry.triggers.PodStateTrigger` following a
-:class:`~airflow_k8s_retry.following.Target` (a pod by name, the newest pod of a label selector, or
+:class:`~airflow_k8s_retry.triggers.target.Target` (a pod by name, the newest pod of a label selector, or
 a Job), so the pod may appear long after the sensor started. Airflow's sensor conventions hold:
 ``timeout`` ends in ``AirflowSensorTimeout`` without spending retries, ``soft_fail`` and
 ``never_fail`` turn a timeout or a failure into a skip. It deletes nothing unless
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_k8s_retry.classification.policy import FailurePolicy
-    from airflow_k8s_retry.following import Target
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
-    from airflow_k8s_retry.triggers import PodEvent
+    from airflow_k8s_retry.triggers.pod import PodEvent
+    from airflow_k8s_retry.triggers.target import Target
 
 __all__ = ["PodCompletionSensor", "PodSelectionError"]
 
@@ -156,7 +156,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         return pod_client(self.kubernetes_conn_id, self.namespace)
 
     def _target(self, namespace: str, now: float) -> Target:
-        from airflow_k8s_retry.following import Target
+        from airflow_k8s_retry.triggers.target import Target
 
         values = {"pod_name": self.pod_name, "label_selector": self.label_selector, "job_name": self.job_name}
         rendered = {k: str(v).strip() if v else None for k, v in values.items()}
@@ -185,7 +185,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
 
     def execute(self, context: Context) -> Any:
         from airflow_k8s_retry.compat import AirflowSkipException
-        from airflow_k8s_retry.triggers import PodStateTrigger
+        from airflow_k8s_retry.triggers.pod import PodStateTrigger
 
         now = time.time()
         client, namespace = self._client()
@@ -230,8 +230,8 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         ``never_fail``.
         """
         from airflow_k8s_retry.compat import AirflowSensorTimeout
-        from airflow_k8s_retry.following import TargetEvent
-        from airflow_k8s_retry.triggers import PodEvent
+        from airflow_k8s_retry.triggers.pod import PodEvent
+        from airflow_k8s_retry.triggers.target import TargetEvent
 
         if not event:
             raise PodFailure("the pod watch ended without a verdict")

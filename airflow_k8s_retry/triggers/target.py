@@ -27,7 +27,6 @@ from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Ve
 from airflow_k8s_retry.kube.jobs import JobState, JobStatus, owning_job
 
 if TYPE_CHECKING:
-
     from airflow_k8s_retry.kube.clock import Clock
     from airflow_k8s_retry.kube.config import ClusterConfig
     from airflow_k8s_retry.kube.hub import CollectionSubscription

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-from airflow_k8s_retry import endings, try_pod
 from airflow_k8s_retry.connection import DEFAULT_CONN_ID
 from airflow_k8s_retry.exceptions import PodFailure, exception_for
-from airflow_k8s_retry.kpo_arguments import failure_policy as failure_policy_from
-from airflow_k8s_retry.kpo_arguments import ignored, local_config_errors, refusals
 from airflow_k8s_retry.kube.naming import TryIdentity
-from airflow_k8s_retry.lost_try import with_lost_try_cleanup
 from airflow_k8s_retry.metrics import count_task_verdict
+from airflow_k8s_retry.operators import endings, try_pod
+from airflow_k8s_retry.operators.arguments import failure_policy as failure_policy_from
+from airflow_k8s_retry.operators.arguments import ignored, local_config_errors, refusals
+from airflow_k8s_retry.operators.lost_try import with_lost_try_cleanup
 from airflow_k8s_retry.retry_policy import ignore_retry_policy_before_3_3, install_retry_policy
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     # -- building: the provider's pod, this package's name, labels and annotations --------------
 
     def build_try_pod(self, context: Context, relaunch: int = 0) -> dict[str, Any]:
-        """The pod this try creates, as API JSON (see :func:`~airflow_k8s_retry.try_pod.build_try_pod`)."""
+        """The pod this try creates, as API JSON (see :func:`.try_pod.build_try_pod`)."""
         return try_pod.build_try_pod(self, context, relaunch)
 
     @cached_property
@@ -303,7 +303,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     ) -> Any:
         """Act on the trigger's verdict: success, retry, fail, skip, or relaunch in the same try."""
         from airflow_k8s_retry.kube.pods import CreatedPod
-        from airflow_k8s_retry.triggers import PodEvent
+        from airflow_k8s_retry.triggers.pod import PodEvent
 
         self._ran_here = True
         if not event:

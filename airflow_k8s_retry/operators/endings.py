@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.kube.errors import KubeError
     from airflow_k8s_retry.kube.pods import CreatedPod, Json, PodClient
-    from airflow_k8s_retry.operators import RetryingPodOperator
+    from airflow_k8s_retry.operators.pod import RetryingPodOperator
 
 
 def create_failed(

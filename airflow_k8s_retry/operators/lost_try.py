@@ -51,7 +51,7 @@ def with_lost_try_cleanup(callbacks: Any) -> list[Any]:
 def _operator_of(context: Any) -> Any:
     """The failed try's operator; a mapped task is expanded for the try's ``map_index`` first, as
     the task runner does (``render_template_fields`` puts the expanded task in the context)."""
-    from airflow_k8s_retry.operators import RetryingPodOperator
+    from airflow_k8s_retry.operators.pod import RetryingPodOperator
 
     task: Any = context.get("task") if hasattr(context, "get") else None
     operator_class = getattr(task, "operator_class", None)
@@ -93,7 +93,7 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
         return
     log = task.log
     try:
-        from airflow_k8s_retry import try_pod
+        from airflow_k8s_retry.operators import try_pod
 
         identity = try_pod.identity_of(context)
         namespace = task.build_try_pod(context)["metadata"]["namespace"]
