@@ -39,7 +39,7 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
   tests/unit/watching tests/simulated/watching
 
 .PHONY: test lint unit demo bench bench-oom bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
-  test-compat test-cluster
+  test-compat test-cluster test-deployment
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -83,28 +83,37 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 tests/unit
 
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Most of the
-# suite's time is spent waiting (Airflow subprocesses, simulated and real clusters), so the main
-# suite runs on TEST_WORKERS pytest-xdist workers (a file's tests share one; the deployment tier takes
-# one worker for all of its tests), and the cluster tier and each older minor's leg run beside it,
-# each into its own log under .test-logs/, printed after the main suite. Any leg failing fails the
+# suite's time is spent waiting on Airflow subprocesses and clusters, so three streams run beside the
+# main suite (unit, simulated, airflow and chaos tiers on TEST_WORKERS pytest-xdist workers, a file's
+# tests on one worker): the cluster tier then the deployment tier (one control plane, then one whole
+# Airflow deployment, never two at once), and the older minors' legs one after the other. Each leg
+# writes its own log under .test-logs/, printed after the main suite; any leg failing fails the
 # target. --durations prints the slowest tests of each.
-TEST_WORKERS ?= 3
-XDIST = -n $(TEST_WORKERS) --dist loadgroup
-SIDE_LEGS := cluster $(addprefix compat-,$(OLDER_MINORS))
+TEST_WORKERS ?= 2
+SIDE_STREAMS := "cluster deployment" "$(addprefix compat-,$(OLDER_MINORS))"
+SIDE_LEGS := cluster deployment $(addprefix compat-,$(OLDER_MINORS))
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
 
 test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	@mkdir -p .test-logs; rm -f .test-logs/*.rc; start=$$(date +%s); \
-	  for leg in $(SIDE_LEGS); do \
-	    { $(MAKE) --no-print-directory test-$$leg > .test-logs/$$leg.log 2>&1; echo $$? > .test-logs/$$leg.rc; } & \
+	  for stream in $(SIDE_STREAMS); do \
+	    { for leg in $$stream; do \
+	        $(MAKE) --no-print-directory test-$$leg > .test-logs/$$leg.log 2>&1; echo $$? > .test-logs/$$leg.rc; \
+	      done; } & \
 	  done; \
-	  $(BIN)/pytest $(XDIST) --durations=25; main=$$?; echo "== main suite exit $$main after $$(( $$(date +%s) - start )) s"; \
+	  $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not cluster and not deployment" --durations=25; \
+	  main=$$?; echo "== main suite exit $$main after $$(( $$(date +%s) - start )) s"; \
 	  wait; status=$$main; \
 	  for leg in $(SIDE_LEGS); do \
 	    echo "== $$leg (.test-logs/$$leg.log)"; cat .test-logs/$$leg.log; rc=$$(cat .test-logs/$$leg.rc); \
 	    echo "== $$leg exit $$rc"; test "$$rc" = 0 || status=1; \
 	  done; \
 	  echo "== make test: $$(( $$(date +%s) - start )) s of tests"; test "$$status" = 0
+
+# The deployment tier alone: one Airflow deployment (PostgreSQL, Celery) for all its tests.
+test-deployment: $(STAMP) tools
+	@echo "== deployment tier (PostgreSQL, CeleryExecutor, two schedulers and triggerers)"
+	$(BIN)/pytest -m deployment --durations=15
 
 # The cluster tier: tests marked `cluster`, against a real control plane the session starts.
 test-cluster: $(STAMP) controlplane

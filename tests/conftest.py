@@ -41,13 +41,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"(one of {', '.join(TIERS)})"
         )
     for item in items:
-        tier = str(tier_of(Path(item.path)))
-        item.add_marker(getattr(pytest.mark, tier))
-        # Under `pytest -n N --dist loadgroup` (make test), a file's tests share a worker (and so their
-        # module fixtures), and the deployment tier's tests take one worker between them: two whole
-        # Airflow deployments at once would only slow each other down on a small machine.
-        group = "deployment" if tier == "deployment" else str(Path(item.path).relative_to(TESTS))
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(getattr(pytest.mark, str(tier_of(Path(item.path)))))
 
 
 # The real control plane's session fixtures (the cluster tier, the fidelity suite included).

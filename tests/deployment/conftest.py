@@ -62,6 +62,8 @@ SCENARIO: dict[str, Any] = {
         "example.com/capacity/job:1": {"run": {"duration_seconds": 600, "log": "done"}},
         # deployment_scheduler_restart: ends while no scheduler runs.
         "example.com/restart/app:1": {"run": {"duration_seconds": 100, "log": "done"}},
+        # deployment_api_timeout: ends while the api-server is frozen.
+        "example.com/api-timeout/app:1": {"run": {"duration_seconds": 100, "log": "done"}},
     },
 }
 #: A triggerer whose heartbeat is older than this loses its triggers to a live one.

@@ -89,3 +89,45 @@ def test_a_pod_that_ends_while_every_scheduler_is_down_is_judged_once_they_retur
     )
     assert dep.tries(dag_id, run_id, task_id) == [(1, "success")]
     _one_pod_per_task_and_none_left(dep, dag_id, 1)
+
+
+def test_an_execution_api_that_answers_nothing_costs_the_try_and_the_next_try_cleans_up(
+    deployment: Deployment,
+) -> None:
+    """The api-server is frozen (SIGSTOP: it accepts connections and answers nothing) from before
+    the pod ends until the resumed try has spent the worker's whole execution-API retry budget (5 s
+    timeouts, with back-off between them) without starting: Airflow fails that try and schedules
+    the next. Once the api-server answers again, the next try sweeps the pod the lost resume never
+    judged, runs its own and succeeds: no hang, one pod per try, none left behind."""
+    dep = deployment
+    dag_id, task_id = "deployment_api_timeout", "app"
+    run_id = dep.trigger_dag(dag_id)
+    dep.wait_deferred(dag_id, run_id, task_id)
+    [first] = dep.pods_of(dag_id)
+    dep.freeze("api-server")
+    try:
+        dep.wait(
+            lambda: dep.task_states(dag_id, run_id)[task_id][1] == "up_for_retry",
+            100 * SCALE + 180,
+            "the resumed try to fail on the execution API",
+            lambda: dep.task_states(dag_id, run_id),
+        )
+        # The pod ended; no worker could judge it, so it is still there.
+        assert [p["metadata"]["uid"] for p in dep.live_pods(dag_id)] == [first["metadata"]["uid"]]
+    finally:
+        dep.thaw("api-server")
+    dep.wait(
+        lambda: dep.dag_run_state(dag_id, run_id) in ("success", "failed"),
+        240,
+        "the run to end once the api-server answers",
+        lambda: dep.task_states(dag_id, run_id),
+    )
+    assert dep.dag_run_state(dag_id, run_id) == "success", dep.tries(dag_id, run_id, task_id)
+    # Try 2 ran and succeeded. (Airflow 3.3 writes no task_instance_history row for a try that the
+    # executor failed before it started, so try 1 shows only in the try number and in its pod.)
+    assert dep.task_states(dag_id, run_id)[task_id] == (2, "success")
+    pods = dep.pods_of(dag_id)
+    assert [p["metadata"]["labels"]["try_number"] for p in pods] == ["1", "2"], pods
+    assert pods[0]["metadata"]["uid"] == first["metadata"]["uid"]
+    dep.wait(lambda: not dep.live_pods(dag_id), 30, "every pod to be deleted", lambda: dep.live_pods(dag_id))
+    dep.wait_healthy("the deployment to report healthy again")

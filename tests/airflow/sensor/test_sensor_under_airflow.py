@@ -87,7 +87,8 @@ SCENARIOS = [
 
 #: Pods run 10 s (real): long enough for the Job's sensor to be following the first pod when the
 #: test evicts it, short enough for the export pod to finish inside wait_for_export's one minute.
-EXAMPLE_SCENARIO = {"time_scale": FAST, "images": {"busybox:1.36": {"run": {"duration_seconds": 100}}}}
+SHORT_RUN = {"run": {"duration_seconds": 100}}
+EXAMPLE_SCENARIO = {"time_scale": FAST, "images": {"busybox:1.36": SHORT_RUN, "busybox:1.37": SHORT_RUN}}
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +138,7 @@ def create_pod(cluster: FakeCluster, name: str) -> None:
     try:
         body = {
             "metadata": {"name": name},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "export", "image": "busybox:1.36"}]},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "export", "image": "busybox:1.37"}]},
         }
         client.CoreV1Api(api).create_namespaced_pod("default", body)
     finally:
@@ -149,7 +150,8 @@ def run_example(
 ) -> tuple[DagRunResult, FakeCluster, list[dict[str, Any]]]:
     """Run dags/06_sensor.py, playing the other system: create the pod ``wait_for_export`` waits for
     once it is waiting, and evict the Job's first pod once the sensor follows it (the Job controller
-    replaces it after its 10 s back-off)."""
+    replaces it after its 10 s back-off). The Job's first pod runs until it is evicted, however late
+    a busy machine lets the sensor start following it; its replacement runs 10 s."""
     dags = tmp / "dags"
     dags.mkdir()
     shutil.copy(REPO / "dags" / "06_sensor.py", dags)
@@ -169,10 +171,13 @@ def run_example(
                 lines.append(line)
                 found = waiting.search(line)
                 if found:
+                    # The pods made from here on are the Job's: its first one runs until evicted.
+                    cluster.set_image("busybox:1.36", {"run": {"duration_seconds": 1_000_000}})
                     create_pod(cluster, found.group(1))  # another system, later
                 etl_pod = following_etl.search(line)
                 if etl_pod and not evicted:
                     evicted.append(etl_pod.group(1))
+                    cluster.set_image("busybox:1.36", SHORT_RUN)  # for the Job's replacement
                     cluster.disrupt(etl_pod.group(1), "evict")  # a node drain under the Job's pod
             proc.wait()
         finally:
