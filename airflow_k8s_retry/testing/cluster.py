@@ -173,9 +173,6 @@ class FakeCluster:
             faults=self._faults,
         )
         seeds.seed(self.store, self.scenario, [node.spec for node in self.components.nodes])
-        # kube-apiserver's watch cache holds nothing from before the version it started at: a watch
-        # from an older one (resourceVersion=1 on a fresh server) is 410 Gone, not the seeding.
-        self.store.oldest_rv = self.store.rv
         self.job_controller = JobController(self.store, self.components, self.clock)
         self.job_controller.start()
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
