@@ -20,7 +20,7 @@ STREAMING = Scenario(
         "images": {"example.com/etl:slow": {"run": {"duration_seconds": 100, "log": "\n".join(LINES)}}},
     },
 )
-TRIGGER = "airflow_k8s_retry.triggers.PodStateTrigger"
+TRIGGER = "airflow_k8s_retry.triggers.pod.PodStateTrigger"  # the logger the trigger logs under
 
 
 def test_logging_interval_streams_lines_into_the_task_log(
