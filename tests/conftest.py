@@ -32,16 +32,15 @@ def tier_of(path: Path) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    unplaced = sorted(
-        {str(Path(item.path).relative_to(TESTS.parent)) for item in items if tier_of(Path(item.path)) is None}
-    )
+    tiers = {path: tier_of(path) for path in {Path(item.path) for item in items}}  # one look per file
+    unplaced = sorted(str(path.relative_to(TESTS.parent)) for path, tier in tiers.items() if tier is None)
     if unplaced:
         raise pytest.UsageError(
             f"tests outside a tier folder: {', '.join(unplaced)}; move each under tests/<tier>/ "
             f"(one of {', '.join(TIERS)})"
         )
     for item in items:
-        item.add_marker(getattr(pytest.mark, str(tier_of(Path(item.path)))))
+        item.add_marker(getattr(pytest.mark, str(tiers[Path(item.path)])))
 
 
 # The real control plane's session fixtures (the cluster tier, the fidelity suite included).

@@ -12,8 +12,8 @@ import pytest
 
 from airflow_k8s_retry.testing.controlplane import ControlPlane
 from airflow_k8s_retry.testing.scenario import Scenario
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SCENARIO_FILE = REPO / "tests" / "cluster" / "scenario.yaml"
 
 
