@@ -41,10 +41,12 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
 .PHONY: test lint unit demo bench bench-oom bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
   test-compat test-cluster test-deployment
 
-$(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
+# The provider and, beside it, the simulator's own distribution (simulator/, the [testing] extra).
+SIM := ./simulator
+$(STAMP): setup.cfg pyproject.toml simulator/setup.cfg $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip==26.3"
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e ".[test,bench,deploy]"
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e $(SIM) -e ".[test,bench,deploy,testing]"
 	touch $(STAMP)
 
 # kubectl (Debian's kubernetes-client) is used by one conformance test of the simulator;
@@ -120,11 +122,11 @@ test-compat-$(NEWEST_MINOR): $(STAMP)
 # changes; pip's cache makes a rebuild cheap.
 # (.PRECIOUS: make would otherwise delete the stamp as an intermediate file after the run.)
 .PRECIOUS: $(COMPAT)/%/.installed
-$(COMPAT)/%/.installed: constraints/airflow-%/constraints-$(PY_MINOR).txt setup.cfg
+$(COMPAT)/%/.installed: constraints/airflow-%/constraints-$(PY_MINOR).txt setup.cfg simulator/setup.cfg
 	rm -rf $(COMPAT)/$*
 	$(PYTHON) -m venv $(COMPAT)/$*
 	$(COMPAT)/$*/bin/python -m pip install -q "pip==26.3"
-	$(COMPAT)/$*/bin/python -m pip install -q -c $< -e ".[test]"
+	$(COMPAT)/$*/bin/python -m pip install -q -c $< -e $(SIM) -e ".[test,testing]"
 	touch $@
 
 test-compat-%: $(COMPAT)/%/.installed
@@ -137,11 +139,11 @@ controlplane:
 	@tools/controlplane/build.sh >/dev/null
 
 cluster-up: $(STAMP) controlplane
-	$(BIN)/python -m airflow_k8s_retry.testing.controlplane up --bin "$$(tools/controlplane/build.sh --path)" \
+	$(BIN)/python -m airflow_k8s_retry_testing.controlplane up --bin "$$(tools/controlplane/build.sh --path)" \
 	  --dir .cluster $(if $(SCENARIO),--scenario "$(SCENARIO)")
 
 cluster-down: $(STAMP)
-	$(BIN)/python -m airflow_k8s_retry.testing.controlplane down --dir .cluster
+	$(BIN)/python -m airflow_k8s_retry_testing.controlplane down --dir .cluster
 
 demo: $(STAMP)
 	$(BIN)/python -m demo.run
@@ -171,11 +173,11 @@ constraints-%:
 	rm -rf .venv-constraints-$*
 	$(PYTHON) -m venv .venv-constraints-$*
 	.venv-constraints-$*/bin/python -m pip install -q "pip==26.3"
-	.venv-constraints-$*/bin/python -m pip install -q $(SEED_$*) -e ".[test,bench,deploy]"
+	.venv-constraints-$*/bin/python -m pip install -q $(SEED_$*) -e $(SIM) -e ".[test,bench,deploy,testing]"
 	mkdir -p constraints/airflow-$*
 	{ echo "# Pinned dependency set for Airflow $* on Python $(PY_MINOR): $(SEED_$*)"; \
 	  echo "# Regenerate with 'make constraints-$*' after changing dependencies in setup.cfg or the seed in the Makefile."; \
-	  .venv-constraints-$*/bin/python -m pip freeze --exclude-editable | grep -v -i '^airflow-k8s-retry'; \
+	  .venv-constraints-$*/bin/python -m pip freeze --all --exclude-editable | grep -v -i -e '^airflow-k8s-retry' -e '^pip=='; \
 	  } > $(call constraints_for,$*)
 	rm -rf .venv-constraints-$*
 

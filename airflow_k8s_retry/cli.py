@@ -2,9 +2,10 @@
 
 ``explain`` answers "what would the operator do with this pod, and why?" from files that
 ``kubectl get pod NAME -o json`` and ``kubectl get events --field-selector involvedObject.name=NAME
--o json`` produce, without a cluster or Airflow. ``simulate`` serves the package's Kubernetes API
-simulator. This module stays import-light: the simulator loads only when ``simulate`` runs, and
-Airflow only when ``explain --dag-id`` reads its database.
+-o json`` produce, without a cluster or Airflow. ``simulate`` serves the Kubernetes API simulator
+(the ``airflow-k8s-retry-testing`` distribution, installed by the ``[testing]`` extra). This module
+stays import-light: the simulator loads only when ``simulate`` runs, and Airflow only when
+``explain --dag-id`` reads its database.
 
 ``explain --dag-id D --task-id T`` reads every try of a task from Airflow's metadata database
 (the deployment's ``airflow.cfg``), with each failed try's reason code, as the failures page does.
@@ -359,7 +360,16 @@ def _explain_task(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from airflow_k8s_retry.testing.serve import serve
+    try:
+        from airflow_k8s_retry_testing.serve import serve
+    except ModuleNotFoundError as error:
+        if error.name != "airflow_k8s_retry_testing":
+            raise
+        sys.stderr.write(
+            "airflow-k8s-retry simulate: the simulator is not installed; "
+            'pip install "airflow-k8s-retry[testing]"\n'
+        )
+        return 2
 
     return serve(scenario=args.scenario, port=args.port, kubeconfig=args.kubeconfig, audit=args.audit)
 

@@ -27,7 +27,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-k8s-retry
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.hub import WATCH_SCOPE_ENV, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 
 SCENARIO = {"images": {"long:1": {"run": {"exit_code": 0, "duration_seconds": 1_000_000}}}}
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from tempfile import mkdtemp
 from typing import Any
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.airflow_runner import AirflowHome, MigratedDatabase
 
 TIME_SCALE = 0.02  # 10 simulated minutes in 12 real seconds

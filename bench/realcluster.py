@@ -2,7 +2,7 @@
 
 :class:`RealCluster` has the interface of :class:`bench.simulator.SimulatorProcess` (a context
 manager with ``kubeconfig`` and ``records()``), so every phase runs unchanged against it. It starts
-the control plane of ``airflow_k8s_retry.testing.controlplane`` from the same scenario, with the
+the control plane of ``airflow_k8s_retry_testing.controlplane`` from the same scenario, with the
 API server's own audit log switched on, and turns that log into the simulator's record shape:
 
 * ``kind: request``: one per API request a client other than the control plane's own components
@@ -98,8 +98,8 @@ class RealCluster:
         self.stop()
 
     def start(self) -> None:
-        from airflow_k8s_retry.testing.controlplane.cluster import ControlPlane
-        from airflow_k8s_retry.testing.scenario import Scenario
+        from airflow_k8s_retry_testing.controlplane.cluster import ControlPlane
+        from airflow_k8s_retry_testing.scenario import Scenario
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "scenario.yaml").write_text(yaml.safe_dump(self.scenario, sort_keys=False))

@@ -241,7 +241,7 @@ class Environment:
         self._stack.enter_context(Worker.installed())
 
     def _start_cluster(self) -> None:
-        from airflow_k8s_retry.testing import FakeCluster
+        from airflow_k8s_retry_testing import FakeCluster
 
         self.cluster = FakeCluster(
             {"time_scale": self.time_scale, "nodes": [{"name": "chaos-node", "cpu": "64"}]}

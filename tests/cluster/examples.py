@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry.testing.controlplane import ControlPlane
-from airflow_k8s_retry.testing.scenario import Scenario
+from airflow_k8s_retry_testing.controlplane import ControlPlane
+from airflow_k8s_retry_testing.scenario import Scenario
 from demo.run import DAGS, SCENARIO
 from tests.cluster.kube import PodRecorder
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry.testing.controlplane import ControlPlane
-from airflow_k8s_retry.testing.controlplane.cluster import KUBELET_PREFIX
+from airflow_k8s_retry_testing.controlplane import ControlPlane
+from airflow_k8s_retry_testing.controlplane.cluster import KUBELET_PREFIX
 from tests.cluster.kube import core_api, delete_now, pod_body, wait_for_pod
 
 

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client as k
 from kubernetes.client.exceptions import ApiException
 
-from airflow_k8s_retry.testing.controlplane import ControlPlane
+from airflow_k8s_retry_testing.controlplane import ControlPlane
 from tests.cluster.kube import (
     core_api,
     delete_now,

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import watch
 
 from airflow_k8s_retry.classification import classify
-from airflow_k8s_retry.testing.controlplane import ControlPlane
+from airflow_k8s_retry_testing.controlplane import ControlPlane
 from tests.cluster.kube import as_json, core_api, delete_now, pod_body, wait_for_node_ready, wait_for_pod
 
 

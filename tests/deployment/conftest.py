@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.airflow_runner import AIRFLOW, AirflowHome
 from tests.support.services import PostgresServer, RedisServer, free_port
 

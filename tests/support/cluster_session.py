@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry.testing.controlplane import ControlPlane
-from airflow_k8s_retry.testing.scenario import Scenario
+from airflow_k8s_retry_testing.controlplane import ControlPlane
+from airflow_k8s_retry_testing.scenario import Scenario
 from tests.support.paths import REPO
 
 SCENARIO_FILE = REPO / "tests" / "cluster" / "scenario.yaml"

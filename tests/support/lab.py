@@ -16,8 +16,8 @@ import pytest
 
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.naming import TryIdentity
-from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
+from airflow_k8s_retry_testing import FakeCluster
 
 CONN_ID = "k8s_fake"
 

@@ -61,7 +61,7 @@ def no_backoff_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 @pytest.fixture
 def make_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Start a simulator with a scenario; the default kubeconfig (KUBECONFIG) points at it."""
-    from airflow_k8s_retry.testing import FakeCluster
+    from airflow_k8s_retry_testing import FakeCluster
 
     started: list[Any] = []
 

@@ -13,7 +13,7 @@ from airflow_k8s_retry import cli
 
 
 def test_simulate_passes_every_option_to_serve(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_k8s_retry.testing import serve as serve_module
+    from airflow_k8s_retry_testing import serve as serve_module
 
     calls: list[dict[str, Any]] = []
 

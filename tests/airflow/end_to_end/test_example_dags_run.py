@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from demo.run import DAGS, SCENARIO, Row, build_rows, print_table
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 

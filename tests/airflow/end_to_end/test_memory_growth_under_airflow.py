@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.airflow_runner import AIRFLOW, AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.scenarios import DAG_HEADER
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.airflow_runner import AirflowHome, MigratedDatabase
 from tests.support.scenarios import DAG_HEADER, Run, Scenario, run_all
 

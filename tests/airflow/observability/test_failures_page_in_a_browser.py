@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.hints import fix_hint
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.airflow_runner import AIRFLOW, AirflowHome, MigratedDatabase
 from tests.support.browser import Chromium, chromium_path
 from tests.support.paths import REPO

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_k8s_retry import metrics
 from airflow_k8s_retry.hints import fix_hint
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.airflow.observability.statsd_listener import Datagram, StatsdListener
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.paths import REPO

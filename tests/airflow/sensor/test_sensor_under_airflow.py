@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.paths import REPO
 from tests.support.scenarios import Run, Scenario, run_all

@@ -24,8 +24,8 @@ from kubernetes import config as kconfig
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from airflow_k8s_retry.testing import FakeCluster
-from airflow_k8s_retry.testing.controlplane import ControlPlane
+from airflow_k8s_retry_testing import FakeCluster
+from airflow_k8s_retry_testing.controlplane import ControlPlane
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client as k
 from kubernetes.client.exceptions import ApiException
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.cluster.fidelity.probes import Backends, Side, assert_same, delete_now, error_of, follow, pod_body
 from tests.cluster.kube import eventually
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.cluster.fidelity.probes import Backends, Side, assert_same, delete_now, error_of, masked, pod_body
 
 LONG = "registry.example.com/app:long"

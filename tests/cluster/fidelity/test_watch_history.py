@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.cluster.fidelity.probes import Backends, Side, assert_same, delete_now, pod_body
 
 _NUMBERS = re.compile(r"\d+")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_k8s_retry.testing.controlplane import COMPONENTS, ControlPlane, ControlPlaneError
-from airflow_k8s_retry.testing.controlplane.cluster import KWOK_CRDS
-from airflow_k8s_retry.testing.controlplane.stages import UnsupportedScenario, check_supported, kwok_config
-from airflow_k8s_retry.testing.scenario import Scenario
+from airflow_k8s_retry_testing.controlplane import COMPONENTS, ControlPlane, ControlPlaneError
+from airflow_k8s_retry_testing.controlplane.cluster import KWOK_CRDS
+from airflow_k8s_retry_testing.controlplane.stages import UnsupportedScenario, check_supported, kwok_config
+from airflow_k8s_retry_testing.scenario import Scenario
 from tests.support.paths import REPO
 
 

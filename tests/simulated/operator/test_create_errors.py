@@ -175,7 +175,7 @@ def test_a_wrong_ca_fails_at_once_in_one_line(context, tmp_path, monkeypatch):
 
     from airflow_k8s_retry.exceptions import PodFailurePermanent
     from airflow_k8s_retry.operators import RetryingPodOperator
-    from airflow_k8s_retry.testing import FakeCluster
+    from airflow_k8s_retry_testing import FakeCluster
 
     with FakeCluster(tls=True) as served, FakeCluster(tls=True) as other:
         config = yaml.safe_load(served.kubeconfig.read_text())

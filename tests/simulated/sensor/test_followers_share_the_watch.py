@@ -12,7 +12,7 @@ from kubernetes import client
 
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.hub import CollectionSubscription, WatchHub
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.simulated.sensor.test_following_a_target import create, job, pod
 from tests.support.lab import cluster_reaches
 

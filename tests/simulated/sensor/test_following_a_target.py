@@ -12,9 +12,9 @@ import pytest
 from airflow_k8s_retry.classification import Outcome, Reason
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.target import PROGRESS_EVERY, Target, TargetEvent
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import CONN_ID, cluster_reaches, use_cluster
 
 SCENARIO = {

@@ -9,7 +9,7 @@ import kubernetes
 import pytest
 import pytest_asyncio
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 
 FAST = 0.01  # real seconds per simulated second
 LONG = "example.com/long:1"  # runs for ten simulated minutes

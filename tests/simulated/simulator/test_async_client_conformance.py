@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiException
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 
 from .conftest import LONG, phase, pod_body, pod_is
 

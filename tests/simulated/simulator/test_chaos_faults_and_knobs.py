@@ -11,8 +11,8 @@ import pytest
 import urllib3
 from kubernetes.client import ApiException
 
-from airflow_k8s_retry.testing import FakeCluster
-from airflow_k8s_retry.testing.simclock import SimClock
+from airflow_k8s_retry_testing import FakeCluster
+from airflow_k8s_retry_testing.simclock import SimClock
 
 from .conftest import pod_body
 from .test_faults_rbac_and_audit import api_for

@@ -12,7 +12,7 @@ import pytest
 import urllib3
 from kubernetes.client import ApiException
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 
 from .conftest import FAST, pod_body
 

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 
 SCENARIO = {
     "images": {

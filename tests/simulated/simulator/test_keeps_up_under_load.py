@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_k8s_retry.testing.loadcheck import run_loadcheck
+from airflow_k8s_retry_testing.loadcheck import run_loadcheck
 
 
 def test_fifty_concurrent_pods_finish_without_falling_behind() -> None:

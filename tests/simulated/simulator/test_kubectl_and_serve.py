@@ -14,7 +14,7 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 
 from .conftest import pod_body
 
@@ -108,7 +108,7 @@ def test_serve_runs_until_sigterm(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import sys
-        from airflow_k8s_retry.testing.serve import serve
+        from airflow_k8s_retry_testing.serve import serve
         sys.exit(serve({str(scenario)!r}, 0, {str(kubeconfig)!r}, {str(audit)!r}))
         """
     )
@@ -131,7 +131,7 @@ def test_serve_runs_until_sigterm(tmp_path: Path) -> None:
 
 
 def test_serve_rejects_a_bad_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from airflow_k8s_retry.testing.serve import serve
+    from airflow_k8s_retry_testing.serve import serve
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("imagez: {}\n")

@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 
 from .conftest import FAST, container_state, phase, pod_body, pod_is, snapshot_when, waiting_reason
 

@@ -13,7 +13,7 @@ import urllib3
 from kubernetes.client import ApiException
 from kubernetes.stream import stream
 
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 
 from .conftest import phase, pod_body, pod_is
 

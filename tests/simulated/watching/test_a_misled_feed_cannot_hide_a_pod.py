@@ -20,8 +20,8 @@ from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.naming import MANAGED_LABEL, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 

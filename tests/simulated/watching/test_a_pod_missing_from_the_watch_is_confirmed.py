@@ -11,8 +11,8 @@ from airflow_k8s_retry.classification import Outcome, Reason
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import Run, create_pod, pod_body, run_trigger, trigger_for, use_cluster
 
 SCENARIO = {"images": {"long:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 100_000}}}}

@@ -11,7 +11,7 @@ import pytest
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import TryIdentity
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import create_pod, pod_body, run_trigger, trigger_for, use_cluster
 
 SCENARIO = {"images": {"job:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 10}}}}

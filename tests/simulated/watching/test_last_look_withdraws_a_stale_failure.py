@@ -15,8 +15,8 @@ from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 SIGNAL = "image.rate_limited:base"

@@ -23,8 +23,8 @@ from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.kube import rbac
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.operators import RetryingPodOperator
-from airflow_k8s_retry.testing import FakeCluster
 from airflow_k8s_retry.triggers import PodStateTrigger
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import Run
 from tests.support.paths import REPO
 

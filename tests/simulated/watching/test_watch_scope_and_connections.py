@@ -25,7 +25,7 @@ from airflow_k8s_retry.kube.errors import TransportError
 from airflow_k8s_retry.kube.hub import PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import create_pod, pod_body
 
 LONG = {"images": {"long:1": {"run": {"exit_code": 0, "duration_seconds": 100_000}}}}

@@ -22,7 +22,7 @@ from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.testing import FakeCluster
+from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 #: A pod with many changes: pulls rate-limited for 20 simulated seconds (1 real second), then runs

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry.testing import (
+from airflow_k8s_retry_testing import (
     Disruption,
     FakeCluster,
     Fault,
@@ -19,7 +19,7 @@ from airflow_k8s_retry.testing import (
 )
 from tests.support.paths import REPO
 
-SCENARIOS = REPO / "airflow_k8s_retry" / "testing" / "scenarios"
+SCENARIOS = REPO / "simulator" / "airflow_k8s_retry_testing" / "scenarios"
 
 
 def test_every_documented_key_is_read() -> None:
@@ -109,7 +109,7 @@ def test_fake_cluster_rejects_a_bad_scenario_before_starting() -> None:
 
 
 def test_python_objects_are_validated_too() -> None:
-    from airflow_k8s_retry.testing import Disruption, Fault, ImageBehaviour, RunSpec
+    from airflow_k8s_retry_testing import Disruption, Fault, ImageBehaviour, RunSpec
 
     scenario = Scenario(
         images={

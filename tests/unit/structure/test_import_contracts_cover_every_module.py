@@ -13,9 +13,9 @@ ROOT = REPO
 #: Contracts that list every top-level module of the product except the ones named here.
 EXPECTED_GAPS = {
     "Only kube/ imports the Kubernetes and HTTP client libraries": {"kube", "testing"},
-    "The simulator imports nothing from the product": {"testing"},
     "The product imports nothing from the simulator (the CLI aside)": {"cli", "testing"},
 }
+#: ``airflow_k8s_retry.testing`` is only the deprecated alias of the simulator's own distribution.
 
 
 def top_level_modules() -> set[str]:
@@ -33,8 +33,13 @@ def test_every_product_module_is_under_the_contracts_that_list_them() -> None:
     assert {"kube", "testing", "operators", "triggers", "cli"} <= modules
     for name, gaps in EXPECTED_GAPS.items():
         found = contract(name)
-        side = "forbidden_modules" if name.startswith("The simulator imports") else "source_modules"
-        listed = found[side]
+        listed = found["source_modules"]
         assert isinstance(listed, list)
         named = {str(m).removeprefix("airflow_k8s_retry.") for m in listed}
         assert named == modules - gaps, f"{name}: add or remove {sorted(named ^ (modules - gaps))}"
+
+
+def test_the_simulator_is_forbidden_the_whole_product() -> None:
+    found = contract("The simulator imports nothing from the product")
+    assert found["source_modules"] == ["airflow_k8s_retry_testing"]
+    assert found["forbidden_modules"] == ["airflow_k8s_retry"]
