@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_k8s_retry.classification import History, Verdict
-from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, RELAUNCH_LABEL, VERDICT_ANNOTATION
+from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL
 
 
 class LivePodError(Exception):
@@ -59,29 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _annotation(pod: Mapping[str, Any], key: str) -> Any:
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
 def _stamps(pod: Mapping[str, Any]) -> tuple[History | None, Verdict | None]:
-    history = stamped = None
-    if (data := _annotation(pod, HISTORY_ANNOTATION)) is not None:
-        try:
-            history = History.from_payload(data)
-        except (ValueError, KeyError, TypeError):
-            history = None
-    if (data := _annotation(pod, VERDICT_ANNOTATION)) is not None:
-        try:
-            stamped = Verdict.from_payload(data)
-        except (ValueError, KeyError, TypeError):
-            stamped = None
-    return history, stamped
+    from airflow_k8s_retry.kube.stamps import read_history, read_stamp
+
+    stamped = read_stamp(pod)
+    return read_history(pod), stamped.verdict if stamped is not None else None
 
 
 def read_live_pod(name: str, namespace: str | None, conn_id: str | None) -> LivePod:

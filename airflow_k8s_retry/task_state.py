@@ -1,4 +1,10 @@
-"""The state of a try's task instance, read from inside the triggerer through the Task SDK."""
+"""The state of a try's task instance, and the kill policy: which states mean a user (or a
+cleared or deleted run) killed the try, so its pod is deleted by whoever notices first.
+
+One policy for the trigger's ``on_kill`` and after-firing check (``triggers/pod.py``) and the
+api-server's kill listener (``plugins/kills.py``); the worker's own ``on_kill`` is Airflow's signal
+that the try is being killed, so it needs no state.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,22 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.kube.naming import TryIdentity
+
+#: Task instance states only a user action (or a cleared / deleted run) produces while the task is
+#: deferred or waits for a worker: its pod is deleted in these. In every other state (``deferred``:
+#: the trigger is moving to another triggerer; ``scheduled``, ``queued``, ``running``: another
+#: triggerer fired and the worker is acting on the verdict; ``up_for_retry``, ``restarting``) the
+#: pod belongs to someone else now, and the next try's sweep removes anything left over. ``None``
+#: is a cleared task instance.
+KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
+#: Task instance states between an accepted trigger event and a worker's resume: no worker holds
+#: the pod yet, so a kill there reaches no ``on_kill``.
+WAITING_STATES = frozenset({"scheduled", "queued"})
+
+
+def killed_why(state: str | None) -> str | None:
+    """Why a try's pod may be deleted when its task instance is in ``state``, or None (kept)."""
+    return f"Task instance is {state or 'cleared'}" if state in KILLED_STATES else None
 
 
 class TaskInstanceGone(LookupError):

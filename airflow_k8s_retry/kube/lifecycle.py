@@ -4,8 +4,8 @@ earlier tries left, stamp the verdict, delete by UID (with bounded retries), jud
 Airflow-free: it works on API JSON and a :class:`~airflow_k8s_retry.kube.pods.PodClient`, so the
 rules that keep "one pod per try" and "nothing left behind" are in one place and unit-testable.
 
-The verdict stamp has one owner here: :func:`encode_stamp` writes it, :func:`read_stamp` reads it
-and tolerates anything malformed. Every pod is stamped before it is deleted or kept
+The verdict stamp is written and read by :mod:`~airflow_k8s_retry.kube.stamps` (its one owner,
+whose reader tolerates anything malformed). Every pod is stamped before it is deleted or kept
 (:func:`finish`), so whatever meets it afterwards (a late trigger, a sweep, ``kubectl get pod``
 while it terminates) reads the verdict instead of judging again; a pod whose delete did not get
 through is left to the next try's sweep unless it was kept on purpose.
@@ -13,10 +13,9 @@ through is left to the next try's sweep unless it was kept on purpose.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
@@ -32,12 +31,11 @@ from airflow_k8s_retry.kube.errors import (
     TransportError,
 )
 from airflow_k8s_retry.kube.naming import (
-    MANAGED_SELECTOR,
     RELAUNCH_LABEL,
-    VERDICT_ANNOTATION,
     TryIdentity,
 )
 from airflow_k8s_retry.kube.pods import CreatedPod, PodClient, PodOfAnotherTry
+from airflow_k8s_retry.kube.stamps import encode_stamp, read_stamp
 
 Json = dict[str, Any]
 Log = Callable[..., None]
@@ -53,42 +51,6 @@ KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 SWEEP_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 #: Seconds between create attempts after a transient error (the name makes creates idempotent).
 CREATE_BACKOFF = (1.0, 2.0)
-
-
-# -- the stamp ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stamp:
-    """What a pod's verdict annotation says: the verdict, and whether the pod is kept on purpose."""
-
-    verdict: Verdict
-    kept: bool
-
-
-def encode_stamp(verdict: Verdict, *, kept: bool) -> str:
-    """The annotation value: small (no history, three evidence items), enough to act on it again."""
-    payload = verdict.to_payload()
-    payload["history"] = None
-    payload["evidence"] = payload["evidence"][:3]
-    payload["kept"] = kept
-    return json.dumps(payload)
-
-
-def read_stamp(pod: Mapping[str, Any] | None) -> Stamp | None:
-    """The stamp on ``pod``; ``None`` when there is none or it cannot be read (never raises).
-
-    A stamp written before stamps said ``kept`` counts as kept: that is what it meant then.
-    """
-    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
-    raw = annotations.get(VERDICT_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-        return Stamp(Verdict.from_payload(data), kept=bool(data.get("kept", True)))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
 
 
 def stamp(
@@ -243,10 +205,8 @@ def sweep_earlier_tries(
 
 def _earlier_pods_in_the_way(client: PodClient, identity: TryIdentity, namespace: str) -> list[Json]:
     """Pods of earlier tries of this task that are neither kept on purpose nor stopped for good."""
-    labels = identity.labels()
-    selector = f"{MANAGED_SELECTOR},dag_id={labels['dag_id']},task_id={labels['task_id']}"
     found = []
-    for pod in client.list_pods(namespace, selector):
+    for pod in client.list_pods(namespace, identity.selector("instance")):
         meta = pod.get("metadata") or {}
         pod_labels = meta.get("labels") or {}
         try_label = str(pod_labels.get("try_number", ""))
@@ -304,10 +264,8 @@ def delete_try_pods(
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Delete every pod of this task-instance try (any relaunch), e.g. after its deferral ended."""
-    labels = identity.labels()
-    keys = [k for k in ("dag_id", "task_id", "run_id", "map_index", "try_number") if k in labels]
     try:
-        for pod in client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys)):
+        for pod in client.list_pods(namespace, identity.selector("try")):
             meta = pod["metadata"]
             if identity.owns_pod(pod) and delete(client, namespace, meta["name"], meta["uid"], sleep=sleep):
                 log("Deleted pod %s/%s after the deferral ended", namespace, meta["name"])
@@ -326,10 +284,8 @@ def delete_earlier_relaunches(
 ) -> None:
     """Delete pods of this try's earlier relaunches that are still there (their delete failed
     when the relaunch started): nothing else would once the try succeeds."""
-    labels = identity.labels()
-    keys = ("dag_id", "task_id", "run_id", "try_number")
     try:
-        pods = client.list_pods(namespace, ",".join(f"{k}={labels[k]}" for k in keys if k in labels))
+        pods = client.list_pods(namespace, identity.selector("try"))
     except KubeError as exc:
         log("Could not look for pods of earlier relaunches: %s", exc)
         return

@@ -12,7 +12,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 GROUP = "airflow-k8s-retry.io"
 MANAGED_LABEL = f"{GROUP}/managed"
@@ -86,6 +86,23 @@ class TryIdentity:
         if self.map_index < 0:
             del labels["map_index"]
         return labels
+
+    def selector(self, scope: Literal["instance", "try"]) -> str:
+        """The label selector of this package's pods of this task instance: of any of its tries
+        (``"instance"``: one DAG run, one map index) or of this try, any relaunch (``"try"``).
+
+        The one spelling of both: the API server lists only pods :meth:`owns` can accept (a mapped
+        task's failure callback does not list every map index's pod of its try; an unmapped
+        task's asks for pods without a ``map_index``).
+        """
+        labels = self.labels()
+        keys = ["dag_id", "task_id", "run_id", "map_index", DEPLOYMENT_LABEL]
+        if scope == "try":
+            keys.append("try_number")
+        terms = [MANAGED_SELECTOR, *(f"{k}={labels[k]}" for k in keys if k in labels)]
+        if self.map_index < 0:
+            terms.insert(4, "!map_index")
+        return ",".join(terms)
 
     def pod_name(self, relaunch: int = 0, prefix: str | None = None) -> str:
         """A DNS-1123 name of at most 63 characters, unique per try and relaunch.

@@ -230,7 +230,7 @@ class PodClient:
         return [self._json(item) for item in result.items]
 
     def stamp_verdict(self, namespace: str, name: str, uid: str, stamp: str) -> bool:
-        """Write the verdict annotation (see ``lifecycle.encode_stamp``) on the pod with this UID, in
+        """Write the verdict annotation (see ``stamps.encode_stamp``) on the pod with this UID, in
         one request: the UID in the patch is a precondition (a replaced pod answers 409). False when
         that pod is gone or replaced."""
         body = {"metadata": {"uid": uid, "annotations": {VERDICT_ANNOTATION: stamp}}}

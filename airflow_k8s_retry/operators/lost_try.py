@@ -65,9 +65,7 @@ def _pods_of_try(task: Any, client: Any, identity: Any, namespace: str) -> list[
     """The pods labelled with the try; where its worker died elsewhere (the operator did not run
     the try's code in this process) and none is there yet, looked for again after
     :data:`IN_FLIGHT_SETTLE` seconds, for a create that worker sent just before it died."""
-    labels = identity.labels()
-    keys = ("dag_id", "task_id", "run_id", "try_number")
-    selector = ",".join(f"{k}={labels[k]}" for k in keys if k in labels)
+    selector = identity.selector("try")
     pods: list[dict[str, Any]] = client.list_pods(namespace, selector)
     if getattr(task, "_ran_here", True) or any(identity.owns_pod(p) for p in pods):
         return pods
@@ -85,6 +83,7 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
     from airflow_k8s_retry.exceptions import PodFailurePermanent
     from airflow_k8s_retry.kube import lifecycle
     from airflow_k8s_retry.kube.errors import KubeError
+    from airflow_k8s_retry.kube.stamps import read_stamp
 
     task = _operator_of(context)
     if task is None or context.get("ti") is None:
@@ -122,7 +121,7 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
         meta = pod.get("metadata") or {}
         if not identity.owns_pod(pod) or meta.get("deletionTimestamp"):
             continue
-        found = lifecycle.read_stamp(pod)
+        found = read_stamp(pod)
         if found is not None and found.kept:
             continue
         try:

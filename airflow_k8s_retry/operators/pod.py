@@ -223,6 +223,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         from airflow_k8s_retry.kube import lifecycle
         from airflow_k8s_retry.kube.errors import KubeError
         from airflow_k8s_retry.kube.pods import PodOfAnotherTry
+        from airflow_k8s_retry.kube.stamps import read_stamp
 
         identity = try_pod.identity_of(context)
         meta = pod["metadata"]
@@ -251,7 +252,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             where = f"{created.namespace}/{created.name} (uid {created.uid})"
             self.log.info("%s pod %s for try %d%s", how, where, identity.try_number, again)
             endings.run_callbacks(self, "on_pod_creation", context, pod=endings.as_v1pod(created))
-            found = lifecycle.read_stamp(created.body) if created.adopted else None
+            found = read_stamp(created.body) if created.adopted else None
             if found is None:
                 if deadline is None:
                     deadline = try_pod.deadline_of(context, self.execution_timeout)

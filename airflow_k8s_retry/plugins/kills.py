@@ -179,7 +179,7 @@ def task_instance_state(key: Any) -> tuple[str | None, int] | None:
 
 def _still_killed(key: Any, state_of: StateOf) -> bool:
     """Whether the task instance ``key`` names is still in a state only a kill leaves, on its try."""
-    from airflow_k8s_retry.triggers.pod import KILLED_STATES
+    from airflow_k8s_retry.task_state import KILLED_STATES
 
     now = state_of(key)
     if now is None:

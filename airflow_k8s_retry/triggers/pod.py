@@ -27,7 +27,6 @@ merely handed to another triggerer).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -45,7 +44,14 @@ from airflow_k8s_retry.kube.logstream import LogPosition
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.pod_event import PodEvent
 from airflow_k8s_retry.kube.rbac import rbac_message
-from airflow_k8s_retry.task_state import TaskInstanceGone, airflow_task_state
+from airflow_k8s_retry.kube.stamps import encode_history
+from airflow_k8s_retry.task_state import (
+    KILLED_STATES,
+    WAITING_STATES,
+    TaskInstanceGone,
+    airflow_task_state,
+    killed_why,
+)
 from airflow_k8s_retry.triggers.tracker import (
     Emit,
     FetchLogs,
@@ -74,19 +80,9 @@ __all__ = [
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
 _STATE_LOOKUP_TIMEOUT = 10.0
-#: Task instance states only a user action (or a cleared / deleted run) produces while the task is
-#: deferred: ``on_kill`` deletes the pod in these. In every other state (``deferred``: the trigger
-#: is moving to another triggerer; ``scheduled``, ``queued``, ``running``: another triggerer fired
-#: and the worker is acting on the verdict; ``up_for_retry``, ``restarting``) the pod belongs to
-#: someone else now, and the next try's sweep removes anything left over.
-KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
-
 #: Pauses between looks at the task instance's state after the trigger fired, until its event was
 #: accepted (the state left ``deferred``): about 30 s.
 _FIRED_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
-#: Task instance states between an accepted event and a worker's resume: no worker holds the pod
-#: yet, so a kill there reaches no ``on_kill``.
-_WAITING_STATES = frozenset({"scheduled", "queued"})
 #: Seconds between looks while the task instance waits for a worker (a pool, ``parallelism``).
 _WAITING_PAUSE = 10.0
 #: How long the after-firing check follows a task instance that waits for a worker; past it, a
@@ -407,7 +403,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             await sub.kube.patch_pod_annotations(
                 self.namespace,
                 self.pod_name,
-                {HISTORY_ANNOTATION: json.dumps(history.to_payload(), sort_keys=True)},
+                {HISTORY_ANNOTATION: encode_history(history)},
                 uid=self.pod_uid,
             )
         except Forbidden as exc:
@@ -490,7 +486,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 return
             if state == "deferred" and waiting_since is None:
                 continue
-            if state not in _WAITING_STATES:
+            if state not in WAITING_STATES:
                 return
             if waiting_since is None:
                 waiting_since = self.clock.now()
@@ -539,7 +535,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             state: str | None = await asyncio.wait_for(lookup(identity), _STATE_LOOKUP_TIMEOUT)
         except TaskInstanceGone as exc:
             return None, f"Task instance is gone ({exc})"
-        return state, (f"Task instance is {state or 'cleared'}" if state in KILLED_STATES else None)
+        return state, killed_why(state)
 
     async def _killed_why(self, identity: TryIdentity) -> str | None:
         """Why the pod may be deleted (the task instance's state), or None: it is kept."""

@@ -19,7 +19,6 @@ global state: the caller passes the time, so tests drive it with plain numbers.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,8 +28,8 @@ from airflow_k8s_retry.classification import FailurePolicy, classify
 from airflow_k8s_retry.classification.classifier import trace
 from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
 from airflow_k8s_retry.classification.rules import RULES
-from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION
 from airflow_k8s_retry.kube.ordering import is_older
+from airflow_k8s_retry.kube.stamps import read_history, read_stamp
 
 Json = dict[str, Any]
 
@@ -108,20 +107,8 @@ class Change(Protocol):
 
 def stamped_verdict(pod: Mapping[str, Any] | None) -> Verdict | None:
     """The verdict this package stamped on ``pod``, if any (unreadable stamps count as none)."""
-    raw = _annotation(pod, VERDICT_ANNOTATION)
-    try:
-        return Verdict.from_payload(json.loads(raw)) if raw else None
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def stamped_history(pod: Mapping[str, Any] | None) -> History | None:
-    """The classifier history stamped on ``pod`` by an earlier trigger, if any."""
-    raw = _annotation(pod, HISTORY_ANNOTATION)
-    try:
-        return History.from_payload(json.loads(raw)) if raw else None
-    except (ValueError, KeyError, TypeError):
-        return None
+    found = read_stamp(pod)
+    return found.verdict if found is not None else None
 
 
 def merge_histories(first: History, second: History | None) -> History:
@@ -267,7 +254,7 @@ class PodTracker:
             if stamp is not None:
                 return stamp
             if not self.merged and self.pod is not None and not self.gone:
-                earlier = stamped_history(self.pod)
+                earlier = read_history(self.pod)
                 self.history = merge_histories(self.history, earlier)
                 self.stamped = None if earlier is None else earlier.to_payload()
                 self.merged = True
@@ -450,12 +437,6 @@ def termination_grace(pod: Mapping[str, Any]) -> float:
         if isinstance(value, int | float) and value >= 0:
             return float(value)
     return 30.0
-
-
-def _annotation(pod: Mapping[str, Any] | None, key: str) -> str | None:
-    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
-    raw = annotations.get(key)
-    return str(raw) if raw else None
 
 
 def _uid_of(pod: Mapping[str, Any] | None) -> str | None:

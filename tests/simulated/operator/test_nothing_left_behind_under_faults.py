@@ -19,8 +19,8 @@ from kubernetes.client.exceptions import ApiException
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.compat import AirflowFailException
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-from airflow_k8s_retry.kube.lifecycle import read_stamp
 from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.stamps import read_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
 from tests.simulated.operator.test_operator_lifecycle import (
     client_for,

@@ -21,9 +21,9 @@ from airflow_k8s_retry.compat import (
 )
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from airflow_k8s_retry.kube.lifecycle import encode_stamp
 from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION, TryIdentity
 from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.stamps import encode_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
 from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
 
