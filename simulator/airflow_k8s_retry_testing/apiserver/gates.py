@@ -137,6 +137,8 @@ class Gates:
             "status": status,
             "user_agent": request.headers.get("User-Agent", ""),
             "watch": info.verb == "watch",
+            # kube-apiserver's audit events carry it as requestURI: path and query (selectors).
+            "request_uri": request.path_qs,
         }
         if info.labels is not None:
             record["labels"] = info.labels

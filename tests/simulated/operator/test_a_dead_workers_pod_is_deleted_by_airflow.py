@@ -9,12 +9,13 @@ callback called with the context, an exception logged and swallowed.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.exceptions import PodFailure
-from airflow_k8s_retry.kube.lifecycle import read_stamp
+from airflow_k8s_retry.kube.stamps import read_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
 from tests.simulated.operator.test_operator_lifecycle import defer, event_for, operator, verdict
 
@@ -120,6 +121,7 @@ def test_a_mapped_tasks_dead_worker_pod_is_deleted_too(make_cluster, context, ti
 
     parsed = mapped_load()  # the DAG processor's fresh parse: a MappedOperator, not the operator
     assert not isinstance(parsed, RetryingPodOperator)
+    since = len(cluster.audit_records())
     errors = []
     for callback in parsed.on_failure_callback:
         try:
@@ -128,6 +130,13 @@ def test_a_mapped_tasks_dead_worker_pod_is_deleted_too(make_cluster, context, ti
             errors.append(f"{type(exc).__name__}: {exc}")
     assert errors == []
     assert cluster.wait_for(lambda c: not live(c), timeout=10)
+    # It asked the API server for map index 1's pods only, not for every map index's of the try.
+    listed = [
+        parse_qs(urlsplit(r["request_uri"]).query)["labelSelector"][0].split(",")
+        for r in cluster.audit_records()[since:]
+        if r.get("kind") == "request" and r["verb"] == "list" and r["resource"] == "pods"
+    ]
+    assert listed and all("map_index=1" in selector and "try_number=1" in selector for selector in listed)
 
 
 def test_a_configuration_error_gives_no_second_traceback_from_the_callback(make_cluster, context, tmp_path):

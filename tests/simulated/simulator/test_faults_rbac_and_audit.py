@@ -139,10 +139,12 @@ def test_audit_file_records_requests_and_lifecycle(tmp_path: Path) -> None:
         "labels": {"dag_id": "d1"},
         "user_agent": create["user_agent"],
         "watch": False,
+        "request_uri": "/api/v1/namespaces/default/pods",
     }
     assert create["user_agent"].startswith("OpenAPI-Generator/")
     watch = next(r for r in lines if r["kind"] == "request" and r["verb"] == "watch")
     assert watch["watch"] is True and watch["status"] == 200
+    assert watch["request_uri"].startswith("/api/v1/") and "watch=" in watch["request_uri"]
     delete = next(r for r in lines if r["kind"] == "request" and r["verb"] == "delete")
     assert (delete["name"], delete["uid"], delete["status"]) == ("aud", uid, 200)
     changes = [r for r in lines if r["kind"] == "lifecycle"]
