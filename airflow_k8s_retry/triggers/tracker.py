@@ -184,10 +184,11 @@ class PodTracker:
         """Take what arrived since the last call (oldest first) and decide what to do next."""
         news = bool(changes) or list(events) != self.events
         self.events = list(events)
-        if not news and now >= self.due and now >= self.quiet_since + self.quiet_limit:
-            # A timer fell due and the feed has said nothing about this pod for a long while: it
-            # may be stuck (a watch a proxy broke, a label edited off the selector, RBAC), so read
-            # the pod itself instead of re-judging what the feed last said.
+        if not changes and now >= self.due and now >= self.quiet_since + self.quiet_limit:
+            # A timer fell due and the pods feed has said nothing about this pod for a long while:
+            # it may be stuck (a watch a proxy broke, a label edited off the selector, RBAC), so
+            # read the pod itself instead of re-judging what the feed last said. Events that
+            # arrived meanwhile come from another feed and say nothing of the pod's state.
             self.quiet_since = now
             return ReadDirectly()
         stamp = self._take(changes, now)

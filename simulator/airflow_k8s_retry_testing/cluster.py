@@ -392,6 +392,26 @@ class FakeCluster:
 
         self._call(act)
 
+    def exit_container(
+        self, name: str, exit_code: int = 0, *, container: str | None = None, namespace: str = "default"
+    ) -> None:
+        """End a running main container now (``container=None``: the first), with this exit code.
+
+        For tests that decide when a pod's run ends instead of racing its scripted
+        ``duration_seconds`` (give the image a long one); the kubelet then reports the exit as if
+        the run had ended by itself.
+        """
+
+        def act() -> None:
+            pod = self.store.get("pods", namespace, name)
+            if pod is None:
+                raise KeyError(f"exit_container: no live pod {namespace}/{name}")
+            if not self.components.exit_container(pod, container, exit_code):
+                which = "its first main container" if container is None else f"container {container!r}"
+                raise RuntimeError(f"exit_container: {which} of {namespace}/{name} is not running")
+
+        self._call(act)
+
     def add_secret(
         self, name: str, namespace: str = "default", data: Mapping[str, str] | None = None
     ) -> None:

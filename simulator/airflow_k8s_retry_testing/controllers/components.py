@@ -81,6 +81,15 @@ class Components:
     def disrupt(self, pod: Obj, kind: str) -> None:
         self.disruptions.disrupt(self.status.runs[pod["metadata"]["uid"]], kind)
 
+    def exit_container(self, pod: Obj, container: str | None, exit_code: int) -> bool:
+        """End a running main container now (``None``: the first); False if none was running."""
+        run = self.status.runs[pod["metadata"]["uid"]]
+        for c in run.main:
+            if c.running and (container is None or c.name == container):
+                self.kubelet.container_exited(run, c, exit_code)
+                return True
+        return False
+
     def add_disruption(self, scenario: Scenario, disruption: Disruption) -> None:
         """``scenario`` (now in force) ends with ``disruption``: it may hit ``count`` more pods."""
         self.status.scenario = scenario

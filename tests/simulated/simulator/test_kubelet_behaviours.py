@@ -400,3 +400,17 @@ def test_newer_kubelets_keep_the_pull_error_in_the_back_off_message() -> None:
         assert message.startswith(
             'Back-off pulling image "ghost:1": ErrImagePull: rpc error: code = NotFound'
         )
+
+
+def test_a_test_ends_a_running_container_when_it_chooses(sim: FakeCluster, api: Any) -> None:
+    api.create_namespaced_pod("default", pod_body("held", image="slow:1"))
+    with pytest.raises(KeyError, match="no live pod default/nowhere"):
+        sim.exit_container("nowhere")
+    assert sim.wait_for(pod_is("held", lambda p: phase(p) == "Running"), 5)
+    sim.exit_container("held", 4)
+    assert sim.wait_for(pod_is("held", lambda p: phase(p) == "Failed"), 5)
+    terminated = container_state(sim.pod("held"))["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (4, "Error")
+    assert "terminated:Error" in lifecycle(sim, "held")
+    with pytest.raises(RuntimeError, match="its first main container of default/held is not running"):
+        sim.exit_container("held")

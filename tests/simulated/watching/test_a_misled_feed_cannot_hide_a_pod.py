@@ -43,7 +43,8 @@ def set_managed_label(cluster: FakeCluster, name: str, value: str | None) -> Non
 async def test_a_stuck_feed_does_not_hide_a_finished_pod(
     monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, hub_settings: Callable[..., HubSettings]
 ) -> None:
-    scenario = {"images": {"job:1": {"run": {"exit_code": 0, "duration_seconds": 300}}}}
+    # The container runs until the test ends it (a scripted end could come before the fault).
+    scenario = {"images": {"job:1": {"run": {"exit_code": 0, "duration_seconds": 10**7}}}}
     with FakeCluster(scenario, time_scale=0.01) as cluster:
         use_cluster(monkeypatch, cluster)
         monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
@@ -55,10 +56,17 @@ async def test_a_stuck_feed_does_not_hide_a_finished_pod(
         run = Run(trigger_for(pod, identity)).start()
         # Seen running: the next re-check is due in 10 minutes.
         await manual_clock.wait_for_sleeper(manual_clock.now() + 600)
-        # From now on no watch can be opened; GET still works.
+        # From now on the feed can neither watch nor re-list; GET still works. Then the pod ends.
+        due = manual_clock.now() + 600
         cluster.add_fault(verb="watch", resource="pods", status=500, times=None)
+        cluster.add_fault(verb="list", resource="pods", status=500, times=None)
+        cluster.drop_watches("pods")
+        cluster.exit_container(name, 0)
         await cluster_reaches(cluster, lambda c: phase(c, name) == "Succeeded", 20)
+        assert run.events == [], "no feed could have told the trigger"
         gets = cluster.request_counts()[("get", "pods")]
+        # The trigger is asleep until its re-check (not busy elsewhere) when the clock moves.
+        await manual_clock.wait_for_sleeper(due)
         manual_clock.advance(600)
         event = await run.finish(within=20)
         assert event.verdict.outcome is Outcome.SUCCEED
@@ -68,8 +76,8 @@ async def test_a_stuck_feed_does_not_hide_a_finished_pod(
 async def test_a_live_pod_the_feed_called_gone_is_followed_again(
     monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock
 ) -> None:
-    # Runs 8 real seconds; the label dance below takes about one.
-    scenario = {"images": {"job:1": {"run": {"exit_code": 0, "duration_seconds": 800}}}}
+    # The container runs until the test ends it, after the label dance.
+    scenario = {"images": {"job:1": {"run": {"exit_code": 0, "duration_seconds": 10**7}}}}
     with FakeCluster(scenario, time_scale=0.01) as cluster:
         use_cluster(monkeypatch, cluster)
         monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
@@ -91,6 +99,7 @@ async def test_a_live_pod_the_feed_called_gone_is_followed_again(
         # The label comes back; the pod's later changes must reach the trigger through the feed
         # (the clock does not move, so no re-check reads the pod).
         set_managed_label(cluster, name, "true")
+        cluster.exit_container(name, 0)
         await cluster_reaches(cluster, lambda c: phase(c, name) == "Succeeded", 30)
         event = await run.finish(within=20)
         assert event.verdict.outcome is Outcome.SUCCEED

@@ -46,6 +46,19 @@ def test_log_reads_do_not_move_a_running_pods_recheck() -> None:
     assert tracker.apply([], [], T0 + 600) == ReadDirectly()
 
 
+def test_events_about_the_pod_do_not_stand_in_for_a_stuck_pods_feed() -> None:
+    # The pods feed has said nothing for 10 minutes while the events feed still delivers: the
+    # re-check reads the pod, whatever the events say (they are news about the pod, not its state).
+    tracker = PodTracker(pod_uid="u-1", started=T0)
+    assert tracker.apply([Change(pod(1))], [], T0) == SleepUntil(until=T0 + 600)
+    event = {"reason": "Pulled", "message": "Pulled", "lastTimestamp": "2027-01-15T08:00:01Z"}
+    assert tracker.apply([], [event], T0 + 600) == ReadDirectly()
+    # A pod change at the re-check is the feed speaking: no direct read then.
+    tracker = PodTracker(pod_uid="u-1", started=T0)
+    tracker.apply([Change(pod(1))], [], T0)
+    assert tracker.apply([Change(pod(2))], [], T0 + 600) == SleepUntil(until=T0 + 1200)
+
+
 def test_no_log_reads_once_the_container_stopped() -> None:
     tracker = PodTracker(pod_uid="u-1", logging_interval=60, started=T0)
     tracker.apply([Change(pod(1))], [], T0)
