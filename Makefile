@@ -85,32 +85,35 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 tests/unit
 
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Most of the
-# suite's time is spent waiting (Airflow subprocesses, simulated and real clusters), so the cluster
-# tier and the older minors' legs run beside the main suite, one after the other; their output
-# (.test-logs/side.log) is printed after it, and either side failing fails the target. (Running more
-# streams at once on 2 cores measured no faster: the work is CPU-bound on Airflow's start-ups.)
+# suite's time is spent waiting (Airflow subprocesses, simulated and real clusters), so two streams
+# run at once: the main suite, and beside it the deployment tier, the cluster tier and the older
+# minors' legs, one after the other; the side's output (.test-logs/side.log) is printed after the
+# main suite's, and either failing fails the target. (More streams at once on 2 cores measured no
+# faster: the work is CPU-bound on Airflow's start-ups.) Each stream writes a JUnit report under
+# .test-logs/ with every test's time.
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
 
 test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	@mkdir -p .test-logs; rm -f .test-logs/side.rc
 	@{ $(MAKE) --no-print-directory -k test-side > .test-logs/side.log 2>&1; echo $$? > .test-logs/side.rc; } & \
-	  $(BIN)/pytest --durations=25; main=$$?; wait; \
-	  echo "== cluster tier and older Airflow minors (.test-logs/side.log)"; cat .test-logs/side.log; \
-	  side=$$(cat .test-logs/side.rc); echo "== main suite exit $$main, cluster tier and older minors exit $$side"; \
+	  $(BIN)/pytest -m "not cluster and not deployment" --durations=25 --junitxml=.test-logs/main.xml; \
+	  main=$$?; wait; \
+	  echo "== deployment tier, cluster tier and older Airflow minors (.test-logs/side.log)"; cat .test-logs/side.log; \
+	  side=$$(cat .test-logs/side.rc); echo "== main suite exit $$main, deployment, cluster and older minors exit $$side"; \
 	  test "$$main" = 0 && test "$$side" = 0
 
-test-side: test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
+test-side: test-deployment test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
 
 # The deployment tier alone: one Airflow deployment (PostgreSQL, Celery) for all its tests.
 test-deployment: $(STAMP) tools
 	@echo "== deployment tier (PostgreSQL, CeleryExecutor, two schedulers and triggerers)"
-	$(BIN)/pytest -m deployment --durations=15
+	$(BIN)/pytest -m deployment --durations=15 --junitxml=.test-logs/deployment.xml
 
 # The cluster tier: tests marked `cluster`, against a real control plane the session starts.
 test-cluster: $(STAMP) controlplane
 	@echo "== cluster tier (real control plane)"
 	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
-	  $(BIN)/pytest -m cluster --durations=15
+	  $(BIN)/pytest -m cluster --durations=15 --junitxml=.test-logs/cluster.xml
 
 test-compat: $(addprefix test-compat-,$(AIRFLOW_MINORS))
 
