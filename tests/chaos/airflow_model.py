@@ -200,28 +200,23 @@ class TaskStates:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._states: dict[tuple[str, str], dict[str, str | None]] = {}
-        self._tries: dict[tuple[str, str, str], int] = {}
+        #: (dag_id, run_id) -> (task_id, map_index) -> (state, try number), as the table's rows.
+        self._rows: dict[tuple[str, str], dict[tuple[str, int], tuple[str | None, int]]] = {}
 
     def set(self, ti: TaskInstance, state: str | None) -> None:
         ti.state = state
-        key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
         with self._lock:
-            self._states.setdefault((ti.dag_id, ti.run_id), {})[key] = state
-            self._tries[(ti.dag_id, ti.run_id, key)] = ti.try_number
+            rows = self._rows.setdefault((ti.dag_id, ti.run_id), {})
+            rows[(ti.task_id, ti.map_index)] = (state, ti.try_number)
 
     def state_of(self, ti: Any) -> tuple[str | None, int] | None:
         """The metadata database's row for the task instance now: (state, try number), or None."""
-        key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
         with self._lock:
-            states = self._states.get((ti.dag_id, ti.run_id))
-            if states is None or key not in states:
-                return None
-            return states[key], self._tries[(ti.dag_id, ti.run_id, key)]
+            return self._rows.get((ti.dag_id, ti.run_id), {}).get((ti.task_id, ti.map_index))
 
     def delete_run(self, dag_id: str, run_id: str) -> None:
         with self._lock:
-            self._states.pop((dag_id, run_id), None)
+            self._rows.pop((dag_id, run_id), None)
 
     def get_task_states(
         self,
@@ -232,17 +227,18 @@ class TaskStates:
         logical_dates: Any = None,
         run_ids: list[str] | None = None,
     ) -> dict[str, dict[str, Any]]:
+        """As the route does: rows filtered by task id and map index (SQL, not by the key's
+        spelling), each keyed ``task_id`` or, for a mapped one, ``f"{task_id}_{map_index}"``."""
         with self._lock:
             out: dict[str, dict[str, Any]] = {}
-            for (dag, run), states in self._states.items():
+            for (dag, run), rows in self._rows.items():
                 if dag != dag_id or (run_ids is not None and run not in run_ids):
                     continue
-                per_run = {
-                    k: v
-                    for k, v in states.items()
-                    if task_ids is None or k.split("_")[0] in task_ids or k in task_ids
+                out[run] = {
+                    (task if index < 0 else f"{task}_{index}"): state
+                    for (task, index), (state, _try) in rows.items()
+                    if (not task_ids or task in task_ids) and (map_index is None or index == map_index)
                 }
-                out[run] = per_run
             return out
 
     @contextlib.contextmanager
