@@ -1,5 +1,5 @@
-"""The tracker loads nothing heavy and no I/O code: the classifier, the annotation names, the
-resourceVersion order, itself."""
+"""The tracker loads nothing heavy and no I/O code: the classifier, the annotation names and their
+codec (pure JSON), the resourceVersion order, itself."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def test_importing_the_tracker_in_a_fresh_interpreter_loads_no_io_module() -> No
         "airflow_k8s_retry.classification",
         "airflow_k8s_retry.kube.naming",
         "airflow_k8s_retry.kube.ordering",
+        "airflow_k8s_retry.kube.stamps",
         "airflow_k8s_retry.triggers.tracker",
     )
     # The packages themselves load too: kube/'s and triggers/' (whose PodStateTrigger loads lazily).
