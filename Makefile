@@ -86,23 +86,27 @@ unit: $(STAMP)
 
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Most of the
 # suite's time is spent waiting (Airflow subprocesses, simulated and real clusters), so two streams
-# run at once: the main suite, and beside it the deployment tier, the cluster tier and the older
-# minors' legs, one after the other; the side's output (.test-logs/side.log) is printed after the
-# main suite's, and either failing fails the target. (More streams at once on 2 cores measured no
-# faster: the work is CPU-bound on Airflow's start-ups.) Each stream writes a JUnit report under
-# .test-logs/ with every test's time.
+# run at once, balanced by their measured times (about half an hour each on 2 cores): the main
+# suite and then the newest older minor's leg; beside them the deployment tier, the cluster tier
+# and the other older minors' legs, one after the other. The side's output (.test-logs/side.log)
+# is printed at the end, and any part failing fails the target. (More streams at once on 2 cores
+# measured no faster: the work is CPU-bound on Airflow's start-ups.) Each pytest run writes a JUnit
+# report under .test-logs/ with every test's time.
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
+MAIN_MINOR := $(lastword $(OLDER_MINORS))
+SIDE_MINORS := $(filter-out $(MAIN_MINOR),$(OLDER_MINORS))
 
 test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	@mkdir -p .test-logs; rm -f .test-logs/side.rc
 	@{ $(MAKE) --no-print-directory -k test-side > .test-logs/side.log 2>&1; echo $$? > .test-logs/side.rc; } & \
 	  $(BIN)/pytest -m "not cluster and not deployment" --durations=25 --junitxml=.test-logs/main.xml; \
-	  main=$$?; wait; \
-	  echo "== deployment tier, cluster tier and older Airflow minors (.test-logs/side.log)"; cat .test-logs/side.log; \
-	  side=$$(cat .test-logs/side.rc); echo "== main suite exit $$main, deployment, cluster and older minors exit $$side"; \
-	  test "$$main" = 0 && test "$$side" = 0
+	  main=$$?; $(MAKE) --no-print-directory test-compat-$(MAIN_MINOR); compat=$$?; wait; \
+	  echo "== deployment tier, cluster tier and Airflow $(SIDE_MINORS) (.test-logs/side.log)"; \
+	  cat .test-logs/side.log; side=$$(cat .test-logs/side.rc); \
+	  echo "== main suite exit $$main, Airflow $(MAIN_MINOR) exit $$compat, deployment, cluster and Airflow $(SIDE_MINORS) exit $$side"; \
+	  test "$$main" = 0 && test "$$compat" = 0 && test "$$side" = 0
 
-test-side: test-deployment test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
+test-side: test-deployment test-cluster $(addprefix test-compat-,$(SIDE_MINORS))
 
 # The deployment tier alone: one Airflow deployment (PostgreSQL, Celery) for all its tests.
 test-deployment: $(STAMP) tools
@@ -134,7 +138,7 @@ $(COMPAT)/%/.installed: constraints/airflow-%/constraints-$(PY_MINOR).txt setup.
 
 test-compat-%: $(COMPAT)/%/.installed
 	@echo "== Airflow $* ($(COMPAT)/$*)"
-	$(COMPAT)/$*/bin/pytest -q -p no:cacheprovider --durations=15 $(COMPAT_TESTS_OLDER)
+	$(COMPAT)/$*/bin/pytest -q -p no:cacheprovider --durations=15 --junitxml=.test-logs/compat-$*.xml $(COMPAT_TESTS_OLDER)
 
 # The real control plane (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, KWOK),
 # built from tools/controlplane/go.mod into a cache outside the repository, keyed by the pins.
