@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow_k8s_retry.classification import History, Verdict
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL
+from airflow_k8s_retry.kube.stamps import read_history, read_stamp
 
 
 class LivePodError(Exception):
@@ -59,8 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _stamps(pod: Mapping[str, Any]) -> tuple[History | None, Verdict | None]:
-    from airflow_k8s_retry.kube.stamps import read_history, read_stamp
-
     stamped = read_stamp(pod)
     return read_history(pod), stamped.verdict if stamped is not None else None
 

@@ -99,9 +99,12 @@ class TryIdentity:
         keys = ["dag_id", "task_id", "run_id", "map_index", DEPLOYMENT_LABEL]
         if scope == "try":
             keys.append("try_number")
-        terms = [MANAGED_SELECTOR, *(f"{k}={labels[k]}" for k in keys if k in labels)]
-        if self.map_index < 0:
-            terms.insert(4, "!map_index")
+        terms = [MANAGED_SELECTOR]
+        for key in keys:
+            if key in labels:
+                terms.append(f"{key}={labels[key]}")
+            elif key == "map_index":
+                terms.append("!map_index")  # an unmapped task's pods carry no map_index label
         return ",".join(terms)
 
     def pod_name(self, relaunch: int = 0, prefix: str | None = None) -> str:

@@ -75,7 +75,8 @@ def read_history(pod: Mapping[str, Any] | None) -> History | None:
 
 
 def _annotation(pod: Mapping[str, Any] | None, key: str) -> str | None:
-    metadata = (pod or {}).get("metadata") or {}
-    annotations = metadata.get("annotations") or {} if isinstance(metadata, Mapping) else {}
+    """The annotation's value, or None (also for metadata or annotations that are not mappings)."""
+    metadata = (pod or {}).get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     raw = annotations.get(key) if isinstance(annotations, Mapping) else None
     return str(raw) if raw else None
