@@ -11,9 +11,10 @@ import json
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.classification.rules import TimeoutField, graceable_reasons, overridable_reasons
 
 
 class PolicyError(ValueError):
@@ -24,8 +25,6 @@ class PolicyError(ValueError):
 #: grace instead) and ``succeed`` would turn a failed pod into a success (use ``skip``).
 OVERRIDE_OUTCOMES = frozenset({Outcome.RETRY, Outcome.FAIL, Outcome.RELAUNCH, Outcome.SKIP})
 
-#: The policy fields a rule's grace may name (``rules.PolicyField``).
-TimeoutField = Literal["startup_timeout", "schedule_timeout", "running_recheck", "scale_up_timeout"]
 _NUMBER_FIELDS: tuple[TimeoutField, ...] = get_args(TimeoutField)
 
 
@@ -65,8 +64,6 @@ class FailurePolicy:
     scale_up_timeout: float = 900.0
 
     def __post_init__(self) -> None:
-        from airflow_k8s_retry.classification.rules import graceable_reasons, overridable_reasons
-
         set_ = object.__setattr__
         set_(self, "grace", _check_grace(self.grace, graceable_reasons()))
         set_(self, "outcomes", _check_outcomes(self.outcomes, overridable_reasons()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from airflow_k8s_retry.classification.model import Reason
+from airflow_k8s_retry.classification.codes import Reason
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import Literal, Protocol
 
 from airflow_k8s_retry.classification import matchers as m
 from airflow_k8s_retry.classification import waiting as w
 from airflow_k8s_retry.classification.matchers import Matcher
 from airflow_k8s_retry.classification.model import Outcome, Reason
 
-if TYPE_CHECKING:  # policy.py reads this table when it validates, so it is imported lazily
-    from airflow_k8s_retry.classification.policy import FailurePolicy, TimeoutField
+#: The policy fields a rule's grace may name (``PolicyField``).
+TimeoutField = Literal["startup_timeout", "schedule_timeout", "running_recheck", "scale_up_timeout"]
+
+
+class Timeouts(Protocol):
+    """What a grace reads from a policy: ``FailurePolicy``, which validates itself against this
+    table (so the table cannot import it)."""
+
+    def timeout(self, name: TimeoutField) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +49,7 @@ class Seconds:
 
     value: float
 
-    def resolve(self, policy: FailurePolicy) -> float:
+    def resolve(self, policy: Timeouts) -> float:
         return float(self.value)
 
     def __str__(self) -> str:
@@ -56,7 +63,7 @@ class PolicyField:
 
     name: TimeoutField
 
-    def resolve(self, policy: FailurePolicy) -> float:
+    def resolve(self, policy: Timeouts) -> float:
         return policy.timeout(self.name)
 
     def __str__(self) -> str:

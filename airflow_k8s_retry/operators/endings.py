@@ -22,11 +22,11 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.kube.errors import KubeError
     from airflow_k8s_retry.kube.pods import CreatedPod, Json, PodClient
-    from airflow_k8s_retry.operators.pod import RetryingPodOperator
+    from airflow_k8s_retry.operators.parts import TryOperator
 
 
 def create_failed(
-    op: RetryingPodOperator, context: Context, exc: KubeError, namespace: str, name: str
+    op: TryOperator, context: Context, exc: KubeError, namespace: str, name: str
 ) -> Exception:
     """What the task raises when the API refused (or never answered) the try's create: the error is
     judged (:func:`~airflow_k8s_retry.kube.lifecycle.create_error_verdict`), logged, published and counted."""
@@ -41,7 +41,7 @@ def create_failed(
     return exception_for(verdict, f"{verdict.reason.value}: {verdict.message}")
 
 
-def succeeded(op: RetryingPodOperator, client: PodClient, pod: CreatedPod) -> Any:
+def succeeded(op: TryOperator, client: PodClient, pod: CreatedPod) -> Any:
     """The success's logs (with ``get_logs``) and XCom result (with ``do_xcom_push``)."""
     if op.get_logs:
         write_logs(op, pod)
@@ -49,7 +49,7 @@ def succeeded(op: RetryingPodOperator, client: PodClient, pod: CreatedPod) -> An
 
 
 def failed(
-    op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict
+    op: TryOperator, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict
 ) -> Verdict:
     """Report a failure (or a skip) in the task log, the whole log after it, and the verdict in XCom.
 
@@ -81,7 +81,7 @@ def failed(
     return published
 
 
-def judged_on(op: RetryingPodOperator, client: PodClient, pod: CreatedPod) -> tuple[Json | None, list[Json]]:
+def judged_on(op: TryOperator, client: PodClient, pod: CreatedPod) -> tuple[Json | None, list[Json]]:
     """The pod and its Events as the trigger saw them when it judged (carried in its event), or as
     read now when the event carries none (an older trigger's, or a snapshot too large to carry)."""
     from airflow_k8s_retry.kube import lifecycle, snapshot
@@ -96,7 +96,7 @@ def judged_on(op: RetryingPodOperator, client: PodClient, pod: CreatedPod) -> tu
     return body, events
 
 
-def write_logs(op: RetryingPodOperator, pod: CreatedPod) -> None:
+def write_logs(op: TryOperator, pod: CreatedPod) -> None:
     """The whole log of ``container_logs`` (the base container by default), through the provider's
     log reader, with its prefix and ``log_formatter``; with ``logging_interval``, what the trigger
     already streamed of the base container is not written again."""
@@ -123,7 +123,7 @@ def write_logs(op: RetryingPodOperator, pod: CreatedPod) -> None:
 
 
 def push_partial_result(
-    op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod
+    op: TryOperator, context: Context, client: PodClient, pod: CreatedPod
 ) -> None:
     try:
         value = client.read_xcom(pod.namespace, pod.name)
@@ -146,7 +146,7 @@ def push_partial_result(
     ti.xcom_push(key="return_value", value=value)
 
 
-def push_verdict(op: RetryingPodOperator, context: Context, verdict: Verdict) -> None:
+def push_verdict(op: TryOperator, context: Context, verdict: Verdict) -> None:
     try:
         context["ti"].xcom_push(key="verdict", value=verdict.summary())
     except Exception as exc:  # publishing the verdict must never skip the cleanup
@@ -158,7 +158,7 @@ def as_v1pod(pod: CreatedPod) -> Any:
     return pod.as_v1pod()
 
 
-def run_callbacks(op: RetryingPodOperator, hook: str, context: Context, **kwargs: Any) -> None:
+def run_callbacks(op: TryOperator, hook: str, context: Context, **kwargs: Any) -> None:
     """Call ``hook`` on each of the operator's ``callbacks`` (KPO's ``KubernetesPodOperatorCallback``)."""
     if not op.callbacks:
         return

@@ -48,17 +48,22 @@ def with_lost_try_cleanup(callbacks: Any) -> list[Any]:
     return listed
 
 
+#: The class attribute that marks an operator whose tries this callback cleans up
+#: (``RetryingPodOperator`` sets it), read instead of importing that class: its module imports this.
+TRY_OWNER = "_runs_tries_in_pods"
+
+
 def _operator_of(context: Any) -> Any:
     """The failed try's operator; a mapped task is expanded for the try's ``map_index`` first, as
-    the task runner does (``render_template_fields`` puts the expanded task in the context)."""
-    from airflow_k8s_retry.operators.pod import RetryingPodOperator
-
+    the task runner does (``render_template_fields`` puts the expanded task in the context).
+    ``RetryingPodOperator`` and its subclasses say they run tries by :data:`TRY_OWNER`; a mapped
+    task's class (``MappedOperator``) does not."""
     task: Any = context.get("task") if hasattr(context, "get") else None
     operator_class = getattr(task, "operator_class", None)
-    if isinstance(operator_class, type) and issubclass(operator_class, RetryingPodOperator):
+    if isinstance(operator_class, type) and getattr(operator_class, TRY_OWNER, False):
         task.render_template_fields(context)
         task = context.get("task")
-    return task if isinstance(task, RetryingPodOperator) else None
+    return task if getattr(type(task), TRY_OWNER, False) else None
 
 
 def _pods_of_try(task: Any, client: Any, identity: Any, namespace: str) -> list[dict[str, Any]]:

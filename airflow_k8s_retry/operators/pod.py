@@ -82,6 +82,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     name: str | None  # KPO's attribute: here the pod name's prefix
     #: How backoff between API retries sleeps; tests replace it.
     retry_sleep: ClassVar[Callable[[float], None]] = staticmethod(time.sleep)
+    #: Marks this class (and subclasses) for ``lost_try``'s failure callback (``lost_try.TRY_OWNER``).
+    _runs_tries_in_pods: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
-    from airflow_k8s_retry.operators.pod import RetryingPodOperator
+    from airflow_k8s_retry.operators.parts import TryOperator
     from airflow_k8s_retry.triggers.pod import PodStateTrigger
 
 #: How much longer than the try's ``execution_timeout`` the deferral may last: the trigger itself
@@ -58,7 +58,7 @@ def deadline_of(context: Context, execution_timeout: timedelta | None) -> float 
     return began + float(execution_timeout.total_seconds())
 
 
-def build_try_pod(op: RetryingPodOperator, context: Context, relaunch: int = 0) -> dict[str, Any]:
+def build_try_pod(op: TryOperator, context: Context, relaunch: int = 0) -> dict[str, Any]:
     """The pod as API JSON: the provider's ``build_pod_request_obj``, then the per-try name, this
     package's labels and the task instance annotation."""
     identity = identity_of(context)
@@ -102,7 +102,7 @@ class SizedTry(NamedTuple):
     resources: dict[str, Any]
 
 
-def size_memory(op: RetryingPodOperator, context: Context, pod: dict[str, Any]) -> None:
+def size_memory(op: TryOperator, context: Context, pod: dict[str, Any]) -> None:
     """Give the try's pod the memory ``memory_growth`` planned for this try (read once per try:
     a relaunch in the same try gets the same size)."""
     from airflow_k8s_retry import memory_growth
@@ -123,7 +123,7 @@ def size_memory(op: RetryingPodOperator, context: Context, pod: dict[str, Any]) 
             container["resources"] = copy.deepcopy(sized.resources[container.get("name")])
 
 
-def memory_note(op: RetryingPodOperator, context: Context) -> str | None:
+def memory_note(op: TryOperator, context: Context) -> str | None:
     """What this try runs with and why, when ``memory_growth`` sized it (the pod is built, and the
     plan read, if this process has not done so for this try)."""
     sized: SizedTry | None = getattr(op, "_memory_sized", None)
@@ -133,7 +133,7 @@ def memory_note(op: RetryingPodOperator, context: Context) -> str | None:
     return sized.note if sized is not None else None
 
 
-def ran_with(op: RetryingPodOperator, client: PodClient, pod: CreatedPod, context: Context) -> dict[str, Any]:
+def ran_with(op: TryOperator, client: PodClient, pod: CreatedPod, context: Context) -> dict[str, Any]:
     """The pod as the trigger judged it when its containers' resources travelled with the event
     (what the pod really ran with, a LimitRange's defaults included); the try's pod as built otherwise."""
     from airflow_k8s_retry.operators import endings
@@ -147,7 +147,7 @@ def ran_with(op: RetryingPodOperator, client: PodClient, pod: CreatedPod, contex
 
 
 def grow_after(
-    op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict
+    op: TryOperator, context: Context, client: PodClient, pod: CreatedPod, verdict: Verdict
 ) -> Verdict:
     """After an OOM kill, plan the next try's memory (or fail at once when the caps allow no more)."""
     from dataclasses import replace
@@ -172,7 +172,7 @@ def grow_after(
     return grown
 
 
-def sized_success(op: RetryingPodOperator, context: Context, client: PodClient, pod: CreatedPod) -> None:
+def sized_success(op: TryOperator, context: Context, client: PodClient, pod: CreatedPod) -> None:
     """A try succeeded: ``memory_growth`` remembers its size (with ``remember``) and ends the run's plan."""
     from airflow_k8s_retry import memory_growth
 
@@ -181,7 +181,7 @@ def sized_success(op: RetryingPodOperator, context: Context, client: PodClient, 
     memory_growth.after_success(op.memory_growth, context, ran_on, op.log.warning)
 
 
-def pod_client(op: RetryingPodOperator) -> PodClient:
+def pod_client(op: TryOperator) -> PodClient:
     """The client of the operator's connection (or the default kubeconfig); a broken local
     configuration is a one-line permanent failure naming where it came from."""
     import os
@@ -196,7 +196,7 @@ def pod_client(op: RetryingPodOperator) -> PodClient:
 
 
 def trigger_for(
-    op: RetryingPodOperator,
+    op: TryOperator,
     identity: TryIdentity,
     created: CreatedPod,
     relaunch: int,
@@ -223,14 +223,14 @@ def trigger_for(
     )
 
 
-def cluster_of(op: RetryingPodOperator) -> dict[str, Any] | None:
+def cluster_of(op: TryOperator) -> dict[str, Any] | None:
     """The task's KPO cluster arguments (rendered), or ``None`` when it set none."""
     from airflow_k8s_retry.connection import chosen_cluster
 
     return chosen_cluster(op.in_cluster, op.config_file, op.cluster_context)
 
 
-def follow_here(op: RetryingPodOperator, trigger: PodStateTrigger) -> dict[str, Any] | None:
+def follow_here(op: TryOperator, trigger: PodStateTrigger) -> dict[str, Any] | None:
     """``deferrable=False``: the trigger's own ``run()`` in the worker, until its one event.
 
     The same watch, tracker, classifier and verdict as in a triggerer; the worker holds its slot
