@@ -109,7 +109,8 @@ def test_the_readme_gives_each_wheels_module_count_and_size(wheels: dict[str, zi
     """The README's figures are the wheels' own: the module count exactly, the size within 10%."""
     readme = " ".join((REPO / "README.md").read_text().split())
     said = re.search(
-        r"The provider's wheel is (\d+) KB with (\d+) modules.*?the simulator's is (\d+) KB with (\d+) modules",
+        r"The provider's wheel is (\d+) KB with (\d+) modules"
+        r".*?the simulator's is (\d+) KB with (\d+) modules",
         readme,
     )
     assert said, "README: the sentence giving the wheels' sizes and module counts is missing"
