@@ -99,7 +99,7 @@ class PodFeed(Feed):
                 fresh[key] = pod
         for key, last in list(self.cache.items()):
             if key not in fresh:
-                self._deliver(key, PodChange(pod=last, deleted=True))
+                self._deliver(key, PodChange(pod=last, deleted=True, unseen=self.lost_sight))
         first = not self.synced.is_set()
         for key, pod in fresh.items():
             old = self.cache.get(key)

@@ -132,6 +132,9 @@ class Feed:
         self.followers: set[CollectionSubscription] = set()
         self.synced = asyncio.Event()
         self.mode = FeedMode.WATCH
+        #: A turn failed since the feed last heard from the API server: what the next re-list finds
+        #: missing went while the feed could not see it (``PodChange.unseen``).
+        self.lost_sight = False
         #: The shortest poll interval any reader asked for (used only while polling).
         self.poll_interval = poll_interval
         self.task: asyncio.Task[None] | None = None
@@ -268,6 +271,7 @@ class Feed:
             await self._after_gone()
             return True
         self.counts["errors"] += 1
+        self.lost_sight = True
         if isinstance(exc, Forbidden):
             return await self._after_forbidden(exc)
         if isinstance(exc, Unauthorized):
@@ -356,6 +360,7 @@ class Feed:
         self.counts["list"] += 1
         listing = await self._list()
         self._resync(listing.items)
+        self.lost_sight = False
         # An API server always sends a collection version; without one, watch "from now" rather
         # than re-listing in a loop.
         self.resource_version = listing.resource_version
@@ -373,6 +378,7 @@ class Feed:
                 received += 1
                 self._backoff.reset()
                 self._refusals = 0
+                self.lost_sight = False  # a resumed watch delivers deletions with their final state
                 if event.type != "BOOKMARK":
                     self._apply(event)
                 if event.resource_version:

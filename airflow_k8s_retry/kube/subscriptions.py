@@ -43,10 +43,15 @@ class KubeHolder(Protocol):
 
 @dataclass(frozen=True)
 class PodChange:
-    """A new state of the subscribed pod. ``pod`` is None when it is gone and its last state unknown."""
+    """A new state of the subscribed pod. ``pod`` is None when it is gone and its last state unknown.
+
+    ``unseen``: deleted while the feed could not reach the API server, found missing by the re-list
+    after it did (``pod`` is the last state it saw, not the final one).
+    """
 
     pod: Json | None
     deleted: bool = False
+    unseen: bool = False
 
     @property
     def resource_version(self) -> str | None:

@@ -28,7 +28,7 @@ from airflow_k8s_retry.classification import FailurePolicy, classify
 from airflow_k8s_retry.classification.classifier import trace
 from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
 from airflow_k8s_retry.classification.rules import RULES
-from airflow_k8s_retry.kube.ordering import is_older
+from airflow_k8s_retry.kube.ordering import event_time, is_older
 from airflow_k8s_retry.kube.stamps import read_history, read_stamp
 
 Json = dict[str, Any]
@@ -51,6 +51,15 @@ HISTORY_SETTLE = 5.0
 #: back-off is usually followed by the Event that names its cause (a trigger that starts on a pod
 #: already backing off lists the pods before the Events). Both timers are minutes long.
 SETTLING_RULES = frozenset({"starting", "image_pull_backoff"})
+#: Seconds a node-loss Event may postdate the newest time in the last state seen of a pod that
+#: vanished unseen (:attr:`Change.unseen`) and still count. After an API-server outage longer than
+#: the node-monitor grace period the node controller marks nodes NotReady and records the Event for
+#: every pod in its stale cache, pods deleted meanwhile among them: one dated well after anything
+#: the pod went through is about the outage, not the pod. The margin covers clock skew between the
+#: kubelet and the control plane, and a node lost a moment after the last state.
+NODE_LOSS_MARGIN = 10.0
+#: The Events that say a vanished pod's node was lost (the classifier's ``gone_after_node_lost``).
+NODE_LOSS_EVENTS = frozenset({"NodeNotReady"})
 
 _GRACE_RULES = frozenset(rule.name for rule in RULES if rule.outcome is not Outcome.WAIT and rule.grace)
 
@@ -96,13 +105,20 @@ class SleepUntil(Step):
 
 
 class Change(Protocol):
-    """A new state of the pod, as the watch hub delivers it (``pod`` None: gone, state unknown)."""
+    """A new state of the pod, as the watch hub delivers it (``pod`` None: gone, state unknown).
+
+    ``unseen``: deleted while the feed could not reach the API server; ``pod`` is the last state
+    it saw, not the final one.
+    """
 
     @property
     def pod(self) -> Json | None: ...
 
     @property
     def deleted(self) -> bool: ...
+
+    @property
+    def unseen(self) -> bool: ...
 
 
 def stamped_verdict(pod: Mapping[str, Any] | None) -> Verdict | None:
@@ -161,6 +177,7 @@ class PodTracker:
         self.initial_history = self.history
         self.pod: Json | None = None
         self.gone = False
+        self.unseen = False  # gone while the feed could not see it (Change.unseen)
         self.observed = False
         self.merged = False
         self.quiet_since = self.started
@@ -228,7 +245,7 @@ class PodTracker:
             notes.append(
                 f"{verdict.reason.value} withdrawn, the pod is {again.reason.value} now ({again.message})"
             )
-            self.gone = False
+            self.gone = self.unseen = False
             return Revive(pod=fresh, notes=tuple(notes))
         return Emit(verdict=again, notes=tuple(notes))
 
@@ -244,6 +261,7 @@ class PodTracker:
         for index, change in enumerate(changes):
             if change.deleted:
                 self.gone = True
+                self.unseen = change.unseen
                 if change.pod is not None and _uid_of(change.pod) in (None, self.pod_uid):
                     self.pod = change.pod
             elif change.pod is not None:
@@ -312,7 +330,10 @@ class PodTracker:
         return SleepUntil(until=self.due, wake=wake, remember=remember, notes=tuple(notes))
 
     def _classify(self, pod: Mapping[str, Any] | None, history: History, now: float) -> Verdict:
-        return classify(pod, self.events, history, now=now, policy=self.policy, relaunches=self.relaunches)
+        events = self.events
+        if pod is None and self.unseen and self.pod is not None:
+            events = without_later_node_loss(events, self.pod)
+        return classify(pod, events, history, now=now, policy=self.policy, relaunches=self.relaunches)
 
     def _overdue(self, now: float) -> bool:
         return self.execution_deadline is not None and now >= self.execution_deadline
@@ -428,6 +449,44 @@ def containers_running(pod: Mapping[str, Any]) -> bool:
             if "running" in ((container or {}).get("state") or {}):
                 return True
     return False
+
+
+def without_later_node_loss(events: Sequence[Json], last: Mapping[str, Any]) -> list[Json]:
+    """``events`` less the node-loss Events dated more than :data:`NODE_LOSS_MARGIN` after the
+    newest time in ``last`` (why: see there); an Event without a time, or a pod without any, stays."""
+    newest = max(_state_times(last), default=None)
+    if newest is None:
+        return list(events)
+    return [e for e in events if e.get("reason") not in NODE_LOSS_EVENTS or not _later(e, newest)]
+
+
+def _later(event: Mapping[str, Any], newest: float) -> bool:
+    at = _epoch(event_time(event))
+    return at is not None and at > newest + NODE_LOSS_MARGIN
+
+
+def _state_times(pod: Mapping[str, Any]) -> list[float]:
+    """Every time ``pod`` records: its writes, its creation, its conditions and container states."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    stamps = [entry.get("time") for entry in meta.get("managedFields") or [] if isinstance(entry, Mapping)]
+    stamps.append(meta.get("creationTimestamp"))
+    stamps += [c.get("lastTransitionTime") for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    for group in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for container in status.get(group) or []:
+            state = (container or {}).get("state") or {}
+            running, done = state.get("running") or {}, state.get("terminated") or {}
+            stamps += [running.get("startedAt"), done.get("startedAt"), done.get("finishedAt")]
+    return [at for at in map(_epoch, stamps) if at is not None]
+
+
+def _epoch(stamp: object) -> float | None:
+    """Epoch seconds of an RFC 3339 time (``fromisoformat`` reads the API's forms since 3.11)."""
+    try:
+        at = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
+    return None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 def termination_grace(pod: Mapping[str, Any]) -> float:

@@ -25,6 +25,7 @@ NOT_FOUND = (
 class Change:
     pod: dict[str, Any] | None
     deleted: bool = False
+    unseen: bool = False
 
 
 def pod(rv: int, waiting: dict[str, Any] | None = None) -> dict[str, Any]:

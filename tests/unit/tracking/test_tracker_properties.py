@@ -58,6 +58,7 @@ MAX_STEPS = 2_000
 class Change:
     pod: dict[str, Any] | None
     deleted: bool = False
+    unseen: bool = False
 
 
 @dataclass

@@ -23,6 +23,7 @@ T0 = 1_800_000_000.0
 class Change:
     pod: dict[str, Any] | None
     deleted: bool = False
+    unseen: bool = False
 
 
 def pod(rv: int, phase: str = "Running", state: dict[str, Any] | None = None) -> dict[str, Any]:
