@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 
-from tests.deployment.conftest import SCALE, Deployment
+from tests.deployment.conftest import SCALE
+from tests.support.deployment import Deployment
 
 DAG_ID = "deployment_db_outage"
 TASK_ID = "app"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 
-from tests.deployment.conftest import SCALE, SCHEDULERS, TRIGGERERS, Deployment
+from tests.deployment.conftest import SCALE
 from tests.deployment.dags.deployment_capacity import TASKS
+from tests.support.deployment import SCHEDULERS, TRIGGERERS, Deployment
 
 CAPACITY = 2
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION
-from tests.deployment.conftest import HEALTH_THRESHOLD, Deployment
 from tests.deployment.dags.deployment_handover import GRACE_SECONDS
+from tests.support.deployment import HEALTH_THRESHOLD, Deployment
 
 DAG_ID = "deployment_handover"
 TASK_ID = "pull"

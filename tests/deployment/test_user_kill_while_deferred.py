@@ -13,7 +13,7 @@ import pytest
 
 from airflow_k8s_retry.kube.naming import safe_label_value
 from airflow_k8s_retry.plugins.kills import ON_KILL_FIRST, USER_AGENT
-from tests.deployment.conftest import Deployment
+from tests.support.deployment import Deployment
 
 DAG_ID = "deployment_user_kill"
 TASK_ID = "long"
