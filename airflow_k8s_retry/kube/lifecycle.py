@@ -42,6 +42,10 @@ Log = Callable[..., None]
 
 #: Seconds between delete attempts; four attempts in all, about 3.5 s at most.
 DELETE_BACKOFF = (0.5, 1.0, 2.0)
+#: Seconds between attempts to delete the pod of a finished try: seven attempts over about 30 s.
+#: On a last try nothing deletes that pod afterwards (no next try sweeps), and an API server that
+#: restarts refuses connections for tens of seconds (the soak leaked a pod to 3.5 s).
+FINISH_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 #: Pauses between attempts to read and delete the pod of a task a user killed (seconds): eight
 #: attempts over about 22 s (inside Airflow's 30 s for a trigger's ``on_kill``). Nothing else
 #: deletes that pod, so a flapping authorizer's 403 and a 5xx are both worth the wait.
@@ -338,14 +342,20 @@ def finish(
     sweep, ``kubectl get pod`` while it terminates, the demo's table) reads the verdict instead of
     judging it again. A pod to be kept whose stamp does not get through is deleted instead: an
     unmarked pod could not be told from a leaked one. A delete that does not get through (transient
-    errors retried) leaves the pod to the next try's sweep.
+    errors retried for about 30 s, :data:`FINISH_BACKOFF`) leaves the pod to the next try's sweep.
     """
     stamped = verdict is not None and stamp(client, pod, verdict, kept=kept, log=log, sleep=sleep)
     if kept and stamped:
         return Ending.KEPT
     try:
         deleted = delete(
-            client, pod.namespace, pod.name, pod.uid, grace_period_seconds=grace_period_seconds, sleep=sleep
+            client,
+            pod.namespace,
+            pod.name,
+            pod.uid,
+            grace_period_seconds=grace_period_seconds,
+            sleep=sleep,
+            backoff=FINISH_BACKOFF,
         )
     except KubeError as exc:
         log(

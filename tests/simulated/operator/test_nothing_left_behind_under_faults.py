@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.compat import AirflowFailException
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
+from airflow_k8s_retry.kube.lifecycle import FINISH_BACKOFF
 from airflow_k8s_retry.kube.pods import PodClient
 from airflow_k8s_retry.kube.stamps import read_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
@@ -60,12 +61,14 @@ def test_a_delete_that_fails_once_is_retried(make_cluster, context, no_backoff_s
     assert cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
-def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(make_cluster, context, ti):
+def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(
+    make_cluster, context, ti, no_backoff_sleep
+):
     cluster = make_cluster(LONG_RUNNING)
     op = operator()
     trigger = defer(op, context)
     assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
-    cluster.add_fault(verb="delete", resource="pods", status=500, times=4)
+    cluster.add_fault(verb="delete", resource="pods", status=500, times=len(FINISH_BACKOFF) + 1)
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
@@ -74,6 +77,7 @@ def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(make_cluster,
     stamp = read_stamp(cluster.pod(trigger.pod_name))
     assert stamp is not None and stamp.kept is False
     assert live(cluster) == [trigger.pod_name]
+    assert no_backoff_sleep == list(FINISH_BACKOFF)  # about 30 s of attempts before giving up
 
     ti.try_number = 2
     second = defer(operator(), context)
