@@ -39,7 +39,7 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
   tests/unit/watching tests/simulated/watching
 
 .PHONY: test lint unit demo bench bench-oom bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
-  test-compat test-cluster test-deployment
+  test-compat test-cluster test-deployment test-soak-short soak
 
 # The provider and, beside it, the simulator's own distribution (simulator/, the [testing] extra).
 SIM := ./simulator
@@ -99,12 +99,13 @@ SIDE_MINORS := $(filter-out $(MAIN_MINOR),$(OLDER_MINORS))
 test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	@mkdir -p .test-logs; rm -f .test-logs/side.rc
 	@{ $(MAKE) --no-print-directory -k test-side > .test-logs/side.log 2>&1; echo $$? > .test-logs/side.rc; } & \
-	  $(BIN)/pytest -m "not cluster and not deployment" --durations=25 --junitxml=.test-logs/main.xml; \
-	  main=$$?; $(MAKE) --no-print-directory test-compat-$(MAIN_MINOR); compat=$$?; wait; \
+	  $(BIN)/pytest -m "not cluster and not deployment and not soak" --durations=25 --junitxml=.test-logs/main.xml; \
+	  main=$$?; $(MAKE) --no-print-directory test-compat-$(MAIN_MINOR); compat=$$?; \
+	  $(MAKE) --no-print-directory test-soak-short; soak=$$?; wait; \
 	  echo "== deployment tier, cluster tier and Airflow $(SIDE_MINORS) (.test-logs/side.log)"; \
 	  cat .test-logs/side.log; side=$$(cat .test-logs/side.rc); \
-	  echo "== main suite exit $$main, Airflow $(MAIN_MINOR) exit $$compat, deployment, cluster and Airflow $(SIDE_MINORS) exit $$side"; \
-	  test "$$main" = 0 && test "$$compat" = 0 && test "$$side" = 0
+	  echo "== main suite exit $$main, Airflow $(MAIN_MINOR) exit $$compat, short soak exit $$soak, deployment, cluster and Airflow $(SIDE_MINORS) exit $$side"; \
+	  test "$$main" = 0 && test "$$compat" = 0 && test "$$soak" = 0 && test "$$side" = 0
 
 test-side: test-deployment test-cluster $(addprefix test-compat-,$(SIDE_MINORS))
 
@@ -118,6 +119,12 @@ test-cluster: $(STAMP) controlplane
 	@echo "== cluster tier (real control plane)"
 	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
 	  $(BIN)/pytest -m cluster --durations=15 --junitxml=.test-logs/cluster.xml
+
+# The short soak: a dozen tasks of real Airflow on the real control plane under the monkey.
+test-soak-short: $(STAMP) tools controlplane
+	@echo "== short soak (real Airflow on the real control plane, under a monkey)"
+	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
+	  $(BIN)/pytest -m soak -s --junitxml=.test-logs/soak.xml tests/soak
 
 test-compat: $(addprefix test-compat-,$(AIRFLOW_MINORS))
 
@@ -164,6 +171,17 @@ bench: $(STAMP) $(if $(filter real,$(CLUSTER)),controlplane)
 bench-oom: $(STAMP)
 	$(BIN)/python -m bench.oom_growth
 
+# The soak (tests/soak): one DAG run of SOAK_TASKS tasks of drawn fates in real Airflow (PostgreSQL,
+# Celery, two schedulers, two triggerers, two workers) on the real control plane, while a seeded
+# monkey kills Airflow's processes and restarts kube-apiserver; the report goes into
+# docs/reliability.md, the logs into .soak-logs/. SEED=N draws another plan.
+SOAK_TASKS ?= 300
+soak: $(STAMP) tools controlplane
+	rm -rf .soak-logs/run
+	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" \
+	  $(BIN)/python -m tests.soak.run --tasks $(SOAK_TASKS) --seed $(or $(SEED),1) \
+	  --report docs/reliability.md --json .soak-logs/result.json --workdir .soak-logs/run
+
 # Seeded randomized runs under faults, restarts, crashes and kills (tests/chaos); SEED=N replays one.
 CHAOS_RUNS ?= 1000
 CHAOS_JOBS ?= 2
@@ -189,4 +207,4 @@ constraints-%:
 	rm -rf .venv-constraints-$*
 
 clean:
-	rm -rf $(VENV) $(COMPAT) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs .test-logs
+	rm -rf $(VENV) $(COMPAT) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs .soak-logs .test-logs

@@ -121,6 +121,14 @@ class RealCluster:
         self._cp.start()
         self.ready_at = time.time()
 
+    @property
+    def control_plane(self) -> Any:
+        """The running :class:`~airflow_k8s_retry_testing.controlplane.cluster.ControlPlane` (to
+        restart a component, or read which nodes were lost)."""
+        if self._cp is None:
+            raise RealClusterError("cluster not started")
+        return self._cp
+
     def component_pids(self) -> dict[str, int]:
         """The pids of kube-apiserver and etcd (whose CPU a real cluster pays for its clients)."""
         if self._cp is None:

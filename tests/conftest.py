@@ -22,7 +22,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 TESTS = Path(__file__).resolve().parent
 #: The tiers, cheapest first; pyproject.toml registers each as a marker with the same words.
-TIERS = ("unit", "simulated", "airflow", "deployment", "cluster", "chaos")
+TIERS = ("unit", "simulated", "airflow", "deployment", "cluster", "chaos", "soak")
 
 
 def tier_of(path: Path) -> str | None:

@@ -23,6 +23,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from tests.soak.section import section_of
+
 _ENV: Any = None
 
 
@@ -284,6 +286,12 @@ def _rediagnose(saved: dict[str, Any]) -> None:
     saved["summary"] = summary(saved["runs"], old["wall_seconds"], old["jobs"])
 
 
+def _write_report(path: Path, text: str) -> None:
+    """Write the chaos report, keeping the soak's section (``make soak`` writes that one)."""
+    kept = section_of(path.read_text()) if path.exists() else ""
+    path.write_text(text.rstrip("\n") + "\n\n" + kept if kept else text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -300,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         _rediagnose(saved)
         first = min((d["seed"] for d in saved["runs"]), default=0)
         command = f"make chaos CHAOS_RUNS={len(saved['runs'])}"
-        Path(args.report).write_text(report(saved["summary"], first, command))
+        _write_report(Path(args.report), report(saved["summary"], first, command))
         return 0
     _airflow_home()  # inherited by the worker processes
 
@@ -326,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"summary": s, "runs": results}, indent=1, default=str))
     if args.report:
         command = f"make chaos CHAOS_RUNS={args.runs}" if args.first == 0 else " ".join(sys.argv)
-        Path(args.report).write_text(report(s, args.first, command))
+        _write_report(Path(args.report), report(s, args.first, command))
         print(f"report written to {args.report}")
     return 1 if s["violations"] else 0
 
