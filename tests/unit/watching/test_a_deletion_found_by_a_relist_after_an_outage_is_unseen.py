@@ -15,30 +15,18 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 from airflow_k8s_retry.kube.aio import Listing, WatchEvent
 from airflow_k8s_retry.kube.config import ClusterConfig
-from airflow_k8s_retry.kube.errors import Gone, KubeError, translate
+from airflow_k8s_retry.kube.errors import Gone, KubeError
 from airflow_k8s_retry.kube.feed_types import PodFeed
 from airflow_k8s_retry.kube.subscriptions import PodChange, PodSubscription
 from airflow_k8s_retry.kube.watch_settings import HubSettings
+from tests.unit.watching.test_a_feed_reconnects_soon_after_the_api_server_returns import refused
 
 #: A 410 right after another backs off on the real clock: for a millisecond here.
 SETTINGS = HubSettings(backoff_base=0.001, backoff_cap=0.001)
-
-
-def refused() -> KubeError:
-    """What a request to a stopped API server raises: aiohttp cannot connect (errno 111)."""
-    cause = aiohttp.ClientConnectorError(
-        aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 6443, True, True, None, None, None),
-        ConnectionRefusedError(111, "Connection refused"),
-    )
-    try:
-        raise translate(cause) from cause
-    except KubeError as exc:
-        return exc
 
 
 def gone() -> Gone:
