@@ -43,6 +43,12 @@ WEIGHTS: dict[str, float] = {
     "disruption_node_lost": 0.25,
     "user_kill": 1,
 }
+#: The scenario's disruption kind of each disruption fate.
+DISRUPTIONS = {
+    "disruption_evict": "evict",
+    "disruption_delete": "delete",
+    "disruption_node_lost": "node_lost",
+}
 #: Fates whose cause fails the task at once, whatever its retries (the default classification).
 PERMANENT = frozenset({"pull_invalid_name"})
 #: The monkey's actions and their weights.
@@ -91,9 +97,7 @@ class Plan:
         disruptions: list[dict[str, Any]] = []
         for task in self.tasks:
             images[task.image] = _image(task, random.Random(f"{self.seed}-{task.task_id}"))
-            kind = {"disruption_evict": "evict", "disruption_delete": "delete"}.get(task.fate)
-            if task.fate == "disruption_node_lost":
-                kind = "node_lost"
+            kind = DISRUPTIONS.get(task.fate)
             if kind is not None:
                 disruptions.append(
                     {"pod_name_prefix": task.prefix, "after_seconds": 100, "kind": kind, "count": 1}
