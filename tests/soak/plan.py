@@ -51,7 +51,19 @@ DISRUPTIONS = {
 }
 #: Fates whose cause fails the task at once, whatever its retries (the default classification).
 PERMANENT = frozenset({"pull_invalid_name"})
-#: The monkey's actions and their weights.
+#: Each ``api_KIND`` action's fault window on the proxy in front of kube-apiserver
+#: (``tests/support/api_faults.py``): (seconds, share of the requests it answers wrongly).
+API_WINDOWS: dict[str, tuple[float, float]] = {
+    "http_5xx": (20, 0.3),
+    "http_429": (20, 0.3),
+    "reset": (20, 0.2),
+    "lost_answer": (30, 0.5),  # of the writes only
+    "slow": (30, 0.3),
+    "watch_gone": (30, 0.5),  # of the watches only
+    "watch_cut": (5, 1.0),  # every watch open when it starts, and any that streams in the 5 s
+}
+#: The monkey's actions and their weights. ``api`` opens a fault window of the next kind of a
+#: seeded shuffle of :data:`API_WINDOWS`, so seven API actions bring every kind once.
 ACTIONS: dict[str, float] = {
     "sigkill_triggerer": 2,
     "sigterm_triggerer": 1,
@@ -59,6 +71,7 @@ ACTIONS: dict[str, float] = {
     "sigterm_scheduler": 1,
     "sigkill_worker": 1,
     "restart_kube_apiserver": 1,
+    "api": 3.5,
 }
 
 
@@ -187,7 +200,13 @@ def draw(seed: int, tasks: int, *, monkey_every: float = 45.0, monkey_for: float
     span = monkey_for if monkey_for is not None else 300 + 3 * tasks
     monkey: list[tuple[float, str]] = []
     at = rng.uniform(0.5, 1.5) * monkey_every
+    kinds: list[str] = []
     while at < span:
-        monkey.append((round(at, 1), rng.choices(actions, action_weights)[0]))
+        action = rng.choices(actions, action_weights)[0]
+        if action == "api":
+            if not kinds:
+                kinds = rng.sample(sorted(API_WINDOWS), len(API_WINDOWS))
+            action = f"api_{kinds.pop()}"
+        monkey.append((round(at, 1), action))
         at += rng.uniform(0.5, 1.5) * monkey_every
     return Plan(seed, plans, monkey)

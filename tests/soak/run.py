@@ -34,8 +34,9 @@ from typing import Any
 
 from bench.realcluster import RealCluster, read_audit_events
 from tests.soak.judge import TERMINAL, Try, Violation, judge, pod_lives
-from tests.soak.plan import DAG_ID, Plan, draw
+from tests.soak.plan import API_WINDOWS, DAG_ID, Plan, draw
 from tests.soak.section import BEGIN, END, with_section
+from tests.support.api_faults import FaultProxy
 from tests.support.deployment import SCHEDULERS, TRIGGERERS, WORKERS, Deployment, running_deployment
 
 DAGS = Path(__file__).with_name("dags")
@@ -59,6 +60,10 @@ class SoakResult:
     pods: int
     slowest: tuple[str, str, float] | None  # task, fate, seconds from its first start to its end
     killed: list[str] = field(default_factory=list)
+    #: Requests the fault proxy answered wrongly (or watches it cut), by kind.
+    api_faults: dict[str, int] = field(default_factory=dict)
+    #: Lost nodes whose KWOK process came back.
+    nodes_back: int = 0
 
 
 def soak_time(tasks: int) -> float:
@@ -80,12 +85,15 @@ def soak(plan: Plan, workdir: Path, log: Any = None) -> SoakResult:
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
     }
     started = time.monotonic()
-    with RealCluster(workdir / "kube", plan.scenario()) as cluster:
+    with (
+        RealCluster(workdir / "kube", plan.scenario()) as cluster,
+        FaultProxy(cluster.kubeconfig, workdir / "proxy", seed=plan.seed) as proxy,
+    ):
         log(f"soak {plan.seed}: control plane up, {len(plan.tasks)} tasks, {len(plan.monkey)} monkey actions")
         with running_deployment(
             workdir / "airflow",
             DAGS,
-            cluster,
+            proxy,  # Airflow reaches kube-apiserver through the fault proxy; the soak itself does not
             settings=settings,
             worker_concurrency=2,
             reserialize_timeout=600,
@@ -93,12 +101,13 @@ def soak(plan: Plan, workdir: Path, log: Any = None) -> SoakResult:
             dep.start("dag-processor", "dag-processor")
             run_id = dep.trigger_dag(DAG_ID)
             log(f"soak {plan.seed}: Airflow up, DAG run {run_id} started")
-            actions, killed = _drive(dep, cluster, plan, run_id, log)
+            actions, killed = _drive(dep, cluster, proxy, plan, run_id, log)
             tries = _tries(dep, run_id)
             run_state = dep.dag_run_state(DAG_ID, run_id)
             _restore_nodes(cluster, 0.0)
             pods_left = _settle(cluster)
         events = list(read_audit_events(cluster.audit))
+    nodes_back = actions.pop("node_back", 0)
     lives = pod_lives(events, DAG_ID)
     violations = judge(plan, lives, tries, pods_left, killed)
     return SoakResult(
@@ -112,11 +121,13 @@ def soak(plan: Plan, workdir: Path, log: Any = None) -> SoakResult:
         pods=len(lives),
         slowest=_slowest(plan, tries),
         killed=sorted(killed),
+        api_faults=dict(sorted(proxy.injected.items())),
+        nodes_back=nodes_back,
     )
 
 
 def _drive(
-    dep: Deployment, cluster: RealCluster, plan: Plan, run_id: str, log: Any
+    dep: Deployment, cluster: RealCluster, proxy: FaultProxy, plan: Plan, run_id: str, log: Any
 ) -> tuple[collections.Counter[str], set[str]]:
     """Until the DAG run ends (or its time is up): the monkey's actions on schedule, the user's
     kills, the supervisor's restarts and the nodes' return."""
@@ -158,7 +169,7 @@ def _drive(
                     del to_kill[task_id]
         while pending and pending[0][0] <= now:
             _, action = pending.pop(0)
-            if _act(dep, cluster, action, rng, log):
+            if _act(dep, cluster, proxy, action, rng, log):
                 actions[action] += 1
         for name, proc in dep.procs.items():
             if proc.poll() is not None:
@@ -173,14 +184,17 @@ def _drive(
             counts = collections.Counter(state for _, state in states.values())
             log(f"  {now:6.0f} s: {dict(sorted(counts.items(), key=lambda kv: str(kv[0])))}")
         time.sleep(1.0)
-    if not actions["node_back"]:
-        del actions["node_back"]
     return actions, killed
 
 
-def _act(dep: Deployment, cluster: RealCluster, action: str, rng: Any, log: Any) -> bool:
+def _act(dep: Deployment, cluster: RealCluster, proxy: FaultProxy, action: str, rng: Any, log: Any) -> bool:
     """Do one monkey action; False when there was nothing to do it to."""
     verb, _, kind = action.partition("_")
+    if verb == "api":
+        seconds, share = API_WINDOWS[kind]
+        log(f"  monkey: {kind} on {share:.0%} of the API requests for {seconds:.0f} s")
+        proxy.window(kind, seconds, share)
+        return True
     if action == "restart_kube_apiserver":
         log("  monkey: restart kube-apiserver")
         try:
@@ -266,6 +280,12 @@ def _slowest(plan: Plan, tries: list[Try]) -> tuple[str, str, float] | None:
     return task, fates.get(task, "?"), round(seconds, 1)
 
 
+def _answered(result: SoakResult, action: str) -> str:
+    """How many requests an ``api_*`` action's windows answered wrongly; blank for the others."""
+    verb, _, kind = action.partition("_")
+    return str(result.api_faults.get(kind, 0)) if verb == "api" else ""
+
+
 def report(result: SoakResult, command: str) -> str:
     """The soak's section of docs/reliability.md."""
     by_invariant = collections.Counter(v.invariant for v in result.violations)
@@ -283,14 +303,18 @@ def report(result: SoakResult, command: str) -> str:
         f"**Violations: {len(result.violations)}**"
         + (": " + ", ".join(f"{k} {n}" for k, n in sorted(by_invariant.items())) if by_invariant else ""),
         "",
-        "| fault | times |",
-        "|---|---|",
-        *(f"| {kind} | {n} |" for kind, n in result.actions.items()),
+        "| fault | times | requests answered wrongly (watches cut) |",
+        "|---|---|---|",
+        *(f"| {kind} | {n} | {_answered(result, kind)} |" for kind, n in result.actions.items()),
         *(
-            f"| {fate} (scenario) | {sum(ends.values())} |"
+            f"| {fate} (scenario) | {sum(ends.values())} | |"
             for fate, ends in result.fates.items()
             if fate.startswith("disruption_")
         ),
+        "",
+        f"Lost nodes that came back: {result.nodes_back}. Airflow's processes reach kube-apiserver "
+        "through the fault proxy (`tests/support/api_faults.py`), which the `api_*` actions make "
+        "answer wrongly for a while.",
         "",
         "| fate | tasks | ended |",
         "|---|---|---|",
