@@ -46,6 +46,8 @@ from typing import Any
 
 import yaml
 
+from airflow_k8s_retry_testing.apiserver.errors import status_body
+
 KINDS = ("http_5xx", "http_429", "reset", "lost_answer", "slow", "watch_gone", "watch_cut")
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: Headers that belong to one hop, not to the request or answer.
@@ -58,21 +60,6 @@ SERVER_ERRORS = (
     (503, "ServiceUnavailable", "the server is currently unable to handle the request"),
     (504, "Timeout", "Timeout: request did not complete within the allowed duration"),
 )
-
-
-def status(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
 
 
 class FaultProxy:
@@ -245,18 +232,21 @@ class FaultProxy:
         match fault:
             case "http_5xx":
                 code, reason, message = self.rng.choice(SERVER_ERRORS)
-                return web.json_response(status(code, reason, message), status=code)
+                return web.json_response(status_body(code, message, reason), status=code)
             case "http_429":
-                body = status(
-                    429, "TooManyRequests", "Too many requests, please try again later.", retryAfterSeconds=1
+                body = status_body(
+                    429,
+                    "Too many requests, please try again later.",
+                    "TooManyRequests",
+                    {"retryAfterSeconds": 1},
                 )
                 return web.json_response(body, status=429, headers={"Retry-After": "1"})
             case "reset":
                 return self._cut(request)
             case "watch_gone":
                 version = request.query.get("resourceVersion") or "1"
-                expired = status(
-                    410, "Expired", f"too old resource version: {version} ({int(version) + 1000})"
+                expired = status_body(
+                    410, f"too old resource version: {version} ({int(version) + 1000})", "Expired"
                 )
                 answer = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
                 await answer.prepare(request)
