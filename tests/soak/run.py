@@ -6,9 +6,10 @@ for the failure callbacks of tries whose worker died); the cluster is kube-apise
 kube-scheduler, kube-controller-manager and KWOK nodes, with the API server's audit log on. One
 DAG run of the plan's tasks (``plan.py``) while the monkey SIGKILLs and SIGTERMs triggerers,
 schedulers and Celery workers (a supervisor starts them again 5 s later), restarts
-kube-apiserver, and a user marks tasks failed through the REST API; lost nodes come back a minute
-after they went. Then the invariants (``judge.py``) are judged from the audit log and the metadata
-database::
+kube-apiserver, opens fault windows on the proxy through which Airflow reaches kube-apiserver
+(``tests/support/api_faults.py``), and a user marks tasks failed through the REST API; lost
+nodes come back a minute after they went. Then the invariants (``judge.py``) are judged from the
+audit log and the metadata database::
 
     python -m tests.soak.run --tasks 300 --seed 1 --report docs/reliability.md
 

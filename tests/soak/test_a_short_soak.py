@@ -1,6 +1,7 @@
 """A short soak (part of ``make test``): a dozen tasks of drawn fates in one DAG run of real Airflow
 (PostgreSQL, Celery, two schedulers, two triggerers) on the real control plane, while the monkey
-kills and restarts Airflow's processes and kube-apiserver. ``make soak`` is the long one."""
+kills and restarts Airflow's processes and kube-apiserver and opens API fault windows. ``make soak``
+is the long one."""
 
 from __future__ import annotations
 
