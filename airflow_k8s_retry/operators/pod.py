@@ -231,6 +231,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         meta = pod["metadata"]
         if self._kill_requested:
             raise PodFailure(f"the task was killed before pod {meta['name']} was created; none is created")
+        # While the create is on its way no pod is held: a kill deletes the try's pods by label. (A
+        # resumed worker relaunching held the disrupted pod, and a kill deleted only that one.)
+        self._pod, self._try_held = None, (identity, meta["namespace"])
         try:
             created = lifecycle.create(client, pod, identity, relaunch=relaunch, sleep=type(self).retry_sleep)
         except PodOfAnotherTry as exc:

@@ -6,6 +6,11 @@ the create then completes. ``on_kill`` therefore deletes the try's pods by label
 deletes a pod whose create completed after the kill and stops there (review finding R3-1, chaos
 seed 50174). The kill is delivered exactly where the signal would interrupt: inside the client's
 request for the sweep's LIST or the create's POST.
+
+When the task's code does not get to go on (the supervisor's SIGKILL comes 5 s after the SIGTERM),
+``on_kill`` alone must find the pod whose create had landed: the first pod of a try and a relaunch's
+pod in a resumed worker alike (chaos seed 9 left a relaunch's pod: the resumed operator held the
+disrupted pod, so ``on_kill`` deleted that one again and not the new one).
 """
 
 from __future__ import annotations
@@ -21,20 +26,37 @@ from airflow_k8s_retry.operators import RetryingPodOperator
 LONG = {"time_scale": 0.05, "images": {"busybox:1.36": {"run": {"duration_seconds": 100000}}}}
 
 
-def kill_at(monkeypatch: pytest.MonkeyPatch, op: RetryingPodOperator, method: str, after: bool) -> list[str]:
-    """Call ``op.on_kill()`` inside the first ``method`` request to ``/pods``, before or after it is sent."""
+class Sigkill(BaseException):
+    """The supervisor's SIGKILL: nothing of the task's code runs after it."""
+
+
+def kill_at(
+    monkeypatch: pytest.MonkeyPatch,
+    op: RetryingPodOperator,
+    method: str,
+    after: bool,
+    *,
+    sigkill: bool = False,
+) -> list[str]:
+    """Call ``op.on_kill()`` inside the first ``method`` request to ``/pods``, before or after it is
+    sent; with ``sigkill``, the process is killed right after ``on_kill``."""
     original = rest.RESTClientObject.request
     done: list[str] = []
+
+    def kill() -> None:
+        op.on_kill()
+        if sigkill:
+            raise Sigkill
 
     def request(self: Any, verb: str, url: str, *args: Any, **kwargs: Any) -> Any:
         hit = verb == method and url.split("?", maxsplit=1)[0].endswith("/pods") and not done
         if hit and not after:
             done.append(verb)
-            op.on_kill()
+            kill()
         response = original(self, verb, url, *args, **kwargs)
         if hit and after:
             done.append(verb)
-            op.on_kill()
+            kill()
         return response
 
     monkeypatch.setattr(rest.RESTClientObject, "request", request)
@@ -76,3 +98,51 @@ def test_on_kill_action_keep_pod_keeps_a_pod_created_after_the_kill(make_cluster
     with pytest.raises(PodFailure, match="the task was killed"):
         op.execute(context)
     assert len(cluster.pods()) == 1
+
+
+def test_on_kill_alone_deletes_a_first_pod_whose_create_landed(make_cluster, context, monkeypatch):
+    cluster = make_cluster(LONG)
+    op = RetryingPodOperator(
+        task_id="load", image="busybox:1.36", kubernetes_conn_id=None, namespace="default"
+    )
+    kill_at(monkeypatch, op, "POST", after=True, sigkill=True)
+    with pytest.raises(Sigkill):
+        op.execute(context)
+    assert cluster.wait_for(lambda c: not c.pods(), timeout=10), [
+        p["metadata"]["name"] for p in cluster.pods()
+    ]
+
+
+def test_on_kill_alone_deletes_a_relaunch_whose_create_landed_in_a_resumed_worker(
+    make_cluster, context, monkeypatch
+):
+    from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
+    from airflow_k8s_retry.compat import TaskDeferred
+    from airflow_k8s_retry.triggers import PodEvent
+
+    cluster = make_cluster(LONG)
+
+    def parsed() -> RetryingPodOperator:  # each worker parses the DAG again
+        return RetryingPodOperator(
+            task_id="load", image="busybox:1.36", kubernetes_conn_id=None, namespace="default"
+        )
+
+    with pytest.raises(TaskDeferred) as deferred:
+        parsed().execute(context)
+    first = deferred.value.trigger
+    disrupted = Verdict(
+        outcome=Outcome.RELAUNCH,
+        reason=Reason.NODE_DISRUPTION,
+        message="evicted",
+        rule="disruption",
+        evidence=(Evidence(Reason.NODE_DISRUPTION, "status", "saw Evicted", "base"),),
+    )
+    event = PodEvent(first.namespace, first.pod_name, first.pod_uid, disrupted, 0).to_payload()
+    resumed = parsed()
+    killed = kill_at(monkeypatch, resumed, "POST", after=True, sigkill=True)
+    with pytest.raises(Sigkill):
+        resumed.execute_complete(context, event=event)
+    assert killed == ["POST"]
+    assert cluster.wait_for(lambda c: not c.pods(), timeout=10), [
+        p["metadata"]["name"] for p in cluster.pods()
+    ]
