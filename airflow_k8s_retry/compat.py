@@ -4,8 +4,8 @@ The package and its tests import these from here, never from Airflow, so this is
 that knows where a name lives in which release.
 
 - The task-control exceptions (fail without retrying, skip, the deferral errors, ``TaskDeferred``,
-  the sensor timeout) and ``AirflowNotFoundException`` are the Task SDK's
-  (``airflow.sdk.exceptions``) from Airflow 3.2; Airflow 3.1 has them only in
+  the sensor timeout, the worker's ``execution_timeout`` alarm) and ``AirflowNotFoundException``
+  are the Task SDK's (``airflow.sdk.exceptions``) from Airflow 3.2; Airflow 3.1 has them only in
   ``airflow.exceptions``. On 3.2 and 3.3 ``airflow.exceptions`` re-exports the Task SDK's classes
   (with a deprecation warning), so each name is one class on every supported release and the Task
   SDK's spelling is tried first. ``AirflowException``, ``AirflowRuntimeError`` and ``ErrorType``
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # type-checked against the installed (newest) release
         AirflowNotFoundException,
         AirflowSensorTimeout,
         AirflowSkipException,
+        AirflowTaskTimeout,
         TaskDeferralError,
         TaskDeferralTimeout,
         TaskDeferred,
@@ -44,6 +45,7 @@ else:
             AirflowNotFoundException,
             AirflowSensorTimeout,
             AirflowSkipException,
+            AirflowTaskTimeout,
             TaskDeferralError,
             TaskDeferralTimeout,
             TaskDeferred,
@@ -54,6 +56,7 @@ else:
             AirflowNotFoundException,
             AirflowSensorTimeout,
             AirflowSkipException,
+            AirflowTaskTimeout,
             TaskDeferralError,
             TaskDeferralTimeout,
             TaskDeferred,
@@ -105,6 +108,7 @@ __all__ = [
     "AirflowRuntimeError",
     "AirflowSensorTimeout",
     "AirflowSkipException",
+    "AirflowTaskTimeout",
     "ErrorType",
     "RetryDecision",
     "RetryPolicy",

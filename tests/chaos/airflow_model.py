@@ -14,15 +14,22 @@ Airflow 3.3.2's own code so the harness keeps working whatever the operator look
   it is cancelled with the user-action message, which calls ``on_kill`` (30 s limit) and then
   ``cleanup``; a graceful shutdown cancels without the message (no ``on_kill``); ``kill -9`` runs
   nothing;
-- the worker: SIGTERM calls ``task.on_kill()`` (``task_runner._on_term``); ``kill -9`` runs nothing
-  more; a crashed or killed worker's try is failed by the scheduler's heartbeat check;
+- the worker: SIGTERM calls ``task.on_kill()`` (``task_runner._on_term``) and returns, so the
+  task's code goes on until it ends or the supervisor's SIGKILL comes 5 s later; ``kill -9`` runs
+  nothing more; a crashed or killed worker's try is failed by the scheduler's heartbeat check;
+- ``execution_timeout`` in the worker (``task_runner._run_execute_callable``): a SIGALRM raises
+  ``AirflowTaskTimeout`` wherever the code is, in ``execute`` and again in the resumed method;
+  when it leaves the task's code, ``task.on_kill()`` runs and the try fails as any other error;
 - the retry rule (``TaskInstance.is_eligible_to_retry`` and the task runner's exception handling);
 - what ``on_kill`` in the trigger reads: ``RuntimeTaskInstance.get_task_states`` answers from this
   model's task states (an empty map once the DAG run is deleted, as the execution API does);
 - the api-server's side of a user's "mark failed" (``services.public.task_instances``): inside the
   request that sets the state, the ``on_task_instance_failed`` listeners run with
   ``previous_state=None`` and the task instance, whose ``trigger_id`` and trigger row
-  (``Trigger.classpath``, ``Trigger.kwargs``) are still there; deleting a DAG run calls no listener.
+  (``Trigger.classpath``, ``Trigger.kwargs``) are still there while it is deferred; once its trigger
+  fired (``Trigger.submit_event``: ``scheduled``, ``trigger_id`` cleared, the event in
+  ``next_kwargs`` through ``airflow.sdk.serde``) until a worker resumes it, the listeners see that
+  instead; deleting a DAG run calls no listener.
 """
 
 from __future__ import annotations
@@ -263,17 +270,24 @@ class WorkerDied(BaseException):
 
 @dataclass
 class CrashPlan:
-    """Where the worker dies: at its ``at``-th call across the package's boundary (1-based).
+    """Where the worker dies or is interrupted: at its ``at``-th call across the package's boundary
+    (1-based, counted over the try's ``execute`` and resumed method).
 
-    A boundary call is a Kubernetes API request or an XCom push. ``answer_lost`` lets the request
-    reach the API server before the process dies (the change lands, the answer is never read).
-    ``kill`` is a user's "mark failed" while running: SIGTERM runs ``on_kill()``, then the process
-    is killed.
+    A boundary call is a Kubernetes API request, an XCom push or the hand-over of a deferral.
+    ``answer_lost`` lets the request reach the API server before the process dies (the change lands,
+    the answer is never read). ``kill`` is a user's "mark failed" while running: the SIGTERM lands
+    while the call is under way (sent, its answer not read), ``on_kill()`` runs, and the task's
+    code goes on for ``goes_on`` more boundary calls (the 5 s before the supervisor's SIGKILL)
+    unless it ends first; a deferral handed over after the kill is refused (the task instance is no
+    longer running). ``alarm`` is ``execution_timeout`` running out there:
+    ``AirflowTaskTimeout`` is raised before the request (or, with ``answer_lost``, after it landed).
     """
 
     at: int
     answer_lost: bool = False
     kill: bool = False
+    goes_on: int = 0
+    alarm: bool = False
 
 
 class Worker:
@@ -288,6 +302,8 @@ class Worker:
         self.died_at: str | None = None
         self._on_kill = on_kill
         self._in_on_kill = False
+        #: After a SIGTERM: the boundary calls the task's code may still make before SIGKILL.
+        self.terminating: int | None = None
 
     # The Kubernetes client's transport is the boundary: every API call of the task passes here.
     @classmethod
@@ -302,10 +318,10 @@ class Worker:
             worker: Worker | None = getattr(cls._active, "worker", None)
             if worker is None:
                 return original(self, method, url, *args, **kwargs)
-            lost = worker.before(f"{method} {url.split('?', maxsplit=1)[0]}")
+            after = worker.before(f"{method} {url.split('?', maxsplit=1)[0]}")
             result = original(self, method, url, *args, **kwargs)
-            if lost:
-                worker.die(f"after {method} {url.split('?', maxsplit=1)[0]} (answer lost)")
+            if after is not None:
+                after()
             return result
 
         rest.RESTClientObject.request = request
@@ -314,27 +330,63 @@ class Worker:
         finally:
             rest.RESTClientObject.request = original
 
-    def before(self, what: str) -> bool:
-        """Called at each boundary call; returns True when the call goes out but its answer is lost."""
+    def before(self, what: str) -> Callable[[], None] | None:
+        """Called at each boundary call, before it goes out. Raises where the process dies (or the
+        alarm fires) before the call; returns what happens once the call went out (its answer lost,
+        or the alarm), or None."""
         if self.dead:
             raise WorkerDied(f"worker already dead ({self.died_at}); {what} never happens")
         if self._in_on_kill:
-            return False
+            return None
+        if self.terminating is not None:
+            if self.terminating == 0 or what == "defer":
+                why = "the task instance is no longer running" if what == "defer" else "SIGKILL"
+                self.die(f"killed by the user: {why}, before {what}")
+            self.terminating -= 1
+            return None
         self.calls += 1
         plan = self.plan
         if plan is None or self.calls != plan.at:
-            return False
+            return None
+        if plan.alarm:
+            if what == "defer":
+                return None  # the deferral is handed over after the alarm's block ended: none fires
+            if plan.answer_lost:
+                return lambda: self.alarm(f"after {what}")
+            self.alarm(f"before {what}")
         if plan.kill and self._on_kill is not None:
-            self._in_on_kill = True
-            try:
-                self._on_kill()
-            finally:
-                self._in_on_kill = False
-            self.die(f"killed by the user before {what}")
+            if what == "defer":  # the kill lands before the deferral is handed over: refused
+                self.sigterm(what)
+                return self.before(what)
+            return lambda: self.sigterm(what)
         if plan.answer_lost:
-            return True
+            return lambda: self.die(f"after {what} (answer lost)")
         self.die(f"before {what}")
-        return False
+        return None
+
+    def sigterm(self, what: str) -> None:
+        """SIGTERM while ``what`` was under way (sent, its answer not read yet), where a worker's
+        main thread spends its time: the handler runs ``on_kill``, then the code reads the answer
+        and goes on for ``goes_on`` calls, or is killed at once when that is 0."""
+        assert self.plan is not None and self._on_kill is not None
+        self.run_on_kill(self._on_kill)
+        self.terminating = self.plan.goes_on
+        if self.terminating == 0:
+            self.die(f"killed by the user: SIGKILL during {what}")
+
+    def run_on_kill(self, on_kill: Callable[[], None]) -> None:
+        """Run ``on_kill`` in this process: its own calls cross the boundary uncounted."""
+        self._in_on_kill = True
+        try:
+            on_kill()
+        finally:
+            self._in_on_kill = False
+
+    def alarm(self, where: str) -> None:
+        """``execution_timeout`` ran out here: the signal handler raises in the task's code."""
+        from airflow_k8s_retry.compat import AirflowTaskTimeout  # a BaseException in Airflow 3.3
+
+        raise AirflowTaskTimeout(f"execution_timeout ran out {where}")
 
     def die(self, where: str) -> None:
         self.dead = True
@@ -350,9 +402,9 @@ class Worker:
             Worker._active.worker = None
 
     def boundary(self, what: str) -> None:
-        lost = self.before(what)
-        if lost:
-            self.die(f"after {what}")
+        after = self.before(what)
+        if after is not None:
+            after()
 
 
 # -- the api-server -------------------------------------------------------------------------------
@@ -369,21 +421,38 @@ class ApiServer:
         self._threads: list[threading.Thread] = []
 
     def mark_failed(self, ti: TaskInstance, trigger_id: int, classpath: str, kwargs: dict[str, Any]) -> None:
+        """A user marks a deferred task instance failed: its trigger row is still there."""
+        from types import SimpleNamespace
+
+        row = SimpleNamespace(id=trigger_id, classpath=classpath, kwargs=kwargs)
+        self._listen(ti, trigger_id=trigger_id, trigger_row=row)
+
+    def mark_failed_waiting(self, ti: TaskInstance, next_method: str, next_kwargs: dict[str, Any]) -> None:
+        """A user marks failed a task instance whose trigger fired and that waits for a worker
+        (``scheduled`` or ``queued``): no trigger, the event in ``next_kwargs`` as the column holds
+        it (``Trigger.submit_event`` stores them through ``airflow.sdk.serde``)."""
+        from airflow.sdk.serde import serialize
+
+        self._listen(ti, trigger_id=None, next_method=next_method, next_kwargs=serialize(next_kwargs))
+
+    def _listen(
+        self, ti: TaskInstance, *, trigger_id: int | None, trigger_row: Any = None, **row: Any
+    ) -> None:
         from types import SimpleNamespace
 
         from airflow.models.taskinstancekey import TaskInstanceKey
 
         from airflow_k8s_retry.plugins import kills
 
-        row = SimpleNamespace(id=trigger_id, classpath=classpath, kwargs=kwargs)
         orm_ti = SimpleNamespace(
             trigger_id=trigger_id,
             key=TaskInstanceKey(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index),
+            **row,
         )
         thread = kills.kill_deferred_pod(
             orm_ti,
             "failed",
-            trigger_row_of=lambda _: row,
+            trigger_row_of=lambda _: trigger_row,
             state_of=self._states.state_of,
             sleep=lambda seconds: time.sleep(seconds * self._scale),
         )

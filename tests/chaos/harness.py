@@ -80,6 +80,9 @@ class Plan:
     user_kill: tuple[str, float] | None
     #: ``(try number, n)``: the n-th XCom push of that try fails (the execution API answers 503).
     xcom_fault: tuple[int, int] | None = None
+    #: A user marks the task failed while it waits for a worker after its trigger fired
+    #: (``scheduled``/``queued``), in the first such wait.
+    waiting_kill: bool = False
 
     def describe(self) -> str:
         parts = [f"fate={self.fate.kind}", f"retries={self.retries}", f"on_finish={self.on_finish_action}"]
@@ -93,12 +96,14 @@ class Plan:
             parts.append(f"triggerer={self.triggerer[0]}@+{self.triggerer[1]:.0f}s")
         if self.crash:
             try_number, crash = self.crash
-            what = (
-                "kill" if crash.kill else ("crash-after-call" if crash.answer_lost else "crash-before-call")
-            )
-            parts.append(f"worker={what}#{crash.at}@try{try_number}")
+            when = "after-call" if crash.answer_lost else "before-call"
+            what = "kill" if crash.kill else (f"alarm-{when}" if crash.alarm else f"crash-{when}")
+            goes_on = f",goes_on={crash.goes_on}" if crash.kill else ""
+            parts.append(f"worker={what}#{crash.at}@try{try_number}{goes_on}")
         if self.user_kill:
             parts.append(f"user={self.user_kill[0]}@+{self.user_kill[1]:.0f}s")
+        if self.waiting_kill:
+            parts.append("user=mark_failed_waiting@resume")
         if self.xcom_fault:
             parts.append(f"airflow=xcom_push_503#{self.xcom_fault[1]}@try{self.xcom_fault[0]}")
         return " ".join(parts)
@@ -145,6 +150,19 @@ def draw_plan(seed: int) -> Plan:
     xcom_fault = None  # drawn last, so the draws above stay what they were before it existed
     if rng.random() < 0.08:
         xcom_fault = (rng.randint(1, retries + 1), rng.randint(1, 3))
+    # Later additions draw from generators of their own, so every draw above stays what it was.
+    if crash is not None and crash[1].kill:
+        # After SIGTERM the task's code goes on until SIGKILL, 5 s later: a few more calls.
+        crash[1].goes_on = random.Random(f"{seed}/sigterm").randint(0, 3)
+    alarm = random.Random(f"{seed}/alarm")
+    if crash is None and alarm.random() < 0.08:
+        # execution_timeout runs out in the worker: the task needs one for Airflow to arm the alarm.
+        crash = (
+            alarm.randint(1, retries + 1),
+            CrashPlan(at=alarm.randint(1, 8), answer_lost=alarm.random() < 0.5, alarm=True),
+        )
+        fate.operator.setdefault("execution_timeout", 3600)
+    waiting_kill = random.Random(f"{seed}/waiting").random() < 0.06
     if fate.disruption is not None:
         # A container that takes its time to stop after SIGTERM (capped by the pod's 30 s grace):
         # a replacement started before it stopped would run beside it (review #8). Its own
@@ -162,6 +180,7 @@ def draw_plan(seed: int) -> Plan:
         triggerer=triggerer,
         crash=crash,
         user_kill=user_kill,
+        waiting_kill=waiting_kill,
     )
 
 
@@ -361,6 +380,7 @@ class ChaosRun:
         self._disrupted: set[str] = set()
         self._disrupt_at: dict[str, float] = {}
         self._handed_over = False
+        self._waiting_killed = False
         self._thaw_on_verdict: list[threading.Event] = []
         self.api_server = ApiServer(env.states, env.time_scale)
 
@@ -554,6 +574,9 @@ class ChaosRun:
                     self.interrupted_tries.add(try_number)
                     return "failed"
                 self.env.states.set(ti, "scheduled")
+                if self.killed_while_waiting(ti, resumed):
+                    self.interrupted_tries.add(try_number)
+                    return "failed"
                 self.env.states.set(ti, "queued")
                 self.env.states.set(ti, "running")
                 call = ("resume", resumed)
@@ -563,11 +586,36 @@ class ChaosRun:
                 self.notes.append(f"try {try_number}: {type(error).__name__}: {str(error)[:160]}")
                 self.last_error = f"{type(error).__name__}: {error}"
             state = state_after(error, ti, plan.retries)
-            self.env.states.set(ti, state)
+            if self.killed_by_user:
+                # The code ended within the 5 s after SIGTERM: the task runner computes its state
+                # and runs its callbacks, but the task instance stays as the user set it.
+                self.interrupted_tries.add(try_number)
+                self.notes.append(f"try {try_number}: the task's code ended after the kill ({outcome})")
+            else:
+                self.env.states.set(ti, state)
             if state == "failed":  # the task runner's finalize, in the same worker
                 with w.running():
                     self.failure_callbacks(op, context, "worker")
-            return state
+            return "failed" if self.killed_by_user else state
+
+    def killed_while_waiting(self, ti: TaskInstance, resumed: tuple[str, dict[str, Any]]) -> bool:
+        """The task waits ``scheduled``/``queued`` for a worker after its trigger fired (a drawn 0-30
+        simulated seconds: pools, ``parallelism``, the scheduler's loop) while the pod may still
+        run; a drawn user's kill lands there (the first time only). True when it did."""
+        rng = random.Random(f"{self.plan.seed}/waiting/{ti.try_number}/{len(self.verdicts)}")
+        wait = rng.uniform(0, 30)
+        kill_at = wait * rng.random() if self.plan.waiting_kill and not self._waiting_killed else None
+        start = self.clock.now()
+        while self.clock.now() < start + wait:
+            self.advance()
+            if kill_at is not None and self.clock.now() >= start + kill_at:
+                self._waiting_killed = self.killed_by_user = True
+                self.env.states.set(ti, "failed")
+                self.api_server.mark_failed_waiting(ti, *resumed)
+                self.notes.append(f"try {ti.try_number}: user mark_failed while it waited for a worker")
+                return True
+            time.sleep(0.001)
+        return False
 
     def failure_callbacks(self, op: Any, context: dict[str, Any], where: str) -> None:
         """Run ``on_failure_callback`` as Airflow does: each one, an exception logged, not raised."""
@@ -585,7 +633,7 @@ class ChaosRun:
     ) -> tuple[str, Any]:
         from airflow.sdk.bases.operator import ExecutorSafeguard
 
-        from airflow_k8s_retry.compat import TaskDeferred
+        from airflow_k8s_retry.compat import AirflowTaskTimeout, TaskDeferred
 
         kind, resumed = call
         ctx = contextvars.copy_context()  # as the task runner: the executor safeguard sees its task
@@ -605,6 +653,15 @@ class ChaosRun:
                 return "deferred", Deferral.record(deferred)
             except WorkerDied as died:
                 return "died", str(died)
+            except AirflowTaskTimeout as timeout:
+                # _run_execute_callable: on_kill in the same process, then the try fails.
+                try:
+                    worker.run_on_kill(op.on_kill)
+                except WorkerDied as died:
+                    return "died", str(died)
+                except Exception as exc:
+                    self.notes.append(f"on_kill after the alarm raised {type(exc).__name__}: {exc}")
+                return "raised", timeout
             except Exception as exc:
                 return "raised", exc
             return "returned", value
@@ -894,7 +951,13 @@ def check(
                     f"fate {plan.fate.kind} allows {sorted(allowed)}",
                 )
             )
-    undisturbed = not plan.faults and plan.crash is None and plan.user_kill is None and not plan.xcom_fault
+    undisturbed = (
+        not plan.faults
+        and plan.crash is None
+        and plan.user_kill is None
+        and not plan.waiting_kill
+        and not plan.xcom_fault
+    )
     if undisturbed and not run.hang:
         expected = {"success": "success", "skipped": "skipped", "failed": "failed", "failed_now": "failed"}[
             plan.fate.terminal

@@ -40,8 +40,9 @@ CAUSES: dict[str, tuple[str, str]] = {
         "listener should have deleted its pod and did not",
     ),
     "on_kill_delete_failed": (
-        "#1 in on_kill (review answers §1: on_kill DELETE, logged, leak)",
-        "on_kill could not delete the pod of a killed task (its read or delete failed past its retries)",
+        "#1 in on_kill, R3-1",
+        "a killed task's pod was left: on_kill found none to delete (its create was under way, and the "
+        "code did not get to delete it before SIGKILL) or its read or delete failed past its retries",
     ),
     "handover_deletes_live_pod": (
         "#5",

@@ -33,9 +33,11 @@ FIXED: dict[str, list[int]] = {
     "the next try started beside an earlier pod still stopping, or after the sweep's LIST failed": [506, 713],
     "a task killed in the moment its trigger fired (the event dropped, no on_kill)": [736],
     "the worker's client waited out a 429's Retry-After on the wall clock (1 s = 1,000 sim s)": [344],
+    "a kill during a relaunch's create in a resumed worker, SIGKILLed before the code went on": [9],
 }
-#: A plain stretch of seeds on top.
-BATCH = list(range(0, 30))
+#: A plain stretch of seeds on top (kills of a running task, and kills while it waits for a worker,
+#: among them), and runs whose worker meets its execution_timeout alarm.
+BATCH = [*range(0, 30), 73, 94, 99]
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +70,12 @@ def test_the_runs_did_what_they_drew(results: dict[int, Result]) -> None:
     assert all(r.state in ("success", "failed", "skipped") for r in results.values())
     assert sum(sum(r.faults_hit.values()) for r in results.values()) > 0
     assert sum(len(r.verdicts) for r in results.values()) >= len(results) // 2
+    # The model's Airflow: a kill of a running task whose code goes on after on_kill, a kill while
+    # the task waits for a worker, and the worker's execution_timeout alarm all happened.
+    notes = [" ".join(r.notes) for r in results.values()]
+    assert any("killed by the user" in n for n in notes)
+    assert any("while it waited for a worker" in n for n in notes)
+    assert any("AirflowTaskTimeout: execution_timeout ran out" in n for n in notes)
 
 
 def run_with_a_busy_triggerer(seed: int) -> Result:
