@@ -38,7 +38,7 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
   tests/unit/operator tests/simulated/operator tests/unit/sensor tests/simulated/sensor tests/airflow/sensor \
   tests/unit/watching tests/simulated/watching
 
-.PHONY: test lint unit demo bench bench-oom bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
+.PHONY: test lint unit demo bench bench-oom bench-stack bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
   test-compat test-cluster test-deployment test-soak-short soak
 
 # The provider and, beside it, the simulator's own distribution (simulator/, the [testing] extra).
@@ -170,6 +170,15 @@ bench: $(STAMP) $(if $(filter real,$(CLUSTER)),controlplane)
 # KPO, RetryingPodOperator with growth off and on.
 bench-oom: $(STAMP)
 	$(BIN)/python -m bench.oom_growth
+
+# The whole stack (bench/stack.py): RetryingPodOperator against the cncf KubernetesPodOperator
+# (deferrable, and not) in one real Airflow deployment (PostgreSQL, Celery, two schedulers and
+# triggerers) on the real control plane; results in bench/results/stack/. PLAN=quick (about 25
+# minutes) or full.
+PLAN ?= quick
+bench-stack: $(STAMP) tools controlplane
+	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" \
+	  $(BIN)/python -m bench.stack --plan $(PLAN)
 
 # The soak (tests/soak): one DAG run of SOAK_TASKS tasks of drawn fates in real Airflow (PostgreSQL,
 # Celery, two schedulers, two triggerers, two workers) on the real control plane, while a seeded

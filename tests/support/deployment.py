@@ -385,14 +385,16 @@ def running_deployment(
     settings: dict[str, str] | None = None,
     worker_concurrency: int = 1,
     reserialize_timeout: float = 120,
+    track_statements: bool = False,
 ) -> Iterator[Deployment]:
     """PostgreSQL, Redis (for Celery) and every Airflow process of the shape, migrated, the DAGs in
     ``dags`` serialized, all of it healthy; stopped whatever happens. ``settings`` are Airflow
-    settings (environment variables) over the deployment's own."""
+    settings (environment variables) over the deployment's own; ``track_statements`` has the
+    database count the statements it runs (``dep.database.statements()``)."""
     (root / "home").mkdir(parents=True, exist_ok=True)
     home = AirflowHome(root / "home", dags)
     with contextlib.ExitStack() as stack:
-        database = stack.enter_context(PostgresServer())
+        database = stack.enter_context(PostgresServer(track_statements=track_statements))
         broker = stack.enter_context(RedisServer()) if WORKERS else None
         dep = Deployment(root, home, cluster, database, broker, settings)
         if broker is not None:

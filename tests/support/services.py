@@ -86,8 +86,11 @@ class _Server:
 class PostgresServer(_Server):
     """One PostgreSQL cluster on a free loopback port, with an empty ``airflow`` database."""
 
-    def __init__(self, *, max_connections: int = 300) -> None:
+    def __init__(self, *, max_connections: int = 300, track_statements: bool = False) -> None:
         self.max_connections = max_connections
+        #: Load ``pg_stat_statements`` (the contrib module Debian's package ships) so that
+        #: :meth:`statements` counts what the clients ran.
+        self.track_statements = track_statements
         self.port = free_port()
         self.bin = postgres_bin()
         self.folder = Path(tempfile.mkdtemp(prefix="airflow-k8s-retry-pg-"))
@@ -137,7 +140,25 @@ class PostgresServer(_Server):
         self._serve()
         with contextlib.closing(self.connect("postgres")) as db, db.cursor() as cursor:
             cursor.execute(f"create database {DATABASE}")
+        if self.track_statements:
+            with contextlib.closing(self.connect()) as db, db.cursor() as cursor:
+                cursor.execute("create extension if not exists pg_stat_statements")
         return self
+
+    def statements(self) -> int:
+        """Statements the ``airflow`` database ran since the last :meth:`reset_statements` (every
+        client's, this server's own bookkeeping left out)."""
+        with contextlib.closing(self.connect()) as db, db.cursor() as cursor:
+            cursor.execute(
+                "select coalesce(sum(calls), 0) from pg_stat_statements s join pg_database d "
+                "on d.oid = s.dbid where d.datname = %s and s.query not ilike '%%pg_stat_statements%%'",
+                (DATABASE,),
+            )
+            return int(cursor.fetchone()[0])
+
+    def reset_statements(self) -> None:
+        with contextlib.closing(self.connect()) as db, db.cursor() as cursor:
+            cursor.execute("select pg_stat_statements_reset()")
 
     def _serve(self) -> None:
         options = " ".join(
@@ -149,6 +170,11 @@ class PostgresServer(_Server):
                 "-c fsync=off",
                 "-c synchronous_commit=off",
                 "-c full_page_writes=off",
+                *(
+                    ["-c shared_preload_libraries=pg_stat_statements", "-c pg_stat_statements.max=10000"]
+                    if self.track_statements
+                    else []
+                ),
             ]
         )
         pg_ctl = str(self.bin / "pg_ctl")

@@ -1,0 +1,49 @@
+"""The whole-stack benchmark's DAGs (``bench/stack.py``): one DAG per operator and kind of try, from
+the plan that ``AIRFLOW_K8S_RETRY_STACK_PLAN`` names; nothing without it.
+
+Each DAG runs the same tasks with one operator: ``RetryingPodOperator``, or the cncf
+``KubernetesPodOperator`` deferrable or not, every argument at its default but the image, the
+namespace, ``retries`` and ``retry_delay``. Self-contained on purpose: Airflow puts the DAGs folder
+on ``sys.path``, not the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG
+
+
+def _operator(kind: str, task: dict[str, Any]) -> Any:
+    common: dict[str, Any] = {
+        "task_id": task["task_id"],
+        "name": task["task_id"].replace("_", "-"),
+        "image": task["image"],
+        "namespace": task["namespace"],
+        "retries": task["retries"],
+        "retry_delay": timedelta(seconds=task["retry_delay"]),
+    }
+    if kind == "rpo":
+        from airflow_k8s_retry.operators import RetryingPodOperator
+
+        return RetryingPodOperator(**common)
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    return KubernetesPodOperator(deferrable=kind == "kpo_deferrable", **common)
+
+
+_PLAN = os.environ.get("AIRFLOW_K8S_RETRY_STACK_PLAN")
+if _PLAN:
+    for _dag in json.loads(Path(_PLAN).read_text())["dags"]:
+        with DAG(
+            dag_id=_dag["dag_id"],
+            schedule=None,
+            start_date=datetime(2024, 1, 1),
+            max_active_tasks=len(_dag["tasks"]),
+        ):
+            for _t in _dag["tasks"]:
+                _operator(_dag["operator"], _t)
