@@ -13,7 +13,17 @@ from kubernetes import watch
 
 from airflow_k8s_retry.classification import classify
 from airflow_k8s_retry_testing.controlplane import ControlPlane
-from tests.cluster.kube import as_json, core_api, delete_now, pod_body, wait_for_node_ready, wait_for_pod
+from airflow_k8s_retry_testing.controlplane.disruptions import PREEMPTOR_PREFIX
+from tests.cluster.kube import (
+    PodRecorder,
+    as_json,
+    core_api,
+    delete_now,
+    eventually,
+    pod_body,
+    wait_for_node_ready,
+    wait_for_pod,
+)
 
 
 def watch_until_deleted(kubeconfig: Path, body: dict[str, Any], timeout: float = 90) -> list[dict[str, Any]]:
@@ -40,6 +50,11 @@ def watch_until_deleted(kubeconfig: Path, body: dict[str, Any], timeout: float =
         finally:
             delete_now(api, name)
     raise AssertionError(f"pod {name} was not deleted in {timeout} s; last seen {seen[-1:]}")
+
+
+def preemptors(recorder: PodRecorder) -> set[str]:
+    """The UIDs of the preemptor pods the recorder has seen (the disruptor's ``preempt``)."""
+    return {uid for uid, p in recorder.pods.items() if p["metadata"]["name"].startswith(PREEMPTOR_PREFIX)}
 
 
 def disruption_target(states: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -73,17 +88,28 @@ def test_delete_is_a_graceful_delete_through_the_api(kubeconfig: Path):
 
 
 def test_preempt_is_the_real_scheduler_preempting_for_a_higher_priority_pod(kubeconfig: Path):
+    """...and the pod that preempted it (which asks for all of the node's CPU) is deleted once the
+    victim has gone, so that it does not hold the node."""
     name = f"disrupt-preempt-{uuid.uuid4().hex[:6]}"
     body = pod_body(name, "")
     body["spec"]["containers"] = [
         {"name": "base", "image": "registry.example.com/app:long", "resources": {"requests": {"cpu": "1"}}}
     ]
-    states = watch_until_deleted(kubeconfig, body)
-    pod = disruption_target(states)
-    assert pod is not None, f"no DisruptionTarget condition in {states[-1]}"
-    condition = next(c for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget")
-    assert condition["reason"] == "PreemptionByScheduler"
-    assert classify(pod, now=time.time()).outcome.value == "relaunch"
+    with PodRecorder(kubeconfig) as recorder:
+        earlier = preemptors(recorder)
+        states = watch_until_deleted(kubeconfig, body)
+        pod = disruption_target(states)
+        assert pod is not None, f"no DisruptionTarget condition in {states[-1]}"
+        condition = next(c for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget")
+        assert condition["reason"] == "PreemptionByScheduler"
+        assert classify(pod, now=time.time()).outcome.value == "relaunch"
+        # The recorder's own watch may be a moment behind the one that saw the victim go.
+        eventually(lambda: bool(preemptors(recorder) - earlier), timeout=10, interval=0.2)
+        mine = preemptors(recorder) - earlier
+        assert len(mine) == 1, f"one preemptor for the one victim: {mine}"
+        gone = eventually(lambda: mine <= recorder.deleted, timeout=30, interval=0.5)
+        left = [recorder.pods[uid] for uid in mine - recorder.deleted]
+        assert gone, f"the preemptor is still there 30 s after its victim went: {left}"
 
 
 def test_node_lost_is_the_node_lifecycle_controller_evicting_from_a_silent_node(

@@ -4,10 +4,13 @@ it, and what the monkey does and when.
 A fate here is one the real control plane can play (``airflow_k8s_retry_testing.controlplane``):
 the run endings (exit 0, exit N, OOM), image pulls (not found, a throttle that ends, an invalid
 name), a missing Secret, an unschedulable request, a pod that outlives ``execution_timeout``, the
-disruptions (an eviction through the Eviction API, a deletion by someone else, the node lost by
-stopping its KWOK process), and a user who marks the deferred task failed through the REST API.
-Each task has its own image and its own pod-name prefix, so the scenario's image behaviours and
-disruptions hit exactly its pods.
+disruptions (an eviction through the Eviction API, a deletion by someone else, a preemption by the
+real scheduler for a pod of a higher priority, the node lost by stopping its KWOK process), and a
+user who marks the deferred task failed through the REST API. Each task has its own image and its
+own pod-name prefix, so the scenario's image behaviours and disruptions hit exactly its pods. Only
+the preempted fate's pods request CPU (the unschedulable fate's request fits no node), so a
+preemption, which takes every pod requesting CPU from the victim's node, takes only pods of that
+fate (of several of its tasks at once when their pods share that node).
 
 The plan is JSON: the DAG file (``dags/soak.py``) builds the tasks from it, the soak (``run.py``)
 starts the control plane from it and judges the end against it. One seed, one plan.
@@ -40,6 +43,7 @@ WEIGHTS: dict[str, float] = {
     "execution_timeout": 0.5,
     "disruption_evict": 1,
     "disruption_delete": 1,
+    "disruption_preempt": 1,
     "disruption_node_lost": 0.25,
     "user_kill": 1,
 }
@@ -47,6 +51,7 @@ WEIGHTS: dict[str, float] = {
 DISRUPTIONS = {
     "disruption_evict": "evict",
     "disruption_delete": "delete",
+    "disruption_preempt": "preempt",
     "disruption_node_lost": "node_lost",
 }
 #: Fates whose cause fails the task at once, whatever its retries (the default classification).
@@ -151,7 +156,7 @@ def _image(task: TaskPlan, rng: random.Random) -> dict[str, Any]:
             return {"pull": "rate_limited", "for_seconds": round(rng.uniform(20, 150)), "run": run}
         case "execution_timeout" | "user_kill":
             return {"run": {"duration_seconds": 100_000}}
-        case "disruption_evict" | "disruption_delete" | "disruption_node_lost":
+        case "disruption_evict" | "disruption_delete" | "disruption_preempt" | "disruption_node_lost":
             # Runs past the disruption (100 s after creation) so the trigger watches it happen.
             return {"run": {**run, "duration_seconds": round(rng.uniform(150, 300))}}
         case _:
@@ -172,6 +177,8 @@ def _operator(fate: str, task_id: str) -> dict[str, Any]:
             return {"cpu_request": "4000", "schedule_timeout_seconds": 40}
         case "execution_timeout":
             return {"execution_timeout": 60}
+        case "disruption_preempt":  # only a pod that requests CPU can be preempted for CPU
+            return {"cpu_request": "100m"}
         case _:
             return {}
 

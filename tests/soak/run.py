@@ -69,7 +69,7 @@ class SoakResult:
 
 def soak_time(tasks: int) -> float:
     """Seconds the DAG run may take before its unfinished tasks count as hung."""
-    return 900.0 + 8.0 * tasks
+    return 1200.0 + 8.0 * tasks
 
 
 def soak(plan: Plan, workdir: Path, log: Any = None) -> SoakResult:

@@ -8,7 +8,10 @@ The disruptor watches pods in every namespace; ``after_seconds`` (times the scen
 * ``delete``: deletes the pod through the API, gracefully, as ``kubectl delete`` does;
 * ``preempt``: creates a pod of a higher PriorityClass that asks for all of the victim's node's
   CPU, so the real scheduler preempts the victim (``DisruptionTarget`` reason
-  ``PreemptionByScheduler``); only a victim that requests CPU can be preempted this way;
+  ``PreemptionByScheduler``); only a victim that requests CPU can be preempted this way. The
+  preemptor is deleted (grace 0) once the victim is gone or being deleted, or after
+  :data:`PREEMPTOR_WAIT` seconds if it is not, so it never fills the node: the pods that come
+  after the victim find the node's CPU free, and no preemptor is left behind;
 * ``node_lost``: stops the KWOK process that plays the victim's node (one per node, as one
   kubelet per node), so that node's heartbeats (its Lease) stop; the real node lifecycle
   controller marks it not ready after its grace period (50 s) and the taint eviction controller
@@ -25,6 +28,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +40,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREEMPTOR_CLASS = "airflow-k8s-retry-preemptor"
+#: The name prefix of the preemptor pods (``generateName``); the disruptor never disrupts them.
+PREEMPTOR_PREFIX = "airflow-k8s-retry-preemptor-"
+#: Seconds a preemptor waits at most for its victim to go before it is deleted anyway, and then
+#: for its own deletion to get through (the API server may be restarting).
+PREEMPTOR_WAIT = 120.0
+#: Seconds between two looks at a preemptor's victim.
+PREEMPTOR_POLL = 1.0
 
 
 class Disruptor:
@@ -49,6 +60,7 @@ class Disruptor:
         self.left: list[int | None] = [d.count for d in scenario.disruptions]
         self.seen: set[str] = set()
         self._timers: list[threading.Timer] = []
+        self._closing = threading.Event()
 
     def on_pod(self, kind: str, pod: V1Pod) -> None:
         if kind == "ADDED":
@@ -56,11 +68,14 @@ class Disruptor:
             self._on_created(meta.namespace, meta.name, meta.uid, meta.creation_timestamp)
 
     def close(self) -> None:
+        """Cancel the disruptions to come and stop waiting on preemptors' victims (not waiting for
+        those threads: a preemptor still there then is left to the control plane going down)."""
+        self._closing.set()
         for timer in self._timers:
             timer.cancel()
 
     def _on_created(self, namespace: str, name: str, uid: str, created: datetime.datetime | None) -> None:
-        if uid in self.seen or name.startswith("airflow-k8s-retry-preemptor-"):
+        if uid in self.seen or name.startswith(PREEMPTOR_PREFIX):
             return
         self.seen.add(uid)
         for index, disruption in enumerate(self.scenario.disruptions):
@@ -120,10 +135,10 @@ class Disruptor:
                 raise
         node = self.core.read_node(node_name)
         cpu = node.status.allocatable["cpu"]
-        self.core.create_namespaced_pod(
+        preemptor = self.core.create_namespaced_pod(
             namespace,
             {
-                "metadata": {"generateName": "airflow-k8s-retry-preemptor-"},
+                "metadata": {"generateName": PREEMPTOR_PREFIX},
                 "spec": {
                     "priorityClassName": PREEMPTOR_CLASS,
                     "nodeSelector": {"kubernetes.io/hostname": node_name},
@@ -138,6 +153,63 @@ class Disruptor:
                 },
             },
         )
+        preemptor_name: str = preemptor.metadata.name
+        log.info("created preemptor %s/%s for %s on node %s", namespace, preemptor_name, name, node_name)
+        threading.Thread(
+            target=self._remove_preemptor,
+            args=(namespace, preemptor_name, name, uid),
+            name=f"remove-{preemptor_name}",
+            daemon=True,
+        ).start()
+
+    def _remove_preemptor(self, namespace: str, preemptor: str, victim: str, uid: str) -> None:
+        """Delete the preemptor once the victim is gone or being deleted, or after
+        :data:`PREEMPTOR_WAIT` seconds if it is not; stop without deleting when the disruptor
+        closes."""
+        started = time.monotonic()
+        why = f"{namespace}/{victim} is gone or being deleted"
+        while not self._victim_gone(namespace, victim, uid):
+            if time.monotonic() - started >= PREEMPTOR_WAIT:
+                why = f"{namespace}/{victim} is still there after {PREEMPTOR_WAIT:.0f} s"
+                break
+            if self._closing.wait(PREEMPTOR_POLL):
+                log.info("closing: preemptor %s/%s is left", namespace, preemptor)
+                return
+        waited = time.monotonic() - started
+        deadline = time.monotonic() + PREEMPTOR_WAIT
+        while not self._delete_now(namespace, preemptor):
+            if self._closing.wait(PREEMPTOR_POLL):
+                log.info("closing: preemptor %s/%s is left", namespace, preemptor)
+                return
+            if time.monotonic() >= deadline:
+                log.error("could not delete preemptor %s/%s; it is left", namespace, preemptor)
+                return
+        log.info("deleted preemptor %s/%s after %.1f s: %s", namespace, preemptor, waited, why)
+
+    def _victim_gone(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the pod ``uid`` is gone (its name is free or another pod's) or being deleted."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            pod = self.core.read_namespaced_pod(name, namespace, _request_timeout=10)
+        except ApiException as exc:
+            return bool(exc.status == 404)
+        except Exception:  # the API server is not answering (restarting): look again later
+            return False
+        return pod.metadata.uid != uid or pod.metadata.deletion_timestamp is not None
+
+    def _delete_now(self, namespace: str, name: str) -> bool:
+        """Delete the pod with grace 0; whether it is gone now (already gone counts)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _request_timeout=10)
+        except Exception as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return True
+            log.warning("deleting %s/%s failed (%s); trying again", namespace, name, exc)
+            return False
+        return True
 
     def _node_lost(self, namespace: str, name: str, uid: str) -> None:
         pod = self.core.read_namespaced_pod(name, namespace)
