@@ -26,6 +26,9 @@ MANAGED_SELECTOR = f"{MANAGED_LABEL}=true"
 DEPLOYMENT_LABEL = f"{GROUP}/deployment"
 #: The task instance id of the try (Airflow 3 gives each try its own): adoption requires a match.
 TI_ANNOTATION = f"{GROUP}/ti-id"
+#: ``keep`` on the pod of a task with ``on_kill_action="keep_pod"``: a kill from outside the worker
+#: (the api-server's listener) keeps it too.
+ON_KILL_ANNOTATION = f"{GROUP}/on-kill"
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 

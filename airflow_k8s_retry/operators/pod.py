@@ -232,7 +232,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         if self._kill_requested:
             raise PodFailure(f"the task was killed before pod {meta['name']} was created; none is created")
         # While the create is on its way no pod is held: a kill deletes the try's pods by label. (A
-        # resumed worker relaunching held the disrupted pod, and a kill deleted only that one.)
+        # resumed worker relaunching had not named its try, so a kill there deleted nothing.)
         self._pod, self._try_held = None, (identity, meta["namespace"])
         try:
             created = lifecycle.create(client, pod, identity, relaunch=relaunch, sleep=type(self).retry_sleep)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_k8s_retry.classification.observation import BASE_CONTAINER_ANNOTATION
-from airflow_k8s_retry.kube.naming import TI_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.naming import ON_KILL_ANNOTATION, TI_ANNOTATION, TryIdentity
 from airflow_k8s_retry.operators.arguments import local_config_errors
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ def build_try_pod(op: TryOperator, context: Context, relaunch: int = 0) -> dict[
     annotations = meta.setdefault("annotations", {})
     if identity.ti_id:
         annotations[TI_ANNOTATION] = identity.ti_id
+    if getattr(getattr(op, "on_kill_action", None), "value", None) == "keep_pod":
+        annotations[ON_KILL_ANNOTATION] = "keep"
     # The classifier judges success, skip and failure on the base container alone (a sidecar never
     # decides): the provider puts it first, named base_container_name.
     containers = (pod.get("spec") or {}).get("containers") or [{}]

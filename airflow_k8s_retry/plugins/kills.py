@@ -18,10 +18,13 @@ and the worker that would act on the verdict is never started. A verdict reached
 still runs (``execution.timeout``, a start or schedule timeout, a grace that ran out) would leave
 it running.
 
+And a kill of a running try does not always reach the worker's ``on_kill``: the worker's
+supervisor learns of it at its next heartbeat (up to 5 s later, ``[workers] min_heartbeat_interval``);
+a task that defers meanwhile has its deferral refused (the task instance is no longer running) and
+its process ends with no SIGTERM, no ``on_kill`` and no trigger, while the pod it created runs on.
+
 This listener covers those cases. For a task instance deferred on a ``PodStateTrigger`` that owns
-its pod, it reads the pod's name, namespace, UID and connection from the trigger row; for one that
-waits to resume in ``execute_complete`` with a ``PodStateTrigger`` event, from that event (in
-``next_kwargs``; the event names the connection only for a pod its task owns). Then, in a
+its pod, it reads the pod's name, namespace, UID and connection from the trigger row. Then, in a
 background thread (the request does not wait for Kubernetes) it waits :data:`ON_KILL_FIRST`
 seconds where Airflow gives the trigger an ``on_kill`` (:data:`COMMIT_FIRST` on 3.1 and 3.2),
 reads the task instance again (the state was set and not rolled back, and no worker has resumed
@@ -29,6 +32,17 @@ the try since) and the pod, and deletes what is left by UID on the same terms as
 pod gone, replaced, being deleted or stamped with a verdict is left alone, and
 ``on_kill_action="keep_pod"`` (a trigger that does not own its pod) keeps it. After a kill that
 ``on_kill`` handled this costs one database read and one GET.
+
+For a task instance of this package's operator with no trigger (running, or waiting to resume in
+``execute_complete`` with a ``PodStateTrigger`` event), it takes the namespace and connection from
+that event (in ``next_kwargs``; the event names the connection only for a pod its task owns), else
+from the try's rendered template fields (``namespace``, ``kubernetes_conn_id``, ``config_file``,
+``cluster_context``; without a namespace, the connection's or ``default``, as the operator
+resolves it; a namespace set only inside ``pod_template_file`` is not known here). After
+:data:`ON_KILL_FIRST` seconds (the worker's SIGTERM, ``on_kill`` and SIGKILL come within about
+10 s) and the same second look at the task instance, it lists the try's pods by label and deletes
+each on the same terms, and keeps those of a task with ``on_kill_action="keep_pod"`` (their
+annotation says so). After a kill that ``on_kill`` handled this costs one LIST.
 
 The task runner and the scheduler call the same hooks with the state the task left (``running``)
 for a task's own ending; those calls return at once, so a normal try costs nothing here. The
@@ -72,6 +86,12 @@ TriggerRowOf = Callable[[Any], Any]
 #: ``(key) -> (state, try_number)`` now of the task instance a ``TaskInstanceKey`` names, or None
 #: once it is gone.
 StateOf = Callable[[Any], "tuple[str | None, int] | None"]
+#: ``(ti) -> the rendered template fields`` of the task instance's current try (a mapping).
+RenderedFieldsOf = Callable[[Any], "Mapping[str, Any]"]
+#: The task types (``TaskInstance.operator``) whose running tries the listener cleans up.
+OPERATORS = frozenset({"RetryingPodOperator", "_RetryingKubernetesDecoratedOperator"})
+#: The rendered fields that choose the cluster, as the trigger's ``cluster`` names them.
+CLUSTER_FIELDS = ("config_file", "cluster_context")
 
 
 @hookimpl
@@ -98,27 +118,18 @@ def kill_deferred_pod(
     *,
     trigger_row_of: TriggerRowOf | None = None,
     state_of: StateOf | None = None,
+    rendered_fields_of: RenderedFieldsOf | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> threading.Thread | None:
     """Start the deletion of the pod of ``ti``, a task instance a user just set to ``state``, if it
-    was deferred on a trigger that owns its pod, or waited to resume with such a trigger's event;
-    the thread doing it, or None. Never raises.
+    was deferred on a trigger that owns its pod, or of the pods of its try if it is this package's
+    operator with no trigger (running, or waiting to resume with a trigger's event); the thread
+    doing it, or None. Never raises.
 
-    ``trigger_row_of`` and ``state_of`` read Airflow's metadata database by default (the
-    api-server's own session, then a fresh one).
+    ``trigger_row_of``, ``state_of`` and ``rendered_fields_of`` read Airflow's metadata database
+    by default (the api-server's own session, then a fresh one).
     """
     try:
-        if getattr(ti, "trigger_id", None) is not None:
-            pod = pod_in_trigger((trigger_row_of or trigger_row)(ti))
-        else:
-            # Not deferred. Waiting to resume with the trigger's event (its trigger_id cleared when
-            # Airflow accepted it), or running: then its worker's on_kill deletes the pod first.
-            pod = pod_in_event(ti)
-        if pod is None:
-            return None
-        from airflow_k8s_retry.compat import triggers_get_on_kill
-
-        wait = ON_KILL_FIRST if triggers_get_on_kill() else COMMIT_FIRST
         # Read now: the thread outlives the request's session the ORM object belongs to.
         key = ti.key
         why = (
@@ -129,18 +140,37 @@ def kill_deferred_pod(
         def still_killed() -> bool:
             return _still_killed(key, state_of or task_instance_state)
 
+        if getattr(ti, "trigger_id", None) is not None:
+            pod = pod_in_trigger((trigger_row_of or trigger_row)(ti))
+            if pod is None:
+                return None
+            from airflow_k8s_retry.compat import triggers_get_on_kill
+
+            wait = ON_KILL_FIRST if triggers_get_on_kill() else COMMIT_FIRST
+            target: Callable[..., Any] = delete_pod_of_killed_task
+            args: tuple[Any, ...] = (pod, why)
+            what = f"pod {pod['pod_name']} is deleted in {wait:.0f} s unless on_kill has done it"
+        else:
+            # Running, or waiting to resume with the trigger's event (its trigger_id cleared when
+            # Airflow accepted it): the try's pods, once its worker had the time to end.
+            where = pod_in_event(ti) or try_in_rendered_fields(ti, rendered_fields_of or rendered_fields)
+            if where is None:
+                return None
+            wait, target, args = ON_KILL_FIRST, delete_try_pods_of_killed_task, (where, try_identity(ti), why)
+            namespace = where["namespace"] or "(the connection's)"
+            what = f"the try's pods in namespace {namespace} are deleted in {wait:.0f} s unless on_kill has"
         thread = threading.Thread(
-            target=delete_pod_of_killed_task,
-            args=(pod, why),
+            target=target,
+            args=args,
             kwargs={"still_killed": still_killed, "sleep": sleep, "wait": wait},
-            name=f"k8s-retry-kill-{pod['pod_name']}",
+            name=f"k8s-retry-kill-{key.task_id}-{key.try_number}",
             daemon=True,
         )
         thread.start()
     except Exception as exc:  # a listener must never fail the user's request
         log.warning("Could not schedule the deletion of the pod of %s: %s: %s", ti, type(exc).__name__, exc)
         return None
-    log.info("%s: pod %s is deleted in %.0f s unless on_kill has done it", why, pod["pod_name"], wait)
+    log.info("%s: %s", why, what)
     return thread
 
 
@@ -228,6 +258,67 @@ def pod_in_event(ti: Any) -> dict[str, Any] | None:
     return pod
 
 
+def try_in_rendered_fields(ti: Any, rendered_fields_of: RenderedFieldsOf) -> dict[str, Any] | None:
+    """Where the pods of the running try of ``ti`` are (``kubernetes_conn_id``, ``namespace``, and
+    ``cluster`` when the task chose one), from its rendered template fields; None for another
+    operator's task instance."""
+    if getattr(ti, "operator", None) not in OPERATORS:
+        return None
+    fields = rendered_fields_of(ti) or {}
+    namespace = fields.get("namespace")
+    template = fields.get("pod_template_dict")
+    if not namespace and isinstance(template, Mapping):
+        namespace = (template.get("metadata") or {}).get("namespace")
+    conn_id = fields.get("kubernetes_conn_id")
+    where: dict[str, Any] = {
+        "kubernetes_conn_id": conn_id if isinstance(conn_id, str) and conn_id else None,
+        "namespace": namespace if isinstance(namespace, str) and namespace else None,
+    }
+    cluster = {
+        name: fields[name] for name in CLUSTER_FIELDS if isinstance(fields.get(name), str) and fields[name]
+    }
+    if cluster:
+        where["cluster"] = cluster
+    return where
+
+
+def rendered_fields(ti: Any) -> Mapping[str, Any]:
+    """The rendered template fields the try of ``ti`` stored when it started (a fresh session)."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.execute(
+            select(Rendered.rendered_fields).where(
+                Rendered.dag_id == ti.dag_id,
+                Rendered.task_id == ti.task_id,
+                Rendered.run_id == ti.run_id,
+                Rendered.map_index == ti.map_index,
+            )
+        ).first()
+    return row[0] if row is not None and isinstance(row[0], Mapping) else {}
+
+
+def try_identity(ti: Any) -> Any:
+    """The :class:`~airflow_k8s_retry.kube.naming.TryIdentity` of the current try of ``ti``, as
+    the operator names it (the deployment id from the same setting)."""
+    from airflow.configuration import conf
+
+    from airflow_k8s_retry.kube.naming import TryIdentity
+
+    key = ti.key
+    return TryIdentity(
+        dag_id=key.dag_id,
+        task_id=key.task_id,
+        run_id=key.run_id,
+        map_index=key.map_index if key.map_index is not None else -1,
+        try_number=key.try_number,
+        ti_id=str(getattr(ti, "id", None) or ""),
+        deployment=conf.get("kubernetes_retry", "deployment_id", fallback="") or "",
+    )
+
+
 def _decoded_next_kwargs(raw: Any) -> Mapping[str, Any]:
     """A task instance's stored ``next_kwargs`` as a plain mapping, decoded as Airflow decodes them
     on resume: ``airflow.sdk.serde`` where it exists (plain JSON stays as it is), ``BaseSerialization``
@@ -265,6 +356,76 @@ def delete_pod_of_killed_task(
         log.warning("%s: pod %s kept: could not read the task instance again (%s)", why, pod["pod_name"], exc)
         return False
     return _delete(pod, why, sleep)
+
+
+def delete_try_pods_of_killed_task(
+    where: Mapping[str, Any],
+    identity: Any,
+    why: str,
+    *,
+    still_killed: Callable[[], bool] = lambda: True,
+    sleep: Callable[[float], None] = time.sleep,
+    wait: float = ON_KILL_FIRST,
+) -> int:
+    """After ``wait`` seconds, and if the task is ``still_killed()``, delete by UID each pod of the
+    try ``identity`` names in ``where`` (its namespace and connection) that is not gone, being
+    deleted, stamped with a verdict or kept on a kill by its task; retry API errors for about
+    22 s. How many this call deleted; never raises (it runs in a thread)."""
+    from airflow_k8s_retry import connection
+    from airflow_k8s_retry.kube.errors import Forbidden, KubeError
+    from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
+    from airflow_k8s_retry.kube.rbac import rbac_message
+
+    sleep(wait)
+    try:
+        if not still_killed():
+            log.info("%s: its pods kept: the task instance is no longer in that state", why)
+            return 0
+        client, namespace = connection.pod_client(
+            where.get("kubernetes_conn_id"), where.get("namespace"), where.get("cluster")
+        )
+    except Exception as exc:
+        log.warning("%s: its pods kept: %s: %s", why, type(exc).__name__, exc)
+        return 0
+    client.api_client.user_agent = USER_AGENT
+    try:
+        for attempt, pause in enumerate((*KILL_BACKOFF, None)):
+            try:
+                return _delete_try_pods(client, namespace, identity, why)
+            except KubeError as exc:
+                if pause is not None:
+                    sleep(pause)
+                elif isinstance(exc, Forbidden):
+                    log.warning("%s: its pods kept: %s", why, rbac_message(exc, "list", "pods", namespace))
+                else:
+                    log.warning(
+                        "%s: its pods kept: listing or deleting failed %d times: %s", why, attempt + 1, exc
+                    )
+        return 0
+    finally:
+        client.close()
+
+
+def _delete_try_pods(client: Any, namespace: str, identity: Any, why: str) -> int:
+    """Delete the try's pods that a kill may delete (see :func:`delete_try_pods_of_killed_task`)."""
+    from airflow_k8s_retry.kube.lifecycle import kept_on_kill
+    from airflow_k8s_retry.kube.naming import ON_KILL_ANNOTATION
+
+    deleted = 0
+    for pod in client.list_pods(namespace, identity.selector("try")):
+        meta = pod["metadata"]
+        if not identity.owns_pod(pod):
+            continue
+        if (meta.get("annotations") or {}).get(ON_KILL_ANNOTATION) == "keep":
+            log.info("%s: pod %s kept (on_kill_action=keep_pod)", why, meta["name"])
+            continue
+        kept = kept_on_kill(pod, meta["uid"])
+        if kept is not None:
+            log.info("%s: pod %s %s", why, meta["name"], kept)
+        elif client.delete(namespace, meta["name"], meta["uid"]):
+            deleted += 1
+            log.info("%s: pod %s deleted", why, meta["name"])
+    return deleted
 
 
 def _delete(pod: Mapping[str, Any], why: str, sleep: Callable[[float], None]) -> bool:

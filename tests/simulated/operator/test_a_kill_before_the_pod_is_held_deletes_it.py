@@ -9,8 +9,8 @@ request for the sweep's LIST or the create's POST.
 
 When the task's code does not get to go on (the supervisor's SIGKILL comes 5 s after the SIGTERM),
 ``on_kill`` alone must find the pod whose create had landed: the first pod of a try and a relaunch's
-pod in a resumed worker alike (chaos seed 9 left a relaunch's pod: the resumed operator held the
-disrupted pod, so ``on_kill`` deleted that one again and not the new one).
+pod in a resumed worker alike (chaos seed 9 left a relaunch's pod: only ``execute`` named the try
+for ``on_kill``, so in a resumed worker's relaunch ``on_kill`` found nothing to delete).
 """
 
 from __future__ import annotations

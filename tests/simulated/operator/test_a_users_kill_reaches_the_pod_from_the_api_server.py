@@ -95,11 +95,19 @@ def test_only_a_trigger_that_owns_its_pod_names_one(make_cluster, context):
 
 
 class TaskInstanceRow:
-    """The attributes of Airflow's ``TaskInstance`` the listener reads."""
+    """The attributes of Airflow's ``TaskInstance`` the listener reads (those of the task instance
+    ``like``, the one a test's operator ran as, when given)."""
 
-    def __init__(self, trigger_id: int | None = 7, try_number: int = 1) -> None:
+    def __init__(
+        self, trigger_id: int | None = 7, try_number: int = 1, like: Any = None, operator: str = ""
+    ) -> None:
         self.dag_id, self.task_id, self.run_id, self.map_index = "etl", "load", "r", -1
+        self.id: Any = None
+        if like is not None:
+            self.dag_id, self.task_id, self.run_id = like.dag_id, like.task_id, like.run_id
+            self.map_index, self.id, try_number = like.map_index, like.id, like.try_number
         self.try_number, self.trigger_id = try_number, trigger_id
+        self.operator = operator
         self.next_method: str | None = None
         self.next_kwargs: Any = None
         self.state, self.scheduled_dttm = "deferred", None
@@ -194,7 +202,7 @@ def first_event(trigger: PodStateTrigger) -> TriggerEvent:
     return asyncio.run(run())
 
 
-def accepted(trigger: PodStateTrigger, event: TriggerEvent) -> TaskInstanceRow:
+def accepted(trigger: PodStateTrigger, event: TriggerEvent, like: Any = None) -> TaskInstanceRow:
     """The task instance after Airflow's triggerer handed the event over: ``handle_event_submit``
     (what ``Trigger.submit_event`` calls) clears ``trigger_id``, puts the event in ``next_kwargs``
     and schedules it, waiting for a worker."""
@@ -205,7 +213,7 @@ def accepted(trigger: PodStateTrigger, event: TriggerEvent) -> TaskInstanceRow:
     except ImportError:  # Airflow 3.1: the column encodes it; the task instance holds a plain dict
         serialize = dict
 
-    ti = TaskInstanceRow()
+    ti = TaskInstanceRow(like=like, operator="RetryingPodOperator")
     ti.next_method = "execute_complete"  # as the operator's defer() left it
     ti.next_kwargs = serialize({"execution_deadline": trigger.execution_deadline})
     handle_event_submit(event, task_instance=ti, session=SimpleNamespace(flush=lambda: None))
@@ -224,14 +232,14 @@ def test_the_listener_deletes_the_running_pod_of_a_task_killed_while_it_waits_fo
     event = first_event(trigger)
     assert event.payload["verdict"]["reason"] == "execution.timeout"
     assert [p["status"]["phase"] for p in pods_named(cluster, trigger.pod_name)] == ["Running"]
-    ti = accepted(trigger, event)
+    ti = accepted(trigger, event, like=context["ti"])
     slept: list[float] = []
     thread = kills.kill_deferred_pod(
         ti, "failed", trigger_row_of=no_trigger_row, state_of=lambda key: ("failed", 1), sleep=slept.append
     )
     assert thread is not None
     thread.join(30)
-    assert slept[:1] == [kills.ON_KILL_FIRST if triggers_get_on_kill() else kills.COMMIT_FIRST]
+    assert slept[:1] == [kills.ON_KILL_FIRST]  # a worker that resumed meanwhile had its turn
     assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
     deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
     assert [(r["uid"], r["status"], r["user_agent"]) for r in deletes] == [
@@ -244,7 +252,7 @@ def no_trigger_row(ti: Any) -> None:
 
 
 def test_a_waiting_event_names_the_pod_only_when_its_task_owns_it(make_cluster, context):
-    make_cluster(RUNNING)
+    cluster = make_cluster(RUNNING)
     trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
     event = first_event(trigger)
     assert event.payload["connection"] == {"kubernetes_conn_id": None}
@@ -264,8 +272,10 @@ def test_a_waiting_event_names_the_pod_only_when_its_task_owns_it(make_cluster, 
     kept = defer(operator(on_kill_action="keep_pod", execution_timeout=timedelta(seconds=1)), context)
     kept_event = first_event(kept)
     assert "connection" not in kept_event.payload
-    kept_ti = accepted(kept, kept_event)
-    assert kills.kill_deferred_pod(kept_ti, "failed", trigger_row_of=no_trigger_row) is None
+    kept_ti = accepted(kept, kept_event, like=context["ti"])
+    # The event names no pod; the try's are looked for by label and this one keeps its pod on kill.
+    kill_running(kept_ti, {"namespace": "default"})
+    assert len(pods_named(cluster, kept.pod_name)) == 1
 
 
 def test_a_waiting_event_stored_by_older_airflow_is_read_too(make_cluster, context):
@@ -280,3 +290,73 @@ def test_a_waiting_event_stored_by_older_airflow_is_read_too(make_cluster, conte
     ti.next_kwargs = BaseSerialization.serialize({"execution_deadline": None, "event": event.payload})
     pod = kills.pod_in_event(ti)
     assert pod is not None and pod["pod_uid"] == trigger.pod_uid
+
+
+# -- killed while running: the worker may never get an on_kill ---------------------------------
+
+
+def created_then_refused(op: Any, context: dict[str, Any]) -> str:
+    """The worker created the try's pod and deferred; the deferral was refused (the user had marked
+    the task instance failed before the worker's supervisor heard of it), so the process ended with
+    no on_kill and no trigger. The pod's name."""
+    return defer(op, context).pod_name
+
+
+def kill_running(ti: TaskInstanceRow, fields: dict[str, Any]) -> list[float]:
+    slept: list[float] = []
+    thread = kills.kill_deferred_pod(
+        ti,
+        "failed",
+        trigger_row_of=no_trigger_row,
+        state_of=lambda key: ("failed", ti.try_number),
+        rendered_fields_of=lambda _: fields,
+        sleep=slept.append,
+    )
+    assert thread is not None
+    thread.join(30)
+    return slept
+
+
+def test_the_listener_deletes_the_pod_of_a_running_try_whose_deferral_was_refused(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    name = created_then_refused(operator(), context)
+    running = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
+    slept = kill_running(running, {"namespace": "default", "kubernetes_conn_id": None})
+    assert slept[:1] == [kills.ON_KILL_FIRST]
+    assert cluster.wait_for(lambda c: not pods_named(c, name), timeout=10)
+    deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
+    assert [(r["name"], r["status"], r["user_agent"]) for r in deletes] == [(name, 200, kills.USER_AGENT)]
+
+
+def test_without_a_namespace_the_running_try_is_looked_for_where_the_operator_puts_it(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    name = created_then_refused(operator(), context)
+    running = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
+    kill_running(running, {"namespace": None, "pod_template_dict": None})  # the connection's, else default
+    assert cluster.wait_for(lambda c: not pods_named(c, name), timeout=10)
+
+
+def test_a_running_try_of_a_task_that_keeps_its_pod_on_kill_keeps_it(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    name = created_then_refused(operator(on_kill_action="keep_pod"), context)
+    running = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
+    kill_running(running, {"namespace": "default"})
+    assert len(pods_named(cluster, name)) == 1
+    assert not [
+        r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
+    ]
+
+
+def test_the_pods_of_another_try_or_another_operator_are_not_the_listeners(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    name = created_then_refused(operator(), context)
+    later = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
+    later.try_number += 1  # the user killed the next try
+    kill_running(later, {"namespace": "default"})
+    assert len(pods_named(cluster, name)) == 1
+
+    def no_fields(ti: Any) -> dict[str, Any]:
+        raise AssertionError("read the rendered fields of another operator's task")
+
+    other = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="BashOperator")
+    assert kills.kill_deferred_pod(other, "failed", rendered_fields_of=no_fields) is None
