@@ -28,8 +28,9 @@ Airflow 3.3.2's own code so the harness keeps working whatever the operator look
   ``previous_state=None`` and the task instance, whose ``trigger_id`` and trigger row
   (``Trigger.classpath``, ``Trigger.kwargs``) are still there while it is deferred; once its trigger
   fired (``Trigger.submit_event``: ``scheduled``, ``trigger_id`` cleared, the event in
-  ``next_kwargs`` through ``airflow.sdk.serde``) until a worker resumes it, the listeners see that
-  instead; deleting a DAG run calls no listener.
+  ``next_kwargs`` through ``airflow.sdk.serde``) until the try ends, the listeners see that
+  instead, and for a running task its rendered template fields; deleting a DAG run calls no
+  listener.
 """
 
 from __future__ import annotations
@@ -275,12 +276,14 @@ class CrashPlan:
 
     A boundary call is a Kubernetes API request, an XCom push or the hand-over of a deferral.
     ``answer_lost`` lets the request reach the API server before the process dies (the change lands,
-    the answer is never read). ``kill`` is a user's "mark failed" while running: the SIGTERM lands
-    while the call is under way (sent, its answer not read), ``on_kill()`` runs, and the task's
-    code goes on for ``goes_on`` more boundary calls (the 5 s before the supervisor's SIGKILL)
-    unless it ends first; a deferral handed over after the kill is refused (the task instance is no
-    longer running). ``alarm`` is ``execution_timeout`` running out there:
-    ``AirflowTaskTimeout`` is raised before the request (or, with ``answer_lost``, after it landed).
+    the answer is never read). ``kill`` is a user's "mark failed" while running, landing before
+    the call: the worker's supervisor hears of it at its next heartbeat (up to 5 s later), so the
+    task's code makes ``unaware`` more calls first (a deferral among them is refused and the
+    process ends: no SIGTERM, no ``on_kill``); then the SIGTERM lands while a call is under way
+    (sent, its answer not read), ``on_kill()`` runs, and the code goes on for ``goes_on`` more
+    calls (the 5 s before the supervisor's SIGKILL) unless it ends first, a deferral among them
+    refused. ``alarm`` is ``execution_timeout`` running out there: ``AirflowTaskTimeout`` is
+    raised before the request (or, with ``answer_lost``, after it landed).
     """
 
     at: int
@@ -288,6 +291,7 @@ class CrashPlan:
     kill: bool = False
     goes_on: int = 0
     alarm: bool = False
+    unaware: int = 0
 
 
 class Worker:
@@ -295,13 +299,21 @@ class Worker:
 
     _active: threading.local = threading.local()
 
-    def __init__(self, plan: CrashPlan | None, on_kill: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        plan: CrashPlan | None,
+        on_kill: Callable[[], None] | None = None,
+        user_kill: Callable[[], None] | None = None,
+    ) -> None:
         self.plan = plan
         self.calls = 0
         self.dead = False
         self.died_at: str | None = None
         self._on_kill = on_kill
+        self._user_kill = user_kill
         self._in_on_kill = False
+        #: After the user's kill: the boundary calls before the supervisor hears of it.
+        self.unaware: int | None = None
         #: After a SIGTERM: the boundary calls the task's code may still make before SIGKILL.
         self.terminating: int | None = None
 
@@ -338,6 +350,14 @@ class Worker:
             raise WorkerDied(f"worker already dead ({self.died_at}); {what} never happens")
         if self._in_on_kill:
             return None
+        if self.unaware is not None:
+            if what == "defer":
+                self.die(f"killed by the user: the deferral was refused, before {what} (no on_kill)")
+            if self.unaware == 0:  # the heartbeat: SIGTERM while this call is under way
+                self.unaware = None
+                return lambda: self.sigterm(what)
+            self.unaware -= 1
+            return None
         if self.terminating is not None:
             if self.terminating == 0 or what == "defer":
                 why = "the task instance is no longer running" if what == "defer" else "SIGKILL"
@@ -355,10 +375,10 @@ class Worker:
                 return lambda: self.alarm(f"after {what}")
             self.alarm(f"before {what}")
         if plan.kill and self._on_kill is not None:
-            if what == "defer":  # the kill lands before the deferral is handed over: refused
-                self.sigterm(what)
-                return self.before(what)
-            return lambda: self.sigterm(what)
+            if self._user_kill is not None:
+                self._user_kill()  # the task instance is failed; the api-server's listener runs
+            self.unaware = plan.unaware
+            return self.before(what)
         if plan.answer_lost:
             return lambda: self.die(f"after {what} (answer lost)")
         self.die(f"before {what}")
@@ -367,7 +387,8 @@ class Worker:
     def sigterm(self, what: str) -> None:
         """SIGTERM while ``what`` was under way (sent, its answer not read yet), where a worker's
         main thread spends its time: the handler runs ``on_kill``, then the code reads the answer
-        and goes on for ``goes_on`` calls, or is killed at once when that is 0."""
+        and goes on for ``goes_on`` calls, or is killed at once when that is 0. (The calls are
+        counted again only once the SIGTERM came.)"""
         assert self.plan is not None and self._on_kill is not None
         self.run_on_kill(self._on_kill)
         self.terminating = self.plan.goes_on
@@ -427,16 +448,32 @@ class ApiServer:
         row = SimpleNamespace(id=trigger_id, classpath=classpath, kwargs=kwargs)
         self._listen(ti, trigger_id=trigger_id, trigger_row=row)
 
-    def mark_failed_waiting(self, ti: TaskInstance, next_method: str, next_kwargs: dict[str, Any]) -> None:
-        """A user marks failed a task instance whose trigger fired and that waits for a worker
-        (``scheduled`` or ``queued``): no trigger, the event in ``next_kwargs`` as the column holds
-        it (``Trigger.submit_event`` stores them through ``airflow.sdk.serde``)."""
+    def mark_failed_waiting(
+        self, ti: TaskInstance, next_method: str | None, next_kwargs: dict[str, Any] | None, namespace: str
+    ) -> None:
+        """A user marks failed a task instance with no trigger: one whose trigger fired and that
+        waits for a worker (``scheduled`` or ``queued``) or runs its resumed method, with the event
+        in ``next_kwargs`` as the column holds it (``Trigger.submit_event`` stores them through
+        ``airflow.sdk.serde``), or one that runs ``execute`` (no ``next_method``); its rendered
+        template fields name the namespace."""
         from airflow.sdk.serde import serialize
 
-        self._listen(ti, trigger_id=None, next_method=next_method, next_kwargs=serialize(next_kwargs))
+        self._listen(
+            ti,
+            trigger_id=None,
+            next_method=next_method,
+            next_kwargs=serialize(next_kwargs) if next_kwargs is not None else None,
+            rendered_fields_of=lambda _: {"namespace": namespace, "kubernetes_conn_id": None},
+        )
 
     def _listen(
-        self, ti: TaskInstance, *, trigger_id: int | None, trigger_row: Any = None, **row: Any
+        self,
+        ti: TaskInstance,
+        *,
+        trigger_id: int | None,
+        trigger_row: Any = None,
+        rendered_fields_of: Callable[[Any], dict[str, Any]] | None = None,
+        **row: Any,
     ) -> None:
         from types import SimpleNamespace
 
@@ -447,6 +484,13 @@ class ApiServer:
         orm_ti = SimpleNamespace(
             trigger_id=trigger_id,
             key=TaskInstanceKey(ti.dag_id, ti.task_id, ti.run_id, ti.try_number, ti.map_index),
+            id=ti.id,
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index,
+            try_number=ti.try_number,
+            operator="RetryingPodOperator",
             **row,
         )
         thread = kills.kill_deferred_pod(
@@ -454,6 +498,7 @@ class ApiServer:
             "failed",
             trigger_row_of=lambda _: trigger_row,
             state_of=self._states.state_of,
+            rendered_fields_of=rendered_fields_of or (lambda _: {}),
             sleep=lambda seconds: time.sleep(seconds * self._scale),
         )
         if thread is not None:

@@ -98,7 +98,7 @@ class Plan:
             try_number, crash = self.crash
             when = "after-call" if crash.answer_lost else "before-call"
             what = "kill" if crash.kill else (f"alarm-{when}" if crash.alarm else f"crash-{when}")
-            goes_on = f",goes_on={crash.goes_on}" if crash.kill else ""
+            goes_on = f",unaware={crash.unaware},goes_on={crash.goes_on}" if crash.kill else ""
             parts.append(f"worker={what}#{crash.at}@try{try_number}{goes_on}")
         if self.user_kill:
             parts.append(f"user={self.user_kill[0]}@+{self.user_kill[1]:.0f}s")
@@ -154,6 +154,8 @@ def draw_plan(seed: int) -> Plan:
     if crash is not None and crash[1].kill:
         # After SIGTERM the task's code goes on until SIGKILL, 5 s later: a few more calls.
         crash[1].goes_on = random.Random(f"{seed}/sigterm").randint(0, 3)
+        # The supervisor hears of the kill at its next heartbeat, up to 5 s later: calls before it.
+        crash[1].unaware = random.Random(f"{seed}/heartbeat").randint(0, 3)
     alarm = random.Random(f"{seed}/alarm")
     if crash is None and alarm.random() < 0.08:
         # execution_timeout runs out in the worker: the task needs one for Airflow to arm the alarm.
@@ -531,18 +533,25 @@ class ChaosRun:
         worker: Worker | None = None
         op: Any = None
 
-        def on_kill() -> None:
+        call: tuple[str, Any] = ("execute", None)
+
+        def user_kill() -> None:
+            # The api-server sets the state and calls the listeners with the running task instance
+            # (its event in next_kwargs when it runs its resumed method).
             self.env.states.set(ti, "failed")
             self.killed_by_user = True
+            next_method, next_kwargs = call[1] if call[0] == "resume" else (None, None)
+            self.api_server.mark_failed_waiting(ti, next_method, next_kwargs, self.namespace)
+
+        def on_kill() -> None:
             op.on_kill()
 
         def fresh_worker() -> Worker:
             nonlocal worker
-            worker = Worker(crash, on_kill) if worker is None else worker
+            worker = Worker(crash, on_kill, user_kill) if worker is None else worker
             ti.boundary = worker.boundary
             return worker
 
-        call: tuple[str, Any] = ("execute", None)
         while True:
             self.advance()
             op = self.make_operator()  # every worker start parses the DAG again
@@ -611,7 +620,7 @@ class ChaosRun:
             if kill_at is not None and self.clock.now() >= start + kill_at:
                 self._waiting_killed = self.killed_by_user = True
                 self.env.states.set(ti, "failed")
-                self.api_server.mark_failed_waiting(ti, *resumed)
+                self.api_server.mark_failed_waiting(ti, *resumed, self.namespace)
                 self.notes.append(f"try {ti.try_number}: user mark_failed while it waited for a worker")
                 return True
             time.sleep(0.001)

@@ -44,6 +44,12 @@ CAUSES: dict[str, tuple[str, str]] = {
         "a killed task's pod was left: on_kill found none to delete (its create was under way, and the "
         "code did not get to delete it before SIGKILL) or its read or delete failed past its retries",
     ),
+    "refused_deferral_leak": (
+        "new (a kill the worker hears of at its next heartbeat)",
+        "a running task killed before its worker's supervisor heard of it deferred; the deferral "
+        "was refused and the process ended with no on_kill, and the api-server's listener did not "
+        "delete the try's pod",
+    ),
     "handover_deletes_live_pod": (
         "#5",
         "a stale triggerer's on_kill deleted the pod after the other triggerer fired",
@@ -82,6 +88,8 @@ def diagnose(violation: Any, result: Any) -> str:
             return "stamped_pod_not_deleted"
         if "airflow=xcom_push_503" in plan:
             return "create_to_defer_leak"  # the XCom push after the create failed (#6)
+        if "the deferral was refused" in notes:
+            return "refused_deferral_leak"
         if "user=mark_failed" in plan or "worker=kill" in plan:
             return "on_kill_delete_failed"
         died = [n for n in result.notes if "worker died" in n]

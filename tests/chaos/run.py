@@ -154,9 +154,11 @@ def report(summary_data: dict[str, Any], first: int, command: str) -> str:
         "triggerer restart, `kill -9` or stalled hand-over, a worker crash, a user's kill (while the",
         "task runs, while it is deferred, or while it waits for a worker after its trigger fired) or",
         "the worker's `execution_timeout` alarm, and checks the invariants from the simulator's audit",
-        "log and the task's state afterwards. A kill of a running task lands while one of its calls is",
-        "under way: `on_kill` runs, then the task's code goes on for 0-3 calls before the supervisor's",
-        "SIGKILL. Disrupted pods' containers take a drawn 0.5-29 s to stop after SIGTERM; half of the",
+        "log and the task's state afterwards. A kill of a running task is heard of by the worker 0-3",
+        "calls later (its supervisor's heartbeat; a deferral meanwhile is refused, with no `on_kill`),",
+        "then the SIGTERM lands while a call is under way: `on_kill` runs, and the task's code goes on",
+        "for 0-3 calls before the supervisor's SIGKILL. Disrupted pods' containers take a drawn 0.5-29 s",
+        "to stop after SIGTERM; half of the",
         "stalled hand-overs thaw the moment the other triggerer's verdict is accepted; a dead worker's",
         "last try gets Airflow's failure callbacks.",
         "",
@@ -212,7 +214,7 @@ def report(summary_data: dict[str, Any], first: int, command: str) -> str:
     lines += [f"| {k} | {v} |" for k, v in s["triggerer_events"].items()]
     lines += ["", "| worker event | runs |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in s["worker_events"].items()]
-    lines += ["", "| user kill while deferred or waiting for a worker | runs |", "|---|---|"]
+    lines += ["", "| user kill drawn while deferred or waiting for a worker | runs |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in s["user_kills"].items()]
     lines += ["", *INVARIANTS.splitlines(), "", *LIMITS.splitlines(), "", *MODEL.read_text().splitlines()]
     lines.append("")

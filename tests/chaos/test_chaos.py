@@ -34,10 +34,12 @@ FIXED: dict[str, list[int]] = {
     "a task killed in the moment its trigger fired (the event dropped, no on_kill)": [736],
     "the worker's client waited out a 429's Retry-After on the wall clock (1 s = 1,000 sim s)": [344],
     "a kill during a relaunch's create in a resumed worker, SIGKILLed before the code went on": [9],
+    "a kill the worker heard of after its deferral was refused (no on_kill)": [7, 298, 320, 749],
 }
 #: A plain stretch of seeds on top (kills of a running task, and kills while it waits for a worker,
-#: among them), and runs whose worker meets its execution_timeout alarm.
-BATCH = [*range(0, 30), 73, 94, 99]
+#: among them), and runs whose worker meets its execution_timeout alarm on try 1, before any other
+#: event can end the try: before the create, before an XCom push, after one landed.
+BATCH = [*range(0, 30), 443, 445, 763]
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +76,9 @@ def test_the_runs_did_what_they_drew(results: dict[int, Result]) -> None:
     # the task waits for a worker, and the worker's execution_timeout alarm all happened.
     notes = [" ".join(r.notes) for r in results.values()]
     assert any("killed by the user" in n for n in notes)
+    assert any("the deferral was refused" in n for n in notes)
     assert any("while it waited for a worker" in n for n in notes)
-    assert any("AirflowTaskTimeout: execution_timeout ran out" in n for n in notes)
+    assert sum("AirflowTaskTimeout: execution_timeout ran out" in n for n in notes) >= 3
 
 
 def run_with_a_busy_triggerer(seed: int) -> Result:
