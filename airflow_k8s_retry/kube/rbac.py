@@ -9,7 +9,8 @@ Each rule, and who needs it:
 * ``pods``: ``create`` (operator: one pod per try), ``get`` (operator: adoption after a 409,
   the sweep's checks; trigger: the last look, a stuck feed's direct read, ``on_kill``'s check;
   api-server: the kill listener's check; sensor), ``list`` and ``watch`` (trigger and sensor:
-  the shared feed; operator: the sweep of earlier tries' pods), ``patch`` (the verdict stamp,
+  the shared feed; operator: the sweep of earlier tries' pods; api-server: ``list``, the kill
+  listener's look for a killed try's pods), ``patch`` (the verdict stamp,
   the trigger's restart-safe history), ``delete`` (operator: cleanup by UID; trigger:
   ``on_kill``; api-server: the kill listener; sensor with ``delete_pod_on_finish``).
 * ``pods/log``: ``get`` (operator: logs and the failure report).
