@@ -64,7 +64,6 @@ from airflow_k8s_retry.triggers.tracker import (
 )
 
 if TYPE_CHECKING:
-    from airflow_k8s_retry.classification import FailurePolicy
     from airflow_k8s_retry.kube.aio import AsyncKube
 
 #: ``PodEvent`` lives in ``kube.pod_event`` and is imported from here, as it always was.
@@ -196,7 +195,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 raise ValueError("PodStateTrigger follows a target only with owned=False")
         # Parse early, so a bad payload fails at defer time with a clear message, not in the triggerer.
         self._identity = TryIdentity.from_payload(self.identity) if self.identity is not None else None
-        self._policy = _load_policy(self.policy)
+        from airflow_k8s_retry.classification.policy import FailurePolicy as Policy
+
+        self._policy = Policy.from_payload(self.policy) if self.policy is not None else None
         self._config: ClusterConfig | None = None
         self._subscription: PodSubscription | None = None
         self._log_position: LogPosition | None = None
@@ -254,10 +255,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             await sub.close()
             metrics.send_feed_gauges(WatchHub.current())
         metrics.time_trigger_verdict(verdict, self.clock.now(), self._policy, self.identity, self.namespace)
-        self.log.info(
-            "Pod %s/%s: %s (%s) %s",
-            self.namespace, self.pod_name, verdict.outcome.value, verdict.reason.value, verdict.message,
-        )
+        what = f"{verdict.outcome.value} ({verdict.reason.value}) {verdict.message}"
+        self.log.info("Pod %s/%s: %s", self.namespace, self.pod_name, what)
+        await self._stop_at_the_deadline(verdict)
         event = PodEvent(
             namespace=self.namespace,
             pod_name=self.pod_name,
@@ -271,6 +271,18 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if self.owned and self._identity is not None and self.after_firing_check:
             _keep_until_done(self._after_firing(self._identity))
         yield TriggerEvent(event.to_payload())
+
+    async def _stop_at_the_deadline(self, verdict: Verdict) -> None:
+        """``execution_timeout`` reached: delete an owned pod now (by UID, its own grace), not when a
+        worker is free to resume the task (minutes later in a busy deployment; else the worker does)."""
+        from airflow_k8s_retry.classification.model import Reason
+
+        if self.owned and self._config is not None and verdict.reason is Reason.EXECUTION_TIMEOUT:
+            try:
+                async with WatchHub.current().client(self._config) as kube:
+                    await self._delete_after_kill(kube, "execution_timeout reached")
+            except KubeError as exc:
+                self.log.warning("Pod %s: not deleted at the deadline (%s)", self.pod_name, exc)
 
     def _connection_for_a_kill(self) -> dict[str, Any] | None:
         """What deleting the pod after a user's kill needs besides its name, namespace and UID, for
@@ -583,11 +595,3 @@ def _keep_until_done(work: Awaitable[None]) -> asyncio.Future[None]:
     _KILL_WORK.add(future)
     future.add_done_callback(_KILL_WORK.discard)
     return future
-
-
-def _load_policy(payload: Mapping[str, Any] | None) -> FailurePolicy | None:
-    if payload is None:
-        return None
-    from airflow_k8s_retry.classification import FailurePolicy
-
-    return FailurePolicy.from_payload(payload)

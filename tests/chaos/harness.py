@@ -370,6 +370,7 @@ class ChaosRun:
         self.triggerers: list[Triggerer] = []
         self.notes: list[str] = []
         self.verdicts: list[tuple[int, str, str, str]] = []  # (try, pod uid, outcome, reason)
+        self.verdict_at: dict[str, float] = {}  # pod uid -> when its verdict was accepted (wall clock)
         self.deferred_uids: dict[str, int] = {}  # pod uid -> try that deferred on it
         self.interrupted_tries: set[int] = set()
         self.killed_by_user = False
@@ -784,6 +785,7 @@ class ChaosRun:
             if isinstance(payload, TriggerFailed):
                 return payload.resumed()
             verdict = payload.get("verdict") or {}
+            self.verdict_at.setdefault(str(payload.get("pod_uid")), time.time())  # the audit log's clock
             self.verdicts.append(
                 (
                     ti.try_number,
@@ -989,6 +991,8 @@ def _deleted_under_the_worker(
     agents -= {r.get("user_agent") for r in requests if r.get("verb") == "create"}
     name_of = {p["metadata"]["uid"]: p["metadata"]["name"] for p in pods}
     fired = {name_of[uid]: (t, reason) for t, uid, _, reason in run.verdicts if uid in name_of}
+    # The firing trigger itself deletes a pod at its execution deadline, before its event leaves.
+    fired_at = {name_of[uid]: run.verdict_at.get(uid, 0.0) for _, uid, _, _ in run.verdicts if uid in name_of}
     found = []
     for r in requests:
         if (
@@ -997,7 +1001,7 @@ def _deleted_under_the_worker(
             and r.get("status") == 200
             and r.get("user_agent") in agents
             and r.get("name") in fired
-            and r["t"] < run.try_ended.get(fired[r["name"]][0], float("inf"))
+            and fired_at[r["name"]] <= r["t"] < run.try_ended.get(fired[r["name"]][0], float("inf"))
         ):
             try_number, reason = fired[r["name"]]
             found.append(

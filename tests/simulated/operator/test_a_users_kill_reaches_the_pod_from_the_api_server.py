@@ -224,11 +224,13 @@ def accepted(trigger: PodStateTrigger, event: TriggerEvent, like: Any = None) ->
 def test_the_listener_deletes_the_running_pod_of_a_task_killed_while_it_waits_for_a_worker(
     make_cluster, context
 ):
-    # execution_timeout fires while the pod still runs; the user marks the scheduled (or queued)
-    # task failed before a worker resumed it. No trigger is left for an on_kill, and no worker acts
-    # on the verdict: the listener reads the pod from the event.
+    # execution_timeout fires while the pod still runs, and the trigger's delete at the deadline
+    # fails (a 500); the user marks the scheduled (or queued) task failed before a worker resumed
+    # it. No trigger is left for an on_kill, and no worker acts on the verdict: the listener reads
+    # the pod's namespace and connection from the event.
     cluster = make_cluster(RUNNING)
     trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
+    cluster.add_fault(verb="delete", resource="pods", status=500, times=1)
     event = first_event(trigger)
     assert event.payload["verdict"]["reason"] == "execution.timeout"
     assert [p["status"]["phase"] for p in pods_named(cluster, trigger.pod_name)] == ["Running"]
@@ -242,9 +244,9 @@ def test_the_listener_deletes_the_running_pod_of_a_task_killed_while_it_waits_fo
     assert slept[:1] == [kills.ON_KILL_FIRST]  # a worker that resumed meanwhile had its turn
     assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
     deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
-    assert [(r["uid"], r["status"], r["user_agent"]) for r in deletes] == [
-        (trigger.pod_uid, 200, kills.USER_AGENT)
-    ]
+    by_listener = [(r["status"], r["user_agent"] == kills.USER_AGENT) for r in deletes]
+    assert by_listener == [(500, False), (200, True)]  # the trigger's at the deadline, the listener's
+    assert deletes[1]["uid"] == trigger.pod_uid
 
 
 def no_trigger_row(ti: Any) -> None:
@@ -269,6 +271,8 @@ def test_a_waiting_event_names_the_pod_only_when_its_task_owns_it(make_cluster, 
     elsewhere = accepted(trigger, event)
     elsewhere.next_method = "execute"
     assert kills.pod_in_event(elsewhere) is None
+    # (The owned trigger deleted its pod at the deadline; the kept task's pod is a new one.)
+    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
     kept = defer(operator(on_kill_action="keep_pod", execution_timeout=timedelta(seconds=1)), context)
     kept_event = first_event(kept)
     assert "connection" not in kept_event.payload

@@ -1,0 +1,47 @@
+"""``execution_timeout`` stops the pod at the deadline, not when a worker is free to act on it.
+
+The trigger fires ``execution.timeout`` at the deadline; in a busy deployment the resumed worker may
+start minutes later (the soak saw a task wait 10 minutes in ``scheduled``), and until then the pod
+ran on past the task's deadline. The trigger now deletes a pod it owns (by UID, with the pod's own
+grace) before it fires, and the worker acts on the verdict as before, finding the pod gone."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from airflow_k8s_retry.exceptions import PodFailure
+from tests.simulated.operator.test_a_users_kill_reaches_the_pod_from_the_api_server import (
+    RUNNING,
+    first_event,
+    pods_named,
+)
+from tests.simulated.operator.test_operator_lifecycle import defer, operator
+
+
+def live(cluster: Any, name: str) -> list[dict[str, Any]]:
+    return [p for p in pods_named(cluster, name) if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_the_pod_is_deleted_when_the_deadline_verdict_fires(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    op = operator(execution_timeout=timedelta(seconds=1))
+    trigger = defer(op, context)
+    event = first_event(trigger)
+    assert event.payload["verdict"]["reason"] == "execution.timeout"
+    assert live(cluster, trigger.pod_name) == []  # going or gone when the event leaves
+    deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
+    assert [(r["uid"], r["status"]) for r in deletes] == [(trigger.pod_uid, 200)]
+    with pytest.raises(PodFailure, match="execution_timeout reached"):
+        op.execute_complete(context, event=event.payload)
+    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+
+
+def test_a_task_that_keeps_its_pod_on_kill_keeps_it_at_the_deadline(make_cluster, context):
+    cluster = make_cluster(RUNNING)
+    trigger = defer(operator(execution_timeout=timedelta(seconds=1), on_kill_action="keep_pod"), context)
+    event = first_event(trigger)
+    assert event.payload["verdict"]["reason"] == "execution.timeout"
+    assert [p["status"]["phase"] for p in live(cluster, trigger.pod_name)] == ["Running"]
