@@ -14,7 +14,9 @@ that breaks each invariant.
 | ``retries_overspent`` | more tries than ``retries + 1`` |
 | ``retries_skipped`` | failed with retries left, for a cause that is not permanent and no user's kill |
 | ``wrong_end`` | succeeded though its fate can only fail |
-| ``past_deadline`` | a try that ran longer than its ``execution_timeout`` and a margin |
+| ``past_deadline`` | a try's pod still running (not ended, deleted or evicted) past the try's
+  ``execution_timeout`` and a margin, counted from the try's start in the database; how long
+  Airflow then takes to resume the task (its queue) is Airflow's, not this package's |
 """
 
 from __future__ import annotations
@@ -196,15 +198,21 @@ def judge(
         if state == "success" and task.fate in NEVER_SUCCEED:
             out.append(Violation("wrong_end", task.task_id, f"{task.fate} succeeded"))
         limit = timeouts[task.task_id] or float(plan.execution_timeout)
-        for one in mine:
-            if one.start is not None and one.end is not None:
-                ran = (one.end - one.start).total_seconds()
-                if ran > limit + DEADLINE_MARGIN:
-                    out.append(
-                        Violation(
-                            "past_deadline",
-                            task.task_id,
-                            f"try {one.try_number} ran {ran:.0f} s of {limit:.0f}",
-                        )
-                    )
+        out += _past_deadline(task.task_id, mine, by_task.get(task.task_id, []), limit)
+    return out
+
+
+def _past_deadline(task_id: str, tries: list[Try], pods: list[PodLife], limit: float) -> list[Violation]:
+    """Each pod of a try that ran on past the try's start plus ``limit`` and the margin."""
+    out = []
+    for one in tries:
+        if one.start is None:
+            continue
+        for life in pods:
+            if life.key[1] != str(one.try_number) or life.ended is None:
+                continue  # a pod never ended is leaked_pod's
+            ran = life.ended - one.start.timestamp()
+            if ran > limit + DEADLINE_MARGIN:
+                detail = f"try {one.try_number}'s pod {life.name} ran until {ran:.0f} s of {limit:.0f}"
+                out.append(Violation("past_deadline", task_id, detail))
     return out
