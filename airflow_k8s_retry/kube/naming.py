@@ -71,6 +71,20 @@ class TryIdentity:
     #: The deployment's id (a label value), when several Airflow deployments share a namespace.
     deployment: str = ""
 
+    @classmethod
+    def of(cls, ti: Any, deployment: str = "") -> TryIdentity:
+        """The try a task instance runs: the task runner's, or the metadata database's row (its
+        ``id`` is the try's; ``map_index`` None reads as unmapped)."""
+        return cls(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index if ti.map_index is not None else -1,
+            try_number=ti.try_number,
+            ti_id=str(getattr(ti, "id", None) or ""),
+            deployment=deployment,
+        )
+
     def labels(self, relaunch: int = 0) -> dict[str, str]:
         """The pod's identifying labels. ``map_index`` is set only for mapped tasks, as
         ``KubernetesPodOperator`` does: ``-1`` is not a valid label value (it must start with an

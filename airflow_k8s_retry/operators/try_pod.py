@@ -37,16 +37,7 @@ def identity_of(context: Context) -> TryIdentity:
     """The try the task instance in ``context`` runs (and the deployment it runs in)."""
     from airflow.providers.common.compat.sdk import conf
 
-    ti = context["ti"]
-    return TryIdentity(
-        dag_id=ti.dag_id,
-        task_id=ti.task_id,
-        run_id=ti.run_id,
-        map_index=ti.map_index if ti.map_index is not None else -1,
-        try_number=ti.try_number,
-        ti_id=str(getattr(ti, "id", None) or ""),
-        deployment=conf.get("kubernetes_retry", "deployment_id", fallback="") or "",
-    )
+    return TryIdentity.of(context["ti"], conf.get("kubernetes_retry", "deployment_id", fallback="") or "")
 
 
 def deadline_of(context: Context, execution_timeout: timedelta | None) -> float | None:

@@ -307,16 +307,7 @@ def try_identity(ti: Any) -> Any:
 
     from airflow_k8s_retry.kube.naming import TryIdentity
 
-    key = ti.key
-    return TryIdentity(
-        dag_id=key.dag_id,
-        task_id=key.task_id,
-        run_id=key.run_id,
-        map_index=key.map_index if key.map_index is not None else -1,
-        try_number=key.try_number,
-        ti_id=str(getattr(ti, "id", None) or ""),
-        deployment=conf.get("kubernetes_retry", "deployment_id", fallback="") or "",
-    )
+    return TryIdentity.of(ti, conf.get("kubernetes_retry", "deployment_id", fallback="") or "")
 
 
 def _decoded_next_kwargs(raw: Any) -> Mapping[str, Any]:
