@@ -176,7 +176,9 @@ def one_pod_per_try(run: Run, tries: int) -> None:
     ]
     names = [r["name"] for r in created]
     assert len(set(names)) == len(names)
-    assert sorted(run.deleted_names) == sorted(names), "every pod is deleted"
+    # (A pod whose execution deadline passed is deleted by the trigger at the deadline and again,
+    # a no-op, by the resumed worker.)
+    assert sorted(set(run.deleted_names)) == sorted(names), "every pod is deleted"
     assert run.live_pods == []
 
 
