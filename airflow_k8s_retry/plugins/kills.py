@@ -60,11 +60,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.listeners import hookimpl
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: The trigger kwargs a kill needs (what ``PodStateTrigger.serialize`` writes).
 POD_KEYS = ("kubernetes_conn_id", "namespace", "pod_name", "pod_uid")
@@ -363,9 +364,6 @@ def delete_try_pods_of_killed_task(
     deleted, stamped with a verdict or kept on a kill by its task; retry API errors for about
     22 s. How many this call deleted; never raises (it runs in a thread)."""
     from airflow_k8s_retry import connection
-    from airflow_k8s_retry.kube.errors import Forbidden, KubeError
-    from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
-    from airflow_k8s_retry.kube.rbac import rbac_message
 
     sleep(wait)
     try:
@@ -380,21 +378,47 @@ def delete_try_pods_of_killed_task(
         return 0
     client.api_client.user_agent = USER_AGENT
     try:
-        for attempt, pause in enumerate((*KILL_BACKOFF, None)):
-            try:
-                return _delete_try_pods(client, namespace, identity, why)
-            except KubeError as exc:
-                if pause is not None:
-                    sleep(pause)
-                elif isinstance(exc, Forbidden):
-                    log.warning("%s: its pods kept: %s", why, rbac_message(exc, "list", "pods", namespace))
-                else:
-                    log.warning(
-                        "%s: its pods kept: listing or deleting failed %d times: %s", why, attempt + 1, exc
-                    )
-        return 0
+        return _with_backoff(
+            lambda: _delete_try_pods(client, namespace, identity, why),
+            0,
+            sleep=sleep,
+            kept=f"{why}: its pods kept",
+            verb="list",
+            namespace=namespace,
+            failing="listing or deleting",
+        )
     finally:
         client.close()
+
+
+def _with_backoff(
+    action: Callable[[], T],
+    otherwise: T,
+    *,
+    sleep: Callable[[float], None],
+    kept: str,
+    verb: str,
+    namespace: str,
+    failing: str,
+) -> T:
+    """``action``, again after each pause of ``KILL_BACKOFF`` while the API answers with an error;
+    after the last, logs why the pods are ``kept`` (the RBAC rule missing, or the error) and returns
+    ``otherwise``."""
+    from airflow_k8s_retry.kube.errors import Forbidden, KubeError
+    from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
+    from airflow_k8s_retry.kube.rbac import rbac_message
+
+    for attempt, pause in enumerate((*KILL_BACKOFF, None)):
+        try:
+            return action()
+        except KubeError as exc:
+            if pause is not None:
+                sleep(pause)
+            elif isinstance(exc, Forbidden):
+                log.warning("%s: %s", kept, rbac_message(exc, verb, "pods", namespace))
+            else:
+                log.warning("%s: %s failed %d times: %s", kept, failing, attempt + 1, exc)
+    return otherwise
 
 
 def _delete_try_pods(client: Any, namespace: str, identity: Any, why: str) -> int:
@@ -421,9 +445,7 @@ def _delete_try_pods(client: Any, namespace: str, identity: Any, why: str) -> in
 
 def _delete(pod: Mapping[str, Any], why: str, sleep: Callable[[float], None]) -> bool:
     from airflow_k8s_retry import connection
-    from airflow_k8s_retry.kube.errors import Forbidden, KubeError
-    from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, kept_on_kill
-    from airflow_k8s_retry.kube.rbac import rbac_message
+    from airflow_k8s_retry.kube.lifecycle import kept_on_kill
 
     namespace, name, uid = pod["namespace"], pod["pod_name"], pod["pod_uid"]
     try:
@@ -432,25 +454,25 @@ def _delete(pod: Mapping[str, Any], why: str, sleep: Callable[[float], None]) ->
         log.warning("%s: pod %s kept: no Kubernetes client here (%s: %s)", why, name, type(exc).__name__, exc)
         return False
     client.api_client.user_agent = USER_AGENT
+
+    def delete() -> bool:
+        kept = kept_on_kill(client.read(namespace, name), uid)
+        if kept is not None:
+            log.info("%s: pod %s %s", why, name, kept)
+            return False
+        deleted = bool(client.delete(namespace, name, uid))
+        log.info("%s: pod %s %s", why, name, "deleted" if deleted else "was already gone")
+        return deleted
+
     try:
-        for attempt, pause in enumerate((*KILL_BACKOFF, None)):
-            try:
-                kept = kept_on_kill(client.read(namespace, name), uid)
-                if kept is not None:
-                    log.info("%s: pod %s %s", why, name, kept)
-                    return False
-                deleted = client.delete(namespace, name, uid)
-                log.info("%s: pod %s %s", why, name, "deleted" if deleted else "was already gone")
-                return deleted
-            except KubeError as exc:
-                if pause is not None:
-                    sleep(pause)
-                elif isinstance(exc, Forbidden):
-                    log.warning(
-                        "%s: pod %s kept: %s", why, name, rbac_message(exc, "delete", "pods", namespace)
-                    )
-                else:
-                    log.warning("%s: pod %s kept: delete failed %d times: %s", why, name, attempt + 1, exc)
-        return False
+        return _with_backoff(
+            delete,
+            False,
+            sleep=sleep,
+            kept=f"{why}: pod {name} kept",
+            verb="delete",
+            namespace=namespace,
+            failing="delete",
+        )
     finally:
         client.close()

@@ -7,6 +7,7 @@ reached over HTTP by the real client. (Under a real api-server: ``tests/deployme
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +19,7 @@ from airflow.triggers.base import TriggerEvent
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.compat import triggers_get_on_kill
+from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
 from airflow_k8s_retry.kube.stamps import encode_stamp
 from airflow_k8s_retry.plugins import kills
 from airflow_k8s_retry.triggers import PodStateTrigger
@@ -364,3 +366,44 @@ def test_the_pods_of_another_try_or_another_operator_are_not_the_listeners(make_
 
     other = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="BashOperator")
     assert kills.kill_deferred_pod(other, "failed", rendered_fields_of=no_fields) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (403, "its pods kept: RBAC: may not list pods"),
+        (500, "its pods kept: listing or deleting failed 8 times"),
+    ],
+)
+def test_a_running_try_whose_pods_cannot_be_listed_keeps_them_and_says_why(
+    make_cluster, context, caplog, status, said
+):
+    cluster = make_cluster(RUNNING)
+    name = created_then_refused(operator(), context)
+    cluster.add_fault(verb="list", resource="pods", status=status, times=10)
+    running = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
+    with caplog.at_level(logging.WARNING, logger=kills.__name__):
+        slept = kill_running(running, {"namespace": "default"})
+    assert slept == [kills.ON_KILL_FIRST, *KILL_BACKOFF]
+    [record] = [r for r in caplog.records if r.name == kills.__name__]
+    assert f"marked failed: {said}" in record.getMessage()
+    assert len(pods_named(cluster, name)) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "said"), [(403, "kept: RBAC: may not delete pods"), (500, "kept: delete failed 8 times")]
+)
+def test_a_deferred_tasks_pod_that_cannot_be_deleted_is_kept_and_says_why(
+    make_cluster, context, caplog, status, said
+):
+    cluster = make_cluster(RUNNING)
+    trigger = defer(operator(), context)
+    cluster.add_fault(verb="delete", resource="pods", status=status, times=10)
+    with caplog.at_level(logging.WARNING, logger=kills.__name__):
+        deleted = kills.delete_pod_of_killed_task(
+            kills.pod_in_trigger(row_of(trigger)), WHY, sleep=lambda _: None
+        )
+    assert deleted is False
+    [record] = [r for r in caplog.records if r.name == kills.__name__]
+    assert record.getMessage().startswith(f"{WHY}: pod {trigger.pod_name} {said}")
+    assert len(pods_named(cluster, trigger.pod_name)) == 1
