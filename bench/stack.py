@@ -2,32 +2,45 @@
 ``KubernetesPodOperator``, under a real Airflow deployment on the real control plane.
 
 One run, one deployment: PostgreSQL (counting its statements with ``pg_stat_statements``),
-CeleryExecutor with Redis and two workers, two schedulers, two triggerers and the api-server
-(``tests/support/deployment.py``), against kube-apiserver, etcd, kube-scheduler,
+CeleryExecutor with Redis and two workers of four slots, two schedulers, two triggerers and the
+api-server (``tests/support/deployment.py``), against kube-apiserver, etcd, kube-scheduler,
 kube-controller-manager and KWOK nodes with the API server's audit log on. The same DAGs run with
-each operator (``bench/stack_dags/stack.py``), one phase after another so that each phase's load
-average, database statements and API server CPU are its own:
+each operator, one DAG file per DAG (``bench/stack_dags/stack.py``, copied once per DAG so that a
+worker parses only its task's DAG), one phase after another so that each phase's load average,
+database statements and CPU are its own. A warm-up DAG per operator runs first, unmeasured, and the
+order of the operators turns from one kind of phase to the next.
 
 * ``failure``: pods that run 10 s and exit 1 or are OOM-killed, ``retries=1``, ``retry_delay=0``;
+  and pods that would run 10 s and exit 0 but are evicted through the Eviction API 5 s after their
+  create (the benchmark's disruptor evicts each task's first pod only): the cncf operator fails the
+  try and Airflow retries it, ours relaunches the pod in the same try (its rule for evictions);
+* ``pull``: ``image`` that cannot be pulled (not found), ``retries=1``: the try fails after each
+  operator's grace (ours 90 s from the first failed pull; the cncf operator fails at the first
+  ``ErrImagePull``);
 * ``success``: pods that run 10 s and exit 0;
-* ``seed``: the seed's DAG, ``image="notavalidimage"`` with ``retries=3``, both deferrable
-  operators at once (its requests are told apart by namespace).
+* ``seed``: the seed's DAG, ``image="notavalidimage"`` with ``retries=3``, and the rate-limit DAG
+  (``dags/03_rate_limit_recovers.py``: the registry answers 429 for 40 s, ``retries=2``), both
+  deferrable operators; they run alongside the phases above from their start (a try every few
+  minutes) and are waited for at their end, each operator's in namespaces of its own;
+* ``scale`` (deferrable operators): deferred tasks whose pods run until the phase ends, in steps
+  (100, 500, 1,000 with ``full``); at each step, once every task is deferred, a window is measured:
+  API requests per second, kube-apiserver, etcd, triggerer, scheduler and api-server CPU and memory,
+  database statements per second. The pods run until the step's window ends rather than 10 minutes:
+  on 2 cores, starting 1,000 tasks takes longer than that.
 
-What is measured, from the audit log and the database:
-
-* the retry turnaround: from the API server's first write that shows a try's pod failed (KWOK's
-  status write) to the create of the next try's pod, per task;
-* API requests per try: every request Airflow's processes made in the phase's namespaces (each
-  operator's tasks run in namespaces of their own), over the tries there;
-* database statements per try: the phase's statements less the idle deployment's rate over the
-  phase's length, over the phase's tries;
-* the load average during each phase (1-minute, sampled every 2 s), and kube-apiserver and etcd CPU.
+What is measured, from the audit log, the database, the task logs and ``/proc``: the retry
+turnaround (from the API server's first write that shows a try's pod failed, or its eviction, to the
+create of the next try's pod; for failed pulls, from the end of the operator's grace), API requests
+per try (each kind of try runs in a namespace of its own per operator), database statements per
+try (less the idle deployment's rate), worker CPU and worker seconds per try, load average and CPU
+per phase.
 
 ::
 
-    python -m bench.stack --plan quick        # about 25 minutes on 2 cores
+    python -m bench.stack --plan quick        # about 35 minutes on 2 cores
+    python -m bench.stack --plan full         # about 2 hours
 
-Results go to ``bench/results/stack/`` (``results.json``, ``RESULTS.md``, ``turnaround.png``).
+Results go to ``bench/results/stack/`` (``results-PLAN.json``, ``RESULTS-PLAN.md``, plots).
 """
 
 from __future__ import annotations
@@ -36,122 +49,284 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.realcluster import RealCluster, process_cpu_seconds, read_audit_events
+from bench.realcluster import RealCluster, process_cpu_seconds
+from bench.stack_measure import logged_worker_seconds, read_audit, session_usage
 
-DAGS = Path(__file__).with_name("stack_dags")
+DAG_TEMPLATE = Path(__file__).with_name("stack_dags") / "stack.py"
 RESULTS = Path(__file__).with_name("results") / "stack"
-ADMIN = "kubernetes-admin"
-#: The operators compared: ours, then KPO deferrable, then KPO in the worker.
+#: The operators compared: ours, the cncf operator deferrable, and not deferrable.
 OPERATORS = ("rpo", "kpo_deferrable", "kpo")
-LABELS = {
-    "rpo": "RetryingPodOperator",
-    "kpo_deferrable": "KPO deferrable",
-    "kpo": "KPO (not deferrable)",
-}
-#: The seed's DAG runs with the two deferrable operators.
-SEED_OPERATORS = ("rpo", "kpo_deferrable")
+DEFERRABLE = ("rpo", "kpo_deferrable")
 RUN_SECONDS = 10
+EVICT_AFTER = 5
+#: The kinds of failed try, each in a namespace of its own per operator.
+FAILURES = ("exit", "oom", "evict")
 IMAGES: dict[str, dict[str, Any]] = {
     "bench.example.com/exit-1:1": {"run": {"duration_seconds": RUN_SECONDS, "exit_code": 1}},
     "bench.example.com/oom:1": {"run": {"duration_seconds": RUN_SECONDS, "oom": True}},
     "bench.example.com/ok:1": {"run": {"duration_seconds": RUN_SECONDS}},
+    "bench.example.com/long:1": {"run": {"duration_seconds": 6 * 3600}},
     "notavalidimage": {"pull": "not_found"},
+    # The rate-limit DAG's image, one per operator so that each meets its own 40 s of 429s.
+    **{
+        f"registry.example.com/team/report-{op}:1.4": {
+            "pull": "rate_limited",
+            "for_seconds": 40,
+            "run": {"duration_seconds": RUN_SECONDS},
+        }
+        for op in ("rpo", "kpo_deferrable")
+    },
+}
+IMAGE_OF = {
+    "exit": "bench.example.com/exit-1:1",
+    "oom": "bench.example.com/oom:1",
+    "evict": "bench.example.com/ok:1",
+    "pull": "notavalidimage",
+    "ok": "bench.example.com/ok:1",
+    "scale": "bench.example.com/long:1",
+}
+#: The Airflow processes whose CPU and memory the benchmark reads, by role.
+ROLES = {
+    "worker": ("worker-a", "worker-b"),
+    "scheduler": ("scheduler-a", "scheduler-b"),
+    "triggerer": ("triggerer-a", "triggerer-b"),
+    "api-server": ("api-server",),
 }
 
 
 @dataclass(frozen=True)
 class Sizes:
-    exits: int  # failing tasks that exit 1, per operator
-    ooms: int  # failing tasks that are OOM-killed, per operator
+    exits: int  # failing tasks of each kind, per operator
+    ooms: int
+    evictions: int
+    pulls: int
     successes: int
     seed_retry_delay: int  # seconds between the seed DAG's tries
+    scale: tuple[int, ...]  # deferred tasks at each step of the scale phase
+    scale_chunk: int  # tasks per scale DAG
+    scale_window: float  # seconds measured at each step
 
 
 PLANS = {
-    "quick": Sizes(exits=8, ooms=4, successes=6, seed_retry_delay=10),
-    "full": Sizes(exits=50, ooms=50, successes=20, seed_retry_delay=300),
+    "quick": Sizes(
+        exits=4,
+        ooms=2,
+        evictions=2,
+        pulls=2,
+        successes=4,
+        seed_retry_delay=10,
+        scale=(20, 40),
+        scale_chunk=20,
+        scale_window=30,
+    ),
+    "full": Sizes(
+        exits=50,
+        ooms=50,
+        evictions=50,
+        pulls=50,
+        successes=20,
+        seed_retry_delay=300,
+        scale=(100, 500, 1000),
+        scale_chunk=100,
+        scale_window=120,
+    ),
 }
+
+
+#: Each operator's mark in its pods' names (``name``): the disruptor tells them apart by name.
+MARK = {"rpo": "rpo", "kpo_deferrable": "kpod", "kpo": "kpo"}
 
 
 def namespace(operator: str, kind: str) -> str:
     return f"{kind}-{operator}".replace("_", "-")
 
 
-def plan(sizes: Sizes) -> dict[str, Any]:
-    """The DAGs of a run (JSON for the DAG file): one per operator and kind, and the seed's."""
+def evictions(sizes: Sizes) -> list[dict[str, Any]]:
+    """One eviction per evict task and operator, of the task's first pod, 5 s after its create: the
+    try it fails reruns (the cncf operator's next try, our relaunch in the same try) and succeeds."""
+    return [
+        {"kind": "evict", "pod_name_prefix": f"evict-{i:04d}-{MARK[op]}-", "after_seconds": EVICT_AFTER}
+        for op in OPERATORS
+        for i in range(sizes.evictions)
+    ]
 
-    def task(task_id: str, image: str, ns: str, retries: int, delay: int = 0) -> dict[str, Any]:
-        return {"task_id": task_id, "image": image, "namespace": ns, "retries": retries, "retry_delay": delay}
+
+def plan(sizes: Sizes) -> dict[str, Any]:
+    """The DAGs of a run (JSON for the DAG files): per operator, one per phase (and the scale
+    phase's in chunks), and the seed's. A task's id is its kind and a number."""
+
+    def tasks(kind: str, op: str, count: int, retries: int, delay: int = 0) -> list[dict[str, Any]]:
+        ns = namespace(op, kind)
+        return [
+            {
+                "task_id": f"{kind}_{i:04d}",
+                "name": f"{kind}-{i:04d}-{MARK[op]}",
+                "image": IMAGE_OF[kind],
+                "namespace": ns,
+                "retries": retries,
+                "retry_delay": delay,
+            }
+            for i in range(count)
+        ]
 
     dags: list[dict[str, Any]] = []
+
+    def dag(dag_id: str, op: str, kind: str, its_tasks: list[dict[str, Any]]) -> None:
+        dags.append({"dag_id": dag_id, "operator": op, "kind": kind, "tasks": its_tasks})
+
     for op in OPERATORS:
-        ns = namespace(op, "failure")
-        failing = [task(f"exit_{i:02d}", "bench.example.com/exit-1:1", ns, 1) for i in range(sizes.exits)]
-        failing += [task(f"oom_{i:02d}", "bench.example.com/oom:1", ns, 1) for i in range(sizes.ooms)]
-        dags.append({"dag_id": f"stack_{op}_failure", "operator": op, "kind": "failure", "tasks": failing})
-        ns = namespace(op, "success")
-        ok = [task(f"ok_{i:02d}", "bench.example.com/ok:1", ns, 0) for i in range(sizes.successes)]
-        dags.append({"dag_id": f"stack_{op}_success", "operator": op, "kind": "success", "tasks": ok})
-    for op in SEED_OPERATORS:
-        seed = task("seed", "notavalidimage", namespace(op, "seed"), 3, sizes.seed_retry_delay)
-        dags.append({"dag_id": f"stack_{op}_seed", "operator": op, "kind": "seed", "tasks": [seed]})
+        dag(f"stack_{op}_warmup", op, "warmup", tasks("ok", op, 1, 0))
+        counts = {"exit": sizes.exits, "oom": sizes.ooms, "evict": sizes.evictions}
+        dag(f"stack_{op}_failure", op, "failure", [t for k in FAILURES for t in tasks(k, op, counts[k], 1)])
+        dag(f"stack_{op}_pull", op, "pull", tasks("pull", op, sizes.pulls, 1))
+        dag(f"stack_{op}_success", op, "success", tasks("ok", op, sizes.successes, 0))
+    for op in DEFERRABLE:
+        seed = {
+            **tasks("pull", op, 1, 3, sizes.seed_retry_delay)[0],
+            "task_id": "seed",
+            "namespace": namespace(op, "seed"),
+        }
+        dag(f"stack_{op}_seed", op, "seed", [seed])
+        throttled = {
+            **seed,
+            "task_id": "pull_through_throttle",
+            "image": f"registry.example.com/team/report-{op}:1.4",
+            "retries": 2,
+            "retry_delay": 2,
+            "namespace": namespace(op, "ratelimit"),
+        }
+        dag(f"stack_{op}_ratelimit", op, "ratelimit", [throttled])
+        everything = tasks("scale", op, max(sizes.scale), 0)
+        for k in range(0, len(everything), sizes.scale_chunk):
+            dag(
+                f"stack_{op}_scale_{k // sizes.scale_chunk:02d}",
+                op,
+                "scale",
+                everything[k : k + sizes.scale_chunk],
+            )
+    for d in dags:  # the warm-up's tasks run in a namespace of their own
+        if d["kind"] == "warmup":
+            d["tasks"] = [{**t, "namespace": namespace(d["operator"], "warmup")} for t in d["tasks"]]
     return {"dags": dags}
+
+
+def namespaces_of(the_plan: dict[str, Any]) -> list[str]:
+    return sorted({t["namespace"] for d in the_plan["dags"] for t in d["tasks"]})
+
+
+def write_dag_files(the_plan: dict[str, Any], folder: Path) -> None:
+    """One DAG file per DAG, each the template under the DAG's id: the template builds the DAGs of
+    the plan whose id is its file's name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in the_plan["dags"]:
+        shutil.copyfile(DAG_TEMPLATE, folder / f"{d['dag_id']}.py")
+
+
+# -- a phase -------------------------------------------------------------------------------------
+
+
+def role_usage(dep: Any) -> dict[str, tuple[float, float]]:
+    """(CPU seconds, MiB resident) of each role's processes, with their children."""
+    out = {}
+    for role, names in ROLES.items():
+        usages = [session_usage(dep.procs[n].pid) for n in names if n in dep.procs]
+        out[role] = (sum(u.cpu for u in usages), sum(u.rss for u in usages))
+    return out
+
+
+def cluster_cpu(cluster: RealCluster) -> dict[str, float]:
+    out = {}
+    for name, pid in cluster.component_pids().items():
+        with contextlib.suppress(OSError):
+            out[name] = process_cpu_seconds(pid)
+    return out
 
 
 @dataclass
 class Phase:
     name: str
     dag_ids: list[str]
-    started: float
+    started: float = 0.0
     ended: float = 0.0
     states: dict[str, str | None] = field(default_factory=dict)
     statements: int = 0
-    load_mean: float = 0.0
-    load_max: float = 0.0
-    apiserver_cpu: float = 0.0
-    etcd_cpu: float = 0.0
+    loads: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)  # role or component -> CPU seconds in the phase
+    rss: dict[str, float] = field(default_factory=dict)  # role -> most MiB resident seen
+    deferred: tuple[int, int] = (0, 0)  # scale steps: deferred tasks at the window's start and end
+    ramp: float = 0.0  # scale steps: seconds from triggering the step's DAGs to all tasks deferred
+    top: list[tuple[int, str]] = field(default_factory=list)  # the statements run most often
 
     @property
     def seconds(self) -> float:
         return self.ended - self.started
 
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dag_ids": self.dag_ids,
+            "started": self.started,
+            "ended": self.ended,
+            "seconds": round(self.seconds, 1),
+            "states": self.states,
+            "statements": self.statements,
+            "load_mean": round(statistics.fmean(self.loads), 2) if self.loads else 0.0,
+            "load_max": round(max(self.loads, default=0.0), 2),
+            "cpu": {k: round(v, 2) for k, v in self.cpu.items()},
+            "rss": self.rss,
+            "deferred": list(self.deferred),
+            "ramp_seconds": round(self.ramp, 1),
+            "top_statements": self.top,
+        }
 
-def _cpu(pids: dict[str, int]) -> dict[str, float]:
-    out = {}
-    for name, pid in pids.items():
-        with contextlib.suppress(OSError):
-            out[name] = process_cpu_seconds(pid)
-    return out
+
+class Meter:
+    """Reads a phase's statements, CPU, memory and load between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, dep: Any, cluster: RealCluster, phase: Phase) -> None:
+        self.dep, self.cluster, self.phase = dep, cluster, phase
+
+    def start(self) -> None:
+        self.dep.database.reset_statements()
+        self._roles, self._cluster = role_usage(self.dep), cluster_cpu(self.cluster)
+        self.phase.started = time.time()
+
+    def sample(self) -> None:
+        self.phase.loads.append(os.getloadavg()[0])
+        for role, (_, rss) in role_usage(self.dep).items():
+            self.phase.rss[role] = max(self.phase.rss.get(role, 0.0), rss)
+
+    def stop(self) -> None:
+        self.phase.ended = time.time()
+        self.phase.statements = self.dep.database.statements()
+        self.phase.top = self.dep.database.top_statements(15)
+        roles, comps = role_usage(self.dep), cluster_cpu(self.cluster)
+        self.phase.cpu = {r: roles[r][0] - self._roles[r][0] for r in roles}
+        self.phase.cpu.update({c: comps.get(c, 0.0) - self._cluster.get(c, 0.0) for c in comps})
 
 
 def run_phase(dep: Any, cluster: RealCluster, name: str, dag_ids: list[str], timeout: float) -> Phase:
-    """Trigger ``dag_ids`` at once and wait for their runs to end, sampling the load average."""
-    dep.database.reset_statements()
-    cpu_before = _cpu(cluster.component_pids())
-    phase = Phase(name, dag_ids, time.time())
+    """Trigger ``dag_ids`` at once and wait for their runs to end."""
+    phase = Phase(name, dag_ids)
+    meter = Meter(dep, cluster, phase)
+    meter.start()
     runs = {dag_id: dep.trigger_dag(dag_id) for dag_id in dag_ids}
-    loads: list[float] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        loads.append(os.getloadavg()[0])
+        meter.sample()
         phase.states = {d: dep.dag_run_state(d, r) for d, r in runs.items()}
         if all(s in ("success", "failed") for s in phase.states.values()):
             break
         time.sleep(2)
-    phase.ended = time.time()
-    phase.statements = dep.database.statements()
-    cpu_after = _cpu(cluster.component_pids())
-    phase.apiserver_cpu = round(cpu_after.get("kube-apiserver", 0) - cpu_before.get("kube-apiserver", 0), 2)
-    phase.etcd_cpu = round(cpu_after.get("etcd", 0) - cpu_before.get("etcd", 0), 2)
-    phase.load_mean = round(statistics.fmean(loads), 2) if loads else 0.0
-    phase.load_max = round(max(loads, default=0.0), 2)
+    meter.stop()
     return phase
 
 
@@ -166,134 +341,102 @@ def tries_of(dep: Any, dag_id: str) -> list[tuple[str, int, str | None]]:
     return [(str(r[0]), int(r[1]), r[2]) for r in rows]
 
 
-# -- the audit log -----------------------------------------------------------------------------
+def deferred_count(dep: Any, op: str) -> int:
+    rows = dep.query(
+        "select count(*) from task_instance where dag_id like ? and state = 'deferred'", f"stack_{op}_scale_%"
+    )
+    return int(rows[0][0])
 
 
-@dataclass
-class PodSeen:
-    dag_id: str
-    task_id: str
-    try_number: int
-    namespace: str
-    created: float
-    failed: float | None = None  # first write showing the pod failed (or its pull failing)
+def scale_phase(dep: Any, cluster: RealCluster, sizes: Sizes, op: str, log: Any) -> list[Phase]:
+    """Deferred tasks in steps; at each, once all are deferred, a measured window. Then every run
+    is marked failed (a user's kill) and what pods are left are deleted."""
+    from kubernetes import client
+
+    chunks = [f"stack_{op}_scale_{k:02d}" for k in range(max(sizes.scale) // sizes.scale_chunk)]
+    runs: dict[str, str] = {}
+    steps: list[Phase] = []
+    for level in sizes.scale:
+        ramp = time.time()
+        for dag_id in chunks[len(runs) : level // sizes.scale_chunk]:
+            runs[dag_id] = dep.trigger_dag(dag_id)
+        dep.wait(lambda n=level: deferred_count(dep, op) >= n, 3600, f"{level} deferred tasks of {op}")
+        ramped = time.time() - ramp
+        time.sleep(15)  # the last triggers' first watches and reads settle
+        step = Phase(f"{op} scale {level}", list(runs))
+        meter = Meter(dep, cluster, step)
+        meter.start()
+        at_start = deferred_count(dep, op)
+        end = time.monotonic() + sizes.scale_window
+        while time.monotonic() < end:
+            meter.sample()
+            time.sleep(5)
+        meter.stop()
+        step.deferred = (at_start, deferred_count(dep, op))
+        step.ramp = ramped
+        steps.append(step)
+        log(
+            f"{step.name}: deferred {step.deferred}, CPU {step.summary()['cpu']}, "
+            f"load {step.summary()['load_mean']}"
+        )
+    for dag_id, run_id in runs.items():
+        dep.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", {"state": "failed"})
+    dep.wait(lambda: deferred_count(dep, op) == 0, 900, f"the scale tasks of {op} to end")
+    core, ns = client.CoreV1Api(), namespace(op, "scale")
+    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    dep.wait(lambda: not core.list_namespaced_pod(ns).items, 600, f"the pods of {ns} to go")
+    return steps
 
 
-def _t(stamp: str) -> float:
-    import datetime
-
-    return datetime.datetime.fromisoformat(stamp).timestamp()
+# -- the run -------------------------------------------------------------------------------------
 
 
-def _failed(pod: dict[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") == "Failed":
-        return True
-    for c in status.get("containerStatuses") or []:
-        state = c.get("state") or {}
-        if (state.get("terminated") or {}).get("exitCode", 0) != 0:
-            return True
-        if (state.get("waiting") or {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"):
-            return True
-    return False
-
-
-def read_audit(path: Path, since: float = 0.0) -> tuple[dict[str, PodSeen], dict[str, int]]:
-    """The pods of the benchmark's DAGs by UID, and the requests Airflow made per namespace from
-    ``since`` on (the benchmark's own set-up requests come before)."""
-    pods: dict[str, PodSeen] = {}
-    requests: dict[str, int] = {}
-    seen: set[str] = set()
-    for event in read_audit_events(path):
-        audit_id = str(event.get("auditID"))
-        if audit_id in seen:
-            continue
-        seen.add(audit_id)
-        ref = event.get("objectRef") or {}
-        t = _t(event["requestReceivedTimestamp"])
-        if (event.get("user") or {}).get("username") == ADMIN and ref.get("namespace") and t >= since:
-            requests[ref["namespace"]] = requests.get(ref["namespace"], 0) + 1
-        pod = event.get("responseObject")
-        if not isinstance(pod, dict) or pod.get("kind") != "Pod":
-            continue
-        code = int((event.get("responseStatus") or {}).get("code") or 0)
-        if not 200 <= code < 300:
-            continue
-        meta = pod["metadata"]
-        labels = meta.get("labels") or {}
-        if not str(labels.get("dag_id", "")).startswith("stack_"):
-            continue
-        uid = meta["uid"]
-        if event.get("verb") == "create" and not ref.get("subresource"):
-            try_number = int(labels.get("try_number", 0))
-            pods[uid] = PodSeen(labels["dag_id"], labels.get("task_id", ""), try_number, meta["namespace"], t)
-        one = pods.get(uid)
-        if one is not None and one.failed is None and _failed(pod):
-            one.failed = t
-    return pods, requests
-
-
-def turnarounds(pods: dict[str, PodSeen], dag_id: str) -> list[float]:
-    """Seconds from each failed try's pod showing its failure to the next try's pod create."""
-    by_task: dict[str, dict[int, PodSeen]] = {}
-    for pod in pods.values():
-        if pod.dag_id == dag_id:
-            first = by_task.setdefault(pod.task_id, {}).get(pod.try_number)
-            if first is None or pod.created < first.created:
-                by_task[pod.task_id][pod.try_number] = pod
-    out = []
-    for tries in by_task.values():
-        for number, pod in tries.items():
-            nxt = tries.get(number + 1)
-            if pod.failed is not None and nxt is not None:
-                out.append(round(nxt.created - pod.failed, 3))
-    return sorted(out)
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-# -- the run -----------------------------------------------------------------------------------
-
-
-def bench(sizes: Sizes, workdir: Path, log: Any = print) -> dict[str, Any]:
+def bench(
+    sizes: Sizes,
+    workdir: Path,
+    log: Any = print,
+    only: set[str] | None = None,
+    kinds: tuple[str, ...] = ("failure", "pull", "success", "seed"),
+) -> dict[str, Any]:
+    """Run the plan's phases (``only`` picks some: ``turnaround``, ``scale``) and return the raw
+    figures (``bench.stack_report.summarize`` makes the rows)."""
     from kubernetes import client, config
 
     from tests.support.deployment import running_deployment
 
+    wanted = only or {"turnaround", "scale"}
     the_plan = plan(sizes)
-    plan_file = workdir / "plan.json"
     workdir.mkdir(parents=True, exist_ok=True)
+    plan_file = workdir / "plan.json"
     plan_file.write_text(json.dumps(the_plan))
+    write_dag_files(the_plan, workdir / "dags")
     settings = {
         "AIRFLOW_K8S_RETRY_STACK_PLAN": str(plan_file),
         "AIRFLOW__CORE__PARALLELISM": "16",
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
     }
-    namespaces = sorted({t["namespace"] for d in the_plan["dags"] for t in d["tasks"]})
+    scenario = {
+        "time_scale": 1.0,
+        "images": IMAGES,
+        "disruptions": evictions(sizes),
+    }
     phases: list[Phase] = []
-    with RealCluster(workdir / "kube", {"time_scale": 1.0, "images": IMAGES}) as cluster:
+    with RealCluster(workdir / "kube", scenario) as cluster:
         config.load_kube_config(str(cluster.kubeconfig))
         core = client.CoreV1Api()
-        for ns in namespaces:
+        for ns in namespaces_of(the_plan):
             core.create_namespace({"metadata": {"name": ns}})
-        for ns in namespaces:  # pods are admitted once the namespace's default ServiceAccount exists
+        for ns in namespaces_of(the_plan):  # pods are admitted once the default ServiceAccount exists
             deadline = time.monotonic() + 60
             while not core.list_namespaced_service_account(ns).items and time.monotonic() < deadline:
                 time.sleep(0.5)
-        log(f"control plane up; {len(namespaces)} namespaces")
+        log(f"control plane up; {len(namespaces_of(the_plan))} namespaces")
         with running_deployment(
             workdir / "airflow",
-            DAGS,
+            workdir / "dags",
             cluster,
             settings=settings,
             worker_concurrency=4,
-            reserialize_timeout=600,
+            reserialize_timeout=900,
             track_statements=True,
         ) as dep:
             dep.database.reset_statements()
@@ -301,177 +444,68 @@ def bench(sizes: Sizes, workdir: Path, log: Any = print) -> dict[str, Any]:
             time.sleep(60)
             idle = dep.database.statements() / (time.time() - idle_from)
             log(f"Airflow up; idle deployment: {idle:.1f} statements/s")
-            for op in OPERATORS:
-                for kind in ("failure", "success"):
-                    dag_id = f"stack_{op}_{kind}"
-                    phase = run_phase(dep, cluster, f"{op} {kind}", [dag_id], timeout=1800)
-                    phases.append(phase)
-                    log(f"{phase.name}: {phase.seconds:.0f} s, {phase.states}, load {phase.load_mean}")
-                    time.sleep(10)
-            seed = run_phase(dep, cluster, "seed", [f"stack_{op}_seed" for op in SEED_OPERATORS], 3600)
-            phases.append(seed)
-            log(f"seed: {seed.seconds:.0f} s, {seed.states}")
-            tries = {d["dag_id"]: tries_of(dep, d["dag_id"]) for d in the_plan["dags"]}
-        pods, requests = read_audit(cluster.audit, since=idle_from)
-    return summarize(sizes, the_plan, phases, tries, pods, requests, idle)
-
-
-def summarize(
-    sizes: Sizes,
-    the_plan: dict[str, Any],
-    phases: list[Phase],
-    tries: dict[str, list[tuple[str, int, str | None]]],
-    pods: dict[str, PodSeen],
-    requests: dict[str, int],
-    idle_statements_per_second: float,
-) -> dict[str, Any]:
-    by_dag = {d["dag_id"]: d for d in the_plan["dags"]}
-    rows: list[dict[str, Any]] = []
-    for phase in phases:
-        n_tries = sum(len(tries[d]) for d in phase.dag_ids)
-        net = phase.statements - idle_statements_per_second * phase.seconds
-        for dag_id in phase.dag_ids:
-            dag = by_dag[dag_id]
-            ns = dag["tasks"][0]["namespace"]
-            mine = tries[dag_id]
-            turn = turnarounds(pods, dag_id)
-            rows.append(
-                {
-                    "phase": phase.name,
-                    "dag_id": dag_id,
-                    "operator": dag["operator"],
-                    "kind": dag["kind"],
-                    "tasks": len(dag["tasks"]),
-                    "tries": len(mine),
-                    "pods": sum(1 for p in pods.values() if p.dag_id == dag_id),
-                    "states": dict(sorted({s: sum(1 for *_, x in mine if x == s) for *_, s in mine}.items())),
-                    "run_state": phase.states.get(dag_id),
-                    "seconds": round(phase.seconds, 1),
-                    "requests": requests.get(ns, 0),
-                    "requests_per_try": round(requests.get(ns, 0) / len(mine), 2) if mine else None,
-                    # A phase with two DAGs (the seed's) shares its statements between them.
-                    "statements_per_try": round(net / n_tries, 1) if n_tries else None,
-                    "turnaround_p50": percentile(turn, 0.5),
-                    "turnaround_p99": percentile(turn, 0.99),
-                    "turnarounds": turn,
-                    "load_mean": phase.load_mean,
-                    "load_max": phase.load_max,
-                    "apiserver_cpu_seconds": phase.apiserver_cpu,
-                    "etcd_cpu_seconds": phase.etcd_cpu,
+            warm = run_phase(dep, cluster, "warm-up", [f"stack_{op}_warmup" for op in OPERATORS], 900)
+            log(f"warm-up: {warm.seconds:.0f} s, {warm.states}")
+            if "turnaround" in wanted:
+                seeds = {
+                    f"stack_{op}_{k}": dep.trigger_dag(f"stack_{op}_{k}")
+                    for op in DEFERRABLE
+                    for k in ("seed", "ratelimit")
+                    if "seed" in kinds
                 }
-            )
-    return {
-        "sizes": asdict(sizes),
-        "idle_statements_per_second": round(idle_statements_per_second, 2),
-        "cores": os.cpu_count(),
-        "rows": rows,
-    }
-
-
-# -- the report --------------------------------------------------------------------------------
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else (f"{value:.2f}" if isinstance(value, float) else str(value))
-
-
-def targets(result: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(target, figure, met / missed) for what this plan measures."""
-    rows = {(r["operator"], r["kind"]): r for r in result["rows"]}
-    out: list[tuple[str, str, str]] = []
-    ours, theirs = rows.get(("rpo", "failure")), rows.get(("kpo_deferrable", "failure"))
-    if ours and theirs and ours["turnaround_p99"] is not None and theirs["turnaround_p99"]:
-        ratio = ours["turnaround_p99"] / theirs["turnaround_p99"]
-        out.append(
-            (
-                "retry turnaround p99 at most 1/5 of KPO deferrable's",
-                f"{ours['turnaround_p99']:.2f} s against {theirs['turnaround_p99']:.2f} s ({ratio:.2f}x)",
-                "met" if ratio <= 0.2 else "missed",
-            )
-        )
-    for kind in ("failure", "success"):
-        ours, theirs = rows.get(("rpo", kind)), rows.get(("kpo_deferrable", kind))
-        if ours and theirs and ours["statements_per_try"] is not None and theirs["statements_per_try"]:
-            out.append(
-                (
-                    f"database statements per {kind} try no more than KPO deferrable's",
-                    f"{ours['statements_per_try']:.0f} against {theirs['statements_per_try']:.0f}",
-                    "met" if ours["statements_per_try"] <= theirs["statements_per_try"] else "missed",
+                for kind, order in (
+                    ("failure", OPERATORS),
+                    ("pull", OPERATORS[1:] + OPERATORS[:1]),
+                    ("success", OPERATORS[2:] + OPERATORS[:2]),
+                ):
+                    for op in order if kind in kinds else ():
+                        phase = run_phase(dep, cluster, f"{op} {kind}", [f"stack_{op}_{kind}"], timeout=3600)
+                        phases.append(phase)
+                        log(
+                            f"{phase.name}: {phase.seconds:.0f} s, {phase.states}, "
+                            f"load {phase.summary()['load_mean']}"
+                        )
+                        time.sleep(10)
+                dep.wait(
+                    lambda: all(dep.dag_run_state(d, r) in ("success", "failed") for d, r in seeds.items()),
+                    3600,
+                    "the seed DAGs",
                 )
-            )
-    ours = rows.get(("rpo", "failure"))
-    if ours and ours["requests_per_try"] is not None:
-        out.append(
-            (
-                "one failed try at most 8 API requests in all",
-                f"{ours['requests_per_try']:.1f} per failed try",
-                "met" if ours["requests_per_try"] <= 8 else "missed",
-            )
-        )
-    return out
+                seed_runs = {}
+                for d, r in seeds.items():
+                    start, end, state = dep.query(
+                        "select start_date, end_date, state from dag_run where dag_id = ? and run_id = ?",
+                        d,
+                        r,
+                    )[0]
+                    seed_runs[d] = {"seconds": round((end - start).total_seconds(), 1), "state": state}
+                log(f"seed: {seed_runs}")
+            else:
+                seed_runs = {}
+            if "scale" in wanted:
+                for op in DEFERRABLE:
+                    phases += scale_phase(dep, cluster, sizes, op, log)
+                    time.sleep(30)
+            tries = {d["dag_id"]: tries_of(dep, d["dag_id"]) for d in the_plan["dags"]}
+            logs = dep.home.home / "logs"
+            worker_seconds = {d["dag_id"]: logged_worker_seconds(logs, d["dag_id"]) for d in the_plan["dags"]}
+        audit = read_audit(cluster.audit, since=idle_from)
+    from bench.stack_report import summarize
 
-
-def report(result: dict[str, Any], plan_name: str) -> str:
-    lines = [
-        "# Whole-stack benchmark",
-        "",
-        f"`make bench-stack PLAN={plan_name}` (`bench/stack.py`): Airflow 3.3 with PostgreSQL,",
-        "CeleryExecutor (two workers, four slots each), two schedulers, two triggerers and the",
-        "api-server, against kube-apiserver, etcd, kube-scheduler, kube-controller-manager and KWOK",
-        f"nodes, on {result['cores']} cores. Each operator's DAGs ran one phase after another in the same",
-        "deployment; every argument at its default but the image, the namespace, `retries` and",
-        f"`retry_delay`. Pods run {RUN_SECONDS} s, then exit 1, are OOM-killed or exit 0.",
-        "",
-        "Retry turnaround: from the API server's first write showing a try's pod failed to the",
-        "create of the next try's pod (`retry_delay=0`). Requests: every request Airflow's processes",
-        "made in the phase's namespaces (the audit log), over its tries. Statements: the phase's",
-        f"database statements less the idle deployment's {result['idle_statements_per_second']} per",
-        "second over the phase's length, over its tries. Load: the 1-minute load average during the",
-        "phase (mean / max).",
-        "",
-        "| phase | operator | tasks | tries | pods | ended | turnaround p50 / p99 (s) | requests per try "
-        "| statements per try | phase (s) | load | kube-apiserver / etcd CPU (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in result["rows"]:
-        ended = ", ".join(f"{k} {v}" for k, v in r["states"].items())
-        lines.append(
-            f"| {r['kind']} | {LABELS[r['operator']]} | {r['tasks']} | {r['tries']} | {r['pods']} | "
-            f"{r['run_state']} ({ended}) | {_fmt(r['turnaround_p50'])} / {_fmt(r['turnaround_p99'])} | "
-            f"{_fmt(r['requests_per_try'])} | {_fmt(r['statements_per_try'])} | {r['seconds']} | "
-            f"{r['load_mean']} / {r['load_max']} | {r['apiserver_cpu_seconds']} / {r['etcd_cpu_seconds']} |"
-        )
-    lines += ["", "## Targets", "", "| target | figure | |", "|---|---|---|"]
-    lines += [f"| {t} | {f} | {m} |" for t, f, m in targets(result)]
-    lines.append("")
-    return "\n".join(lines)
-
-
-def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in result["rows"]:
-        if r["kind"] == "failure" and r["turnarounds"]:
-            values = r["turnarounds"]
-            ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=LABELS[r["operator"]])
-    ax.set_xscale("log")
-    ax.set_xlabel("retry turnaround (s): failure visible to the next try's pod create")
-    ax.set_ylabel("share of failed tries")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return summarize(sizes, the_plan, phases, tries, audit, idle, worker_seconds, seed_runs)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.stack_report import plot, report
+
     parser = argparse.ArgumentParser(prog="python -m bench.stack", description=__doc__.splitlines()[0])
     parser.add_argument("--plan", choices=sorted(PLANS), default="quick")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--workdir", default=None, help="keep the cluster's and Airflow's files here")
+    parser.add_argument(
+        "--only", choices=("turnaround", "scale"), default=None, help="run one part of the plan"
+    )
+    parser.add_argument("--kinds", default="failure,pull,success,seed", help="the turnaround part's phases")
     args = parser.parse_args(argv)
     out = Path(args.out)
     with contextlib.ExitStack() as stack:
@@ -480,12 +514,20 @@ def main(argv: list[str] | None = None) -> int:
             if args.workdir
             else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-stack-")))
         )
-        result = bench(PLANS[args.plan], workdir.absolute(), log=lambda m: print(m, flush=True))
+        only = {args.only} if args.only else None
+        result = bench(
+            PLANS[args.plan],
+            workdir.absolute(),
+            log=lambda m: print(m, flush=True),
+            only=only,
+            kinds=tuple(args.kinds.split(",")),
+        )
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"results-{args.plan}.json").write_text(json.dumps(result, indent=1) + "\n")
+    name = args.plan + (f"-{args.only}" if args.only else "")
+    (out / f"results-{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     text = report(result, args.plan)
-    (out / f"RESULTS-{args.plan}.md").write_text(text)
-    plot(result, out / f"turnaround-{args.plan}.png")
+    (out / f"RESULTS-{name}.md").write_text(text)
+    plot(result, out, name)
     print(text)
     return 0
 

@@ -1,7 +1,9 @@
-"""The whole-stack benchmark's DAGs (``bench/stack.py``): one DAG per operator and kind of try, from
-the plan that ``AIRFLOW_K8S_RETRY_STACK_PLAN`` names; nothing without it.
+"""The whole-stack benchmark's DAG file (``bench/stack.py``): the benchmark copies it once per DAG of
+its plan, named after the DAG; each copy builds the DAG of the plan (``AIRFLOW_K8S_RETRY_STACK_PLAN``)
+whose id is its file's name, and nothing without a plan. One DAG per file, as users write them: a
+worker parses only the file of its task's DAG.
 
-Each DAG runs the same tasks with one operator: ``RetryingPodOperator``, or the cncf
+Each DAG runs its tasks with one operator: ``RetryingPodOperator``, or the cncf
 ``KubernetesPodOperator`` deferrable or not, every argument at its default but the image, the
 namespace, ``retries`` and ``retry_delay``. Self-contained on purpose: Airflow puts the DAGs folder
 on ``sys.path``, not the repository.
@@ -21,7 +23,7 @@ from airflow.sdk import DAG
 def _operator(kind: str, task: dict[str, Any]) -> Any:
     common: dict[str, Any] = {
         "task_id": task["task_id"],
-        "name": task["task_id"].replace("_", "-"),
+        "name": task.get("name", task["task_id"].replace("_", "-")),
         "image": task["image"],
         "namespace": task["namespace"],
         "retries": task["retries"],
@@ -39,6 +41,8 @@ def _operator(kind: str, task: dict[str, Any]) -> Any:
 _PLAN = os.environ.get("AIRFLOW_K8S_RETRY_STACK_PLAN")
 if _PLAN:
     for _dag in json.loads(Path(_PLAN).read_text())["dags"]:
+        if _dag["dag_id"] != Path(__file__).stem:
+            continue
         with DAG(
             dag_id=_dag["dag_id"],
             schedule=None,

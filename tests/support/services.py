@@ -156,6 +156,17 @@ class PostgresServer(_Server):
             )
             return int(cursor.fetchone()[0])
 
+    def top_statements(self, count: int = 20) -> list[tuple[int, str]]:
+        """The ``count`` statements run most often since the last reset: (calls, its text, cut)."""
+        with contextlib.closing(self.connect()) as db, db.cursor() as cursor:
+            cursor.execute(
+                "select calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 200) from pg_stat_statements s "
+                "join pg_database d on d.oid = s.dbid where d.datname = %s "
+                "and s.query not ilike '%%pg_stat_statements%%' order by calls desc limit %s",
+                (DATABASE, count),
+            )
+            return [(int(calls), str(text)) for calls, text in cursor.fetchall()]
+
     def reset_statements(self) -> None:
         with contextlib.closing(self.connect()) as db, db.cursor() as cursor:
             cursor.execute("select pg_stat_statements_reset()")

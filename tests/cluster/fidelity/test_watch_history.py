@@ -112,6 +112,49 @@ def test_a_watch_gets_a_bookmark_before_its_timeout(backends: Backends):
     assert seen["real"]["first bookmark in the last 3 s"]
 
 
+def test_a_watch_from_before_the_servers_start_is_410_gone_without_a_compaction(backends: Backends):
+    """The API server's watch cache starts at the version it lists when the server starts: a watch
+    from an older version is 410 Gone once the server restarted, with no compaction (kube-apiserver
+    1.36: ``too old resource version: 276 (287)``). Before the restart the same watch replays every
+    change since that version, as on a server never restarted (``resourceVersion=1`` on a fresh
+    server is served, not 410). FakeCluster plays a restarted server's cache by dropping its history
+    (``compact()``)."""
+
+    def probe(side: Side) -> dict[str, Any]:
+        name = side.unique("fidelity-start-")
+        old = side.api.list_namespaced_pod("default").metadata.resource_version
+        body = pod_body(name, "registry.example.com/app:long")
+        body["metadata"]["labels"] = {"probe": "server-start"}
+        side.api.create_namespaced_pod("default", body)
+        delete_now(side.api, name)
+
+        def changes() -> list[Any]:
+            seen = _raw_watch(side, old, timeout=2, labelSelector="probe=server-start")
+            # How many status writes a pod gets on its way differs (the real scheduler's and
+            # kubelet's): the kinds of change, in the order they first came, are compared.
+            kinds = [
+                e["type"]
+                if e["type"] != "ERROR"
+                else (e["object"]["code"], _NUMBERS.sub("N", e["object"]["message"]))
+                for e in seen["events"]
+            ]
+            return list(dict.fromkeys(kinds))
+
+        before = changes()
+        if isinstance(side.backend, FakeCluster):
+            side.backend.compact()
+        else:
+            side.backend.restart("kube-apiserver")
+        return {"before the restart": before, "after": changes()}
+
+    seen = backends.run(probe)
+    assert_same(seen)
+    assert seen["real"] == {
+        "before the restart": ["ADDED", "MODIFIED", "DELETED"],
+        "after": [(410, "too old resource version: N (N)")],
+    }
+
+
 def test_a_watch_from_a_compacted_version_is_410_gone(backends: Backends):
     """After a compaction (the API server compacts etcd every five minutes; a restarted server's
     watch cache starts after it), a watch from an older resourceVersion gets an ERROR event

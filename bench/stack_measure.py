@@ -1,0 +1,195 @@
+"""What the whole-stack benchmark (``bench/stack.py``) reads: the API server's audit log (pods, their
+failures, requests per namespace), Airflow's task logs (how long a try held a worker), and the
+processes' CPU and memory from ``/proc``.
+
+Pure functions of files and ``/proc``, unit-tested in
+``tests/unit/bench/test_the_stack_benchmark_reads_the_audit_log.py``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.realcluster import read_audit_events
+
+#: The user Airflow's processes (and the benchmark's own set-up) talk to kube-apiserver as.
+ADMIN = "kubernetes-admin"
+#: Seconds each operator waits, by default, before a failed image pull fails the try, from the first
+#: sighting of the failed pull: ours 90 (the rule ``image_not_found``: a just-pushed tag or a registry
+#: hiccup can look missing); the cncf operator (provider 10.x) fails the try at the first
+#: ``ErrImagePull`` ("Image cannot be pulled, unable to start").
+PULL_GRACE = {"rpo": 90.0, "kpo_deferrable": 0.0, "kpo": 0.0}
+
+
+@dataclass
+class PodSeen:
+    dag_id: str
+    task_id: str
+    try_number: int
+    namespace: str
+    name: str
+    created: float
+    failed: float | None = None  # first write showing the pod failed (or its pull failing, its eviction)
+
+
+def stamp_seconds(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def shows_failure(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed":
+        return True
+    for c in status.get("containerStatuses") or []:
+        state = c.get("state") or {}
+        if (state.get("terminated") or {}).get("exitCode", 0) != 0:
+            return True
+        if (state.get("waiting") or {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+            return True
+    return False
+
+
+@dataclass
+class Audit:
+    pods: dict[str, PodSeen]  # by UID
+    #: Airflow's requests per namespace, each as the second it was received (evictions, which the
+    #: benchmark's disruptor posts, are not Airflow's and are left out).
+    requests: dict[str, list[float]]
+
+    def count(self, namespace: str, start: float = 0.0, end: float = float("inf")) -> int:
+        return sum(1 for t in self.requests.get(namespace, ()) if start <= t <= end)
+
+
+def read_audit(path: Path, since: float = 0.0) -> Audit:
+    """The benchmark's pods by UID, and the requests made per namespace from ``since`` on (the
+    benchmark's own set-up requests come before)."""
+    pods: dict[str, PodSeen] = {}
+    by_name: dict[tuple[str, str], str] = {}
+    requests: dict[str, list[float]] = {}
+    seen: set[str] = set()
+    for event in read_audit_events(path):
+        audit_id = str(event.get("auditID"))
+        if audit_id in seen:
+            continue
+        seen.add(audit_id)
+        ref = event.get("objectRef") or {}
+        t = stamp_seconds(event["requestReceivedTimestamp"])
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        eviction = ref.get("subresource") == "eviction"
+        if eviction and event.get("verb") == "create" and 200 <= code < 300:
+            uid = by_name.get((ref.get("namespace", ""), ref.get("name", "")))
+            if uid is not None and pods[uid].failed is None:
+                pods[uid].failed = t
+            continue
+        if (event.get("user") or {}).get("username") == ADMIN and ref.get("namespace") and t >= since:
+            requests.setdefault(ref["namespace"], []).append(t)
+        pod = event.get("responseObject")
+        if not isinstance(pod, dict) or pod.get("kind") != "Pod" or not 200 <= code < 300:
+            continue
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        if not str(labels.get("dag_id", "")).startswith("stack_"):
+            continue
+        uid = meta["uid"]
+        if event.get("verb") == "create" and not ref.get("subresource"):
+            try_number = int(labels.get("try_number", 0))
+            pods[uid] = PodSeen(
+                labels["dag_id"], labels.get("task_id", ""), try_number, meta["namespace"], meta["name"], t
+            )
+            by_name[(meta["namespace"], meta["name"])] = uid
+        one = pods.get(uid)
+        if one is not None and one.failed is None and shows_failure(pod):
+            one.failed = t
+    return Audit(pods, requests)
+
+
+def kind_of(task_id: str) -> str:
+    """A task's kind of try from its id: ``exit_03`` -> ``exit``."""
+    return task_id.rsplit("_", 1)[0]
+
+
+def turnarounds(
+    pods: dict[str, PodSeen], dag_id: str, kind: str | None = None, *, pull_grace: float = 0.0
+) -> list[float]:
+    """Seconds from each pod showing its failure to the create of the task's next pod (the next
+    try's, or a relaunch in the same try); with ``pull_grace`` (``PULL_GRACE[operator]``), from the
+    end of the operator's grace."""
+    by_task: dict[str, list[PodSeen]] = {}
+    for pod in pods.values():
+        if pod.dag_id == dag_id and (kind is None or kind_of(pod.task_id) == kind):
+            by_task.setdefault(pod.task_id, []).append(pod)
+    out = []
+    for its in by_task.values():
+        its.sort(key=lambda p: p.created)
+        for pod, nxt in itertools.pairwise(its):
+            if pod.failed is not None:
+                out.append(round(nxt.created - pod.failed - pull_grace, 3))
+    return sorted(out)
+
+
+# -- Airflow's task logs -----------------------------------------------------------------------
+
+
+def logged_worker_seconds(logs: Path, dag_id: str) -> float:
+    """Seconds the DAG's tries held a worker, from their task logs: each stretch from a ``Pre
+    Execute`` to the stretch's last line (a deferred task's log has one stretch per worker run).
+    The process's start before its first line is not in it."""
+    total = 0.0
+    for path in (logs / f"dag_id={dag_id}").glob("run_id=*/task_id=*/attempt=*.log"):
+        if not path.name.removeprefix("attempt=").removesuffix(".log").isdigit():
+            continue  # a trigger's log, attempt=N.log.trigger.M.log
+        total += sum(end - start for start, end in _stretches(path.read_text(errors="replace").splitlines()))
+    return round(total, 2)
+
+
+def _stretches(lines: Iterable[str]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            t = stamp_seconds(entry["timestamp"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if entry.get("event") == "::group::Pre Execute" or not out:
+            out.append((t, t))
+        else:
+            out[-1] = (out[-1][0], t)
+    return out
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    cpu: float  # seconds, user + system, reaped children included
+    rss: float  # MiB of the processes alive now
+
+
+def session_usage(session: int, proc: Path = Path("/proc")) -> Usage:
+    """CPU and resident memory of every process in session ``session`` (an Airflow process started
+    in a session of its own, with its children). A child's CPU moves into its parent's
+    ``cutime``/``cstime`` once reaped, so the sum over live processes only grows."""
+    ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    cpu = rss = 0.0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command name: state, ppid, pgrp, session, ...; utime, stime, cutime, cstime are
+        # the 12th to 15th; rss (pages) the 22nd.
+        if int(fields[3]) != session:
+            continue
+        cpu += sum(int(x) for x in fields[11:15]) / ticks
+        rss += int(fields[21]) * page / 2**20
+    return Usage(round(cpu, 2), round(rss, 1))

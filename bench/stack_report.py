@@ -1,0 +1,368 @@
+"""The whole-stack benchmark's figures (``bench/stack.py``): rows from a run's raw measurements, the
+targets met or missed, the report in Markdown and the plots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from bench.phases import percentile
+from bench.stack_measure import PULL_GRACE, Audit, kind_of, turnarounds
+
+LABELS = {
+    "rpo": "RetryingPodOperator",
+    "kpo_deferrable": "KPO deferrable",
+    "kpo": "KPO (not deferrable)",
+}
+#: The kinds of try in the order the report shows them.
+KIND_ORDER = ("exit", "oom", "evict", "pull", "ok")
+KIND_LABELS = {
+    "exit": "exit 1",
+    "oom": "OOM-killed",
+    "evict": "evicted",
+    "pull": "failed pull (after grace)",
+    "ok": "success",
+}
+
+
+def _per(value: float, count: int) -> float | None:
+    return round(value / count, 2) if count else None
+
+
+def _states(tries: list[tuple[str, int, str | None]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for *_, state in tries:
+        out[str(state)] = out.get(str(state), 0) + 1
+    return dict(sorted(out.items()))
+
+
+def summarize(
+    sizes: Any,
+    the_plan: dict[str, Any],
+    phases: list[Any],
+    tries: dict[str, list[tuple[str, int, str | None]]],
+    audit: Audit,
+    idle: float,
+    worker_seconds: dict[str, float],
+    seed_runs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The run's rows: per kind of try (``rows``), per scale step (``scale``), and the seed's and
+    rate-limit DAGs (``seed``)."""
+    from dataclasses import asdict
+
+    by_dag = {d["dag_id"]: d for d in the_plan["dags"]}
+    rows, scale = [], []
+    for phase in phases:
+        p = phase.summary()
+        if " scale " in phase.name:
+            scale.append(_scale_row(phase, p, by_dag, audit, idle))
+            continue
+        dag_id = phase.dag_ids[0]
+        dag, mine = by_dag[dag_id], tries[dag_id]
+        op, n = dag["operator"], len(mine)
+        net = phase.statements - idle * phase.seconds
+        kinds = sorted({kind_of(t["task_id"]) for t in dag["tasks"]}, key=KIND_ORDER.index)
+        for kind in kinds:
+            ns = next(t["namespace"] for t in dag["tasks"] if kind_of(t["task_id"]) == kind)
+            its = [x for x in mine if kind_of(x[0]) == kind]
+            turn = turnarounds(audit.pods, dag_id, kind, pull_grace=PULL_GRACE[op] if kind == "pull" else 0.0)
+            rows.append(
+                {
+                    "phase": dag["kind"],
+                    "operator": op,
+                    "kind": kind,
+                    "tasks": sum(1 for t in dag["tasks"] if kind_of(t["task_id"]) == kind),
+                    "tries": len(its),
+                    "states": _states(its),
+                    "pods": sum(
+                        1 for x in audit.pods.values() if x.dag_id == dag_id and kind_of(x.task_id) == kind
+                    ),
+                    "run_state": phase.states.get(dag_id),
+                    "turnarounds": turn,
+                    "turnaround_p50": percentile(turn, 50),
+                    "turnaround_p99": percentile(turn, 99),
+                    "requests_per_try": _per(audit.count(ns), len(its)),
+                    # An evicted task reruns and succeeds: in another try (the cncf operator) or
+                    # in the same try (ours); its requests per task compare the two.
+                    "requests_per_task": _per(audit.count(ns), len({x[0] for x in its})),
+                    # The phase's figures, over all its tries (its kinds share them).
+                    "statements_per_try": _per(net, n),
+                    "worker_cpu_per_try": _per(phase.cpu.get("worker", 0.0), n),
+                    "worker_seconds_per_try": _per(worker_seconds.get(dag_id, 0.0), n),
+                    "seconds": p["seconds"],
+                    "load_mean": p["load_mean"],
+                    "load_max": p["load_max"],
+                    "apiserver_cpu": p["cpu"].get("kube-apiserver"),
+                    "etcd_cpu": p["cpu"].get("etcd"),
+                }
+            )
+    seeds = []
+    for dag_id, run in seed_runs.items():
+        dag, mine = by_dag[dag_id], tries[dag_id]
+        ns = dag["tasks"][0]["namespace"]
+        seeds.append(
+            {
+                "dag": dag["kind"],
+                "operator": dag["operator"],
+                "seconds": run["seconds"],
+                "state": run["state"],
+                "tries": len(mine),
+                "pods": sum(1 for x in audit.pods.values() if x.dag_id == dag_id),
+                "requests": audit.count(ns),
+                "turnarounds": turnarounds(audit.pods, dag_id),
+            }
+        )
+    return {
+        "sizes": asdict(sizes),
+        "idle_statements_per_second": round(idle, 2),
+        "cores": os.cpu_count(),
+        "rows": rows,
+        "scale": scale,
+        "seed": seeds,
+        "phases": [phase.summary() for phase in phases],
+    }
+
+
+def _scale_row(
+    phase: Any, p: dict[str, Any], by_dag: dict[str, Any], audit: Audit, idle: float
+) -> dict[str, Any]:
+    op = by_dag[phase.dag_ids[0]]["operator"]
+    ns = by_dag[phase.dag_ids[0]]["tasks"][0]["namespace"]
+    seconds = phase.seconds
+
+    def cores(name: str) -> float:
+        return round(phase.cpu.get(name, 0.0) / seconds, 3)
+
+    return {
+        "operator": op,
+        "tasks": sum(len(by_dag[d]["tasks"]) for d in phase.dag_ids),
+        "deferred": p["deferred"],
+        "ramp_seconds": p["ramp_seconds"],
+        "window_seconds": round(seconds, 1),
+        "requests_per_second": round(audit.count(ns, phase.started, phase.ended) / seconds, 2),
+        "cores": {
+            name: cores(name)
+            for name in ("kube-apiserver", "etcd", "triggerer", "scheduler", "api-server", "worker")
+        },
+        "rss_mib": p["rss"],
+        "statements_per_second": round(phase.statements / seconds, 1),
+        "statements_per_second_over_idle": round(phase.statements / seconds - idle, 1),
+        "load_mean": p["load_mean"],
+        "load_max": p["load_max"],
+    }
+
+
+# -- targets -------------------------------------------------------------------------------------
+
+
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    return None if ours is None or not theirs else ours / theirs
+
+
+def targets(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(target, figure, met / missed) for what the run measured."""
+    rows = {(r["operator"], r["kind"]): r for r in result["rows"]}
+    out: list[tuple[str, str, str]] = []
+    for kind in KIND_ORDER[:-1]:
+        ours, theirs = rows.get(("rpo", kind)), rows.get(("kpo_deferrable", kind))
+        ratio = _ratio(ours and ours["turnaround_p99"], theirs and theirs["turnaround_p99"])
+        if ours and theirs and ratio is not None:
+            out.append(
+                (
+                    f"retry turnaround p99 ({KIND_LABELS[kind]}) at most 1/5 of KPO deferrable's",
+                    f"{ours['turnaround_p99']:.2f} s against {theirs['turnaround_p99']:.2f} s ({ratio:.2f}x)",
+                    "met" if ratio <= 0.2 else "missed",
+                )
+            )
+    for phase in ("failure", "pull", "success"):
+        ours = next((r for r in result["rows"] if r["operator"] == "rpo" and r["phase"] == phase), None)
+        theirs = next(
+            (r for r in result["rows"] if r["operator"] == "kpo_deferrable" and r["phase"] == phase), None
+        )
+        if (
+            ours
+            and theirs
+            and ours["statements_per_try"] is not None
+            and theirs["statements_per_try"] is not None
+        ):
+            out.append(
+                (
+                    f"database statements per try ({phase} phase) no more than KPO deferrable's",
+                    f"{ours['statements_per_try']:.0f} against {theirs['statements_per_try']:.0f}",
+                    "met" if ours["statements_per_try"] <= theirs["statements_per_try"] else "missed",
+                )
+            )
+    for kind in ("exit", "oom", "pull"):  # an evicted pod of ours fails no try: it is relaunched
+        ours = rows.get(("rpo", kind))
+        if ours and ours["requests_per_try"] is not None:
+            out.append(
+                (
+                    f"one failed try ({KIND_LABELS[kind]}) at most 8 API requests in all",
+                    f"{ours['requests_per_try']:.1f} per try",
+                    "met" if ours["requests_per_try"] <= 8 else "missed",
+                )
+            )
+    top = {
+        r["operator"]: r
+        for r in result.get("scale", [])
+        if r["tasks"] == max(x["tasks"] for x in result["scale"])
+    }
+    if "rpo" in top and "kpo_deferrable" in top:
+        ours, theirs = top["rpo"], top["kpo_deferrable"]
+        fewer = theirs["requests_per_second"] / max(ours["requests_per_second"], 1e-9)
+        out.append(
+            (
+                f"at {ours['tasks']} deferred tasks at least 100x fewer API requests per second",
+                f"{ours['requests_per_second']:.2f} against {theirs['requests_per_second']:.2f} "
+                f"({fewer:.0f}x fewer)",
+                "met" if fewer >= 100 else "missed",
+            )
+        )
+        less = theirs["cores"]["triggerer"] / max(ours["cores"]["triggerer"], 1e-9)
+        out.append(
+            (
+                f"at {ours['tasks']} deferred tasks at least 20x less triggerer CPU",
+                f"{ours['cores']['triggerer']:.3f} cores against {theirs['cores']['triggerer']:.3f} "
+                f"({less:.1f}x less)",
+                "met" if less >= 20 else "missed",
+            )
+        )
+    return out
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else (f"{value:.2f}" if isinstance(value, float) else str(value))
+
+
+def report(result: dict[str, Any], plan_name: str) -> str:
+    from bench.stack import RUN_SECONDS
+
+    lines = [
+        "# Whole-stack benchmark",
+        "",
+        f"`make bench-stack PLAN={plan_name}` (`bench/stack.py`): Airflow 3.3 with PostgreSQL,",
+        "CeleryExecutor (two workers, four slots each), two schedulers, two triggerers and the",
+        "api-server, against kube-apiserver, etcd, kube-scheduler, kube-controller-manager and KWOK",
+        f"nodes, on {result['cores']} cores, one DAG file per DAG. Each operator's DAGs ran one phase",
+        "after another in the same deployment, after an unmeasured warm-up; every argument at its",
+        f"default but the image, the namespace, `retries` and `retry_delay`. Pods run {RUN_SECONDS} s,",
+        "then exit 1, are OOM-killed or exit 0; evicted pods are evicted 5 s after their create.",
+        "",
+        "Retry turnaround: from the API server's first write showing a pod failed (for an eviction,",
+        "the eviction's request) to the create of the task's next pod (`retry_delay=0`): the next",
+        "try's, or for an evicted pod of ours the relaunch in the same try; for",
+        "a failed pull, from the end of the operator's grace (ours: 90 s after the first failed pull;",
+        "the cncf operator fails the try at the first `ErrImagePull`, no grace).",
+        "Requests: every request Airflow's processes made in the kind's namespace (the audit log),",
+        "over its tries. Statements: the phase's database statements less the idle deployment's",
+        f"{result['idle_statements_per_second']} per second over the phase's length, over the",
+        "phase's tries. Worker CPU: the Celery workers' CPU (their task processes included) over the",
+        "phase's tries; worker seconds: from the task logs, each stretch a try ran in a worker.",
+        "Load: the 1-minute load average during the phase (mean / max).",
+        "",
+        "| phase | operator | kind | tasks | tries | pods | turnaround p50 / p99 (s) "
+        "| requests per try / task | statements per try | worker CPU / seconds per try | phase (s) | load "
+        "| kube-apiserver / etcd CPU (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['phase']} | {LABELS[r['operator']]} | {KIND_LABELS[r['kind']]} | {r['tasks']} "
+            f"| {r['tries']} "
+            f"| {r['pods']} | {_fmt(r['turnaround_p50'])} / {_fmt(r['turnaround_p99'])} "
+            f"| {_fmt(r['requests_per_try'])} / {_fmt(r['requests_per_task'])} "
+            f"| {_fmt(r['statements_per_try'])} "
+            f"| {_fmt(r['worker_cpu_per_try'])} / {_fmt(r['worker_seconds_per_try'])} | {r['seconds']} "
+            f"| {r['load_mean']} / {r['load_max']} | {_fmt(r['apiserver_cpu'])} / {_fmt(r['etcd_cpu'])} |"
+        )
+    if result.get("scale"):
+        lines += [
+            "",
+            "## At scale",
+            "",
+            "Deferred tasks whose pods run on; at each step, once every task is deferred, a window of",
+            "the figures below (CPU in cores, memory the most resident seen, each role's processes with",
+            "their children). Ramp: from triggering the step's DAGs to every task deferred.",
+            "",
+            "| operator | deferred tasks | ramp (s) | window (s) | API requests/s "
+            "| kube-apiserver / etcd cores | triggerer cores / MiB | scheduler cores / MiB "
+            "| api-server cores | statements/s (over idle) | load |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s in result["scale"]:
+            c, m = s["cores"], s["rss_mib"]
+            lines.append(
+                f"| {LABELS[s['operator']]} | {s['deferred'][0]} | {s['ramp_seconds']} "
+                f"| {s['window_seconds']} "
+                f"| {s['requests_per_second']} | {c['kube-apiserver']} / {c['etcd']} "
+                f"| {c['triggerer']} / {m.get('triggerer', 0):.0f} "
+                f"| {c['scheduler']} / {m.get('scheduler', 0):.0f} "
+                f"| {c['api-server']} | {s['statements_per_second']} "
+                f"({s['statements_per_second_over_idle']}) "
+                f"| {s['load_mean']} / {s['load_max']} |"
+            )
+    if result.get("seed"):
+        lines += [
+            "",
+            "## The seed's DAG and the rate-limit DAG",
+            "",
+            "| DAG | operator | run (s) | outcome | tries | pods | requests | failure to next pod (s) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for s in result["seed"]:
+            turn = ", ".join(f"{t:.1f}" for t in s["turnarounds"]) or "-"
+            lines.append(
+                f"| {s['dag']} | {LABELS[s['operator']]} | {s['seconds']} | {s['state']} | {s['tries']} "
+                f"| {s['pods']} | {s['requests']} | {turn} |"
+            )
+    lines += ["", "## Targets", "", "| target | figure | |", "|---|---|---|"]
+    lines += [f"| {t} | {f} | {m} |" for t, f, m in targets(result)]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], folder: Path, name: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = [k for k in KIND_ORDER[:-1] if any(r["kind"] == k and r["turnarounds"] for r in result["rows"])]
+    if kinds:
+        fig, axes = plt.subplots(1, len(kinds), figsize=(4 * len(kinds), 3.5), squeeze=False)
+        for ax, kind in zip(axes[0], kinds, strict=True):
+            for r in result["rows"]:
+                if r["kind"] == kind and r["turnarounds"]:
+                    values = r["turnarounds"]
+                    ax.plot(
+                        values,
+                        [(i + 1) / len(values) for i in range(len(values))],
+                        label=LABELS[r["operator"]],
+                    )
+            ax.set_title(KIND_LABELS[kind])
+            ax.set_xlabel("retry turnaround (s)")
+            ax.set_ylabel("share of failed tries")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(folder / f"turnaround-{name}.png", dpi=100)
+        plt.close(fig)
+    if result.get("scale"):
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+        for op, label in LABELS.items():
+            steps = [s for s in result["scale"] if s["operator"] == op]
+            if steps:
+                x = [s["deferred"][0] for s in steps]
+                axes[0].plot(x, [s["requests_per_second"] for s in steps], marker="o", label=label)
+                axes[1].plot(x, [s["cores"]["triggerer"] for s in steps], marker="o", label=label)
+        for ax, what in zip(axes, ("API requests per second", "triggerer CPU (cores)"), strict=True):
+            ax.set_xlabel("deferred tasks")
+            ax.set_ylabel(what)
+            ax.set_yscale("log")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(folder / f"scale-{name}.png", dpi=100)
+        plt.close(fig)
