@@ -130,6 +130,19 @@ class CreatedPod:
         return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=self.name, namespace=self.namespace, uid=self.uid))
 
 
+def v1pod_from(body: Json) -> Any:
+    """``body`` (a pod as JSON) as a ``kubernetes.client.V1Pod``; raises ``ValueError`` when the
+    client's models refuse it (a field they require is missing)."""
+    import json
+
+    from kubernetes.client import ApiClient
+
+    class _Answer:  # what ApiClient.deserialize reads: a response's body
+        data = json.dumps(body)
+
+    return ApiClient().deserialize(_Answer(), "V1Pod")
+
+
 class PodClient:
     """Pod operations over one ``kubernetes.client.ApiClient``.
 

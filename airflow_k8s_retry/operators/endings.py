@@ -6,12 +6,16 @@ on, carried in its event (:mod:`airflow_k8s_retry.kube.snapshot`), or, for an ev
 from one read of the pod and one of its Events; container logs are read only for containers that
 ever ran (a pod whose image never pulled has no log, and reading it would cost three requests for
 nothing). The operator's ``get_logs`` writes the whole log right after the report, so the report
-carries no separate tail.
+carries no separate tail. The provider's log reader reads the pod three times around the log (its
+containers' names, whether the stream ended because the container did, whether it still runs); for
+a failed pod that the trigger saw finished, the pod it carried answers those reads, so a failed
+try's log costs one request, the log itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.hints import with_hint
@@ -25,9 +29,7 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.operators.parts import TryOperator
 
 
-def create_failed(
-    op: TryOperator, context: Context, exc: KubeError, namespace: str, name: str
-) -> Exception:
+def create_failed(op: TryOperator, context: Context, exc: KubeError, namespace: str, name: str) -> Exception:
     """What the task raises when the API refused (or never answered) the try's create: the error is
     judged (:func:`~airflow_k8s_retry.kube.lifecycle.create_error_verdict`), logged, published and counted."""
     from airflow_k8s_retry.exceptions import exception_for
@@ -107,24 +109,62 @@ def write_logs(op: TryOperator, pod: CreatedPod) -> None:
         "log_formatter": op.log_formatter,
     }
     try:
-        if op.init_container_logs:
-            op.pod_manager.fetch_requested_init_container_logs(
-                pod=v1pod, init_containers=op.init_container_logs, **options
-            )
-        containers = op.container_logs
-        if op._log_position is not None:  # the trigger streamed the base container's head
-            from airflow_k8s_retry.kube.logstream import write_after
-
-            containers = write_after(op, v1pod, containers, op._log_position)
-        if containers:
-            op.pod_manager.fetch_requested_container_logs(pod=v1pod, containers=containers, **options)
+        with _pod_reads_answered_by(op, _finished_pod_carried(op, pod)):
+            _fetch_logs(op, v1pod, options)
     except Exception as exc:  # the provider's reader raises client errors; a log is not a verdict
         op.log.warning("Could not read the logs of pod %s: %s", pod.name, type(exc).__name__)
 
 
-def push_partial_result(
-    op: TryOperator, context: Context, client: PodClient, pod: CreatedPod
-) -> None:
+def _fetch_logs(op: TryOperator, v1pod: Any, options: dict[str, Any]) -> None:
+    if op.init_container_logs:
+        op.pod_manager.fetch_requested_init_container_logs(
+            pod=v1pod, init_containers=op.init_container_logs, **options
+        )
+    containers = op.container_logs
+    if op._log_position is not None:  # the trigger streamed the base container's head
+        from airflow_k8s_retry.kube.logstream import write_after
+
+        containers = write_after(op, v1pod, containers, op._log_position)
+    if containers:
+        op.pod_manager.fetch_requested_container_logs(pod=v1pod, containers=containers, **options)
+
+
+def _finished_pod_carried(op: TryOperator, pod: CreatedPod) -> Any:
+    """The pod the trigger carried in its event, as the provider's ``V1Pod``, when none of its
+    containers was still running (what the reader's pod reads would find); otherwise ``None``."""
+    from airflow_k8s_retry.kube import snapshot
+
+    carried = snapshot.unpack(op._seen, pod.uid)
+    body = carried[0] if carried is not None else None
+    if body is None or not (body.get("spec") or {}).get("containers"):
+        return None
+    status = body.get("status") or {}
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    if any((cs.get("state") or {}).get("running") for cs in statuses):
+        return None
+    from airflow_k8s_retry.kube.pods import v1pod_from
+
+    try:
+        return v1pod_from(body)
+    except Exception:  # a status the client's models refuse: the reader reads the pod itself
+        return None
+
+
+@contextmanager
+def _pod_reads_answered_by(op: TryOperator, known: Any) -> Iterator[None]:
+    """While the provider's reader runs, its reads of the pod return ``known`` (when given)."""
+    if known is None:
+        yield
+        return
+    manager = op.pod_manager
+    manager.read_pod = lambda _pod: known
+    try:
+        yield
+    finally:
+        del manager.read_pod
+
+
+def push_partial_result(op: TryOperator, context: Context, client: PodClient, pod: CreatedPod) -> None:
     try:
         value = client.read_xcom(pod.namespace, pod.name)
     except Exception as exc:  # the failure is the verdict's; a missing result is not news

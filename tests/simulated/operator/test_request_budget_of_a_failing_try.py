@@ -121,3 +121,39 @@ def test_a_try_alone_in_its_namespace_also_pays_for_the_triggerers_feeds(make_cl
     since = asyncio.run(one_failing_try(cluster, context))
     made = requests(cluster, since)
     assert Counter(made) == Counter(FEEDS) + Counter(OWN) + Counter(SWEEP), made
+
+
+def test_a_failed_try_whose_container_ran_reads_only_its_log(make_cluster, context, ti, caplog):
+    # The container ran and exited 1: the task log gets its whole log (get_logs=True, the default)
+    # through the provider's reader, whose reads of the pod the pod carried in the event answers.
+    cluster = make_cluster(
+        {"time_scale": 0.05, "images": {"fails:1": {"run": {"duration_seconds": 1, "exit_code": 1}}}}
+    )
+    op = RetryingPodOperator(
+        task_id="load",
+        kubernetes_conn_id=None,
+        namespace="default",
+        image="fails:1",
+        cmds=["sh", "-c", "exit 1"],
+    )
+
+    async def scenario() -> list[str]:
+        start = len(cluster.audit_records())
+        with pytest.raises(TaskDeferred) as deferred:
+            await asyncio.to_thread(op.execute, context)
+        event = await Run(deferred.value.trigger).start().finish(within=60)
+        assert event.verdict.reason.value == "container.exit_code"
+        with pytest.raises(PodFailure, match=r"container\.exit_code"):
+            await asyncio.to_thread(op.execute_complete, context, PodEvent.to_payload(event))
+        return [
+            f"{r['verb']} {r['resource']}{'/' + r['subresource'] if r.get('subresource') else ''}"
+            for r in cluster.audit_records()[start:]
+            if r.get("kind") == "request"
+        ]
+
+    with caplog.at_level("INFO"):
+        made = asyncio.run(scenario())
+    # The create; the trigger's last look; the log; the verdict stamp; the DELETE (and, alone in
+    # its namespace, the triggerer's feeds).
+    own = {"create pods": 1, "get pods": 1, "get pods/log": 1, "patch pods": 1, "delete pods": 1}
+    assert Counter(made) == Counter(own) + Counter(FEEDS), made
