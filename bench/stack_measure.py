@@ -88,7 +88,14 @@ def read_audit(path: Path, since: float = 0.0) -> Audit:
             if uid is not None and pods[uid].failed is None:
                 pods[uid].failed = t
             continue
-        if (event.get("user") or {}).get("username") == ADMIN and ref.get("namespace") and t >= since:
+        # KWOK's Logs objects are the control plane harness's (it serves each pod's log through them).
+        harness = ref.get("apiGroup") == "kwok.x-k8s.io"
+        if (
+            (event.get("user") or {}).get("username") == ADMIN
+            and ref.get("namespace")
+            and t >= since
+            and not harness
+        ):
             requests.setdefault(ref["namespace"], []).append(t)
         pod = event.get("responseObject")
         if not isinstance(pod, dict) or pod.get("kind") != "Pod" or not 200 <= code < 300:

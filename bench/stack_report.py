@@ -72,6 +72,7 @@ def summarize(
                     "phase": dag["kind"],
                     "operator": op,
                     "kind": kind,
+                    "namespace": ns,
                     "tasks": sum(1 for t in dag["tasks"] if kind_of(t["task_id"]) == kind),
                     "tries": len(its),
                     "states": _states(its),
@@ -105,6 +106,7 @@ def summarize(
             {
                 "dag": dag["kind"],
                 "operator": dag["operator"],
+                "namespace": ns,
                 "seconds": run["seconds"],
                 "state": run["state"],
                 "tries": len(mine),
@@ -136,6 +138,9 @@ def _scale_row(
 
     return {
         "operator": op,
+        "namespace": ns,
+        "started": phase.started,
+        "ended": phase.ended,
         "tasks": sum(len(by_dag[d]["tasks"]) for d in phase.dag_ids),
         "deferred": p["deferred"],
         "ramp_seconds": p["ramp_seconds"],
@@ -366,3 +371,52 @@ def plot(result: dict[str, Any], folder: Path, name: str) -> None:
         fig.tight_layout()
         fig.savefig(folder / f"scale-{name}.png", dpi=100)
         plt.close(fig)
+
+
+def recount(result: dict[str, Any], audit: Audit) -> dict[str, Any]:
+    """``result``'s request figures counted again from its run's audit log (kept with
+    ``--workdir``), as :func:`summarize` counts them now."""
+    from bench.stack import namespace
+
+    for r in result["rows"]:
+        ns = r.get("namespace") or namespace(r["operator"], r["kind"])
+        r["namespace"] = ns
+        r["requests_per_try"] = _per(audit.count(ns), r["tries"])
+        r["requests_per_task"] = _per(audit.count(ns), r["tasks"])
+    windows = {p["name"]: p for p in result.get("phases", [])}
+    for s in result.get("scale", []):
+        ns = s.get("namespace") or namespace(s["operator"], "scale")
+        window = windows[f"{s['operator']} scale {s['tasks']}"]
+        s.update(namespace=ns, started=window["started"], ended=window["ended"])
+        s["requests_per_second"] = round(audit.count(ns, s["started"], s["ended"]) / s["window_seconds"], 2)
+    for s in result.get("seed", []):
+        s["namespace"] = s.get("namespace") or namespace(s["operator"], s["dag"])
+        s["requests"] = audit.count(s["namespace"])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Count a kept run's requests again from its audit log and write its report anew."""
+    import argparse
+    import json
+
+    from bench.stack_measure import read_audit
+
+    parser = argparse.ArgumentParser(prog="python -m bench.stack_report", description=main.__doc__)
+    parser.add_argument("results", help="results-PLAN.json of the run")
+    parser.add_argument("audit", help="the run's audit log: WORKDIR/kube/audit.log")
+    parser.add_argument("--name", required=True, help="the results' name, e.g. full")
+    args = parser.parse_args(argv)
+    path = Path(args.results)
+    result = json.loads(path.read_text())
+    # The benchmark's own set-up requests (its namespaces' ServiceAccounts) come minutes before.
+    first = min(p["started"] for p in result["phases"]) - 60
+    result = recount(result, read_audit(Path(args.audit), since=first))
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    (path.parent / f"RESULTS-{args.name}.md").write_text(report(result, args.name.split("-")[0]))
+    plot(result, path.parent, args.name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
