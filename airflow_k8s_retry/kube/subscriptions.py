@@ -99,6 +99,12 @@ class PodSubscription:
         """The shared client, for the occasional direct call (last look, annotations)."""
         return self._conn.kube
 
+    def gone_by_now(self) -> bool:
+        """Whether the pod was seen deleted (or replaced by another pod of its name), for a caller
+        that asks nothing else: what else changed is dropped."""
+        self.drain()
+        return self._gone
+
     @property
     def events(self) -> list[Json]:
         """The Events seen so far, oldest first (sorted once per change, not per read)."""

@@ -9,19 +9,16 @@ change and whenever a grace deadline falls due (a timer, not a poll), and this m
 
 Restart safety: trigger kwargs are frozen when the task defers, so what the trigger learns later
 (the first time a signal was seen, the strongest image-pull cause) is stamped on the pod as the
-``airflow-k8s-retry.io/history`` annotation, and merged back when a trigger is re-created in
-another process (the earliest first-seen time wins). It is stamped at once when a grace timer
-starts or a stronger pull cause is seen, and at most a few seconds late otherwise (the tracker's
-``HISTORY_SETTLE``: a starting pod's first seconds are written together with what follows). A pod
-that already carries a verdict stamp is finished business: its stamped verdict is emitted as it is.
+``airflow-k8s-retry.io/history`` annotation (at once when a grace timer starts, else at most the
+tracker's ``HISTORY_SETTLE`` late) and merged back by a trigger re-created in another process. A
+pod that already carries a verdict stamp is finished business: its stamped verdict is emitted.
 
 The event carries what the verdict was judged on (the pod's status and its last Events,
 :mod:`airflow_k8s_retry.kube.snapshot`), so the worker's failure report needs no API reads.
 
 The trigger never deletes a pod while it runs; the operator does that after acting on the
-verdict. :meth:`PodStateTrigger.on_kill` is the one exception, and only once the task instance is
-confirmed to be no longer deferred (Airflow 3.3.0-3.3.2 also call ``on_kill`` when a trigger is
-merely handed to another triggerer).
+verdict. :meth:`PodStateTrigger.on_kill` is the exception, once the task instance is confirmed no
+longer deferred (Airflow 3.3.0-3.3.2 also call it when a trigger merely moves to another triggerer).
 """
 
 from __future__ import annotations
@@ -79,9 +76,8 @@ __all__ = [
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
 #: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
 _STATE_LOOKUP_TIMEOUT = 10.0
-#: Pauses between looks at the task instance's state after the trigger fired, until its event was
-#: accepted (the state left ``deferred``): about 30 s.
-_FIRED_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0)
+#: Pauses between looks at the task state after the trigger fired, until its event was accepted: 30 s.
+_FIRED_BACKOFF = (5.0, 5.0, 5.0, 15.0)
 #: Seconds between looks while the task instance waits for a worker (a pool, ``parallelism``).
 _WAITING_PAUSE = 10.0
 #: How long the after-firing check follows a task instance that waits for a worker; past it, a
@@ -248,28 +244,33 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         )
         self._subscription = sub
         metrics.follow_feeds(WatchHub.current())
+        handed_over = False  # to the after-firing check, which follows the pod on the shared feed
         try:
             verdict = await self._follow(sub)
+            metrics.time_trigger_verdict(
+                verdict, self.clock.now(), self._policy, self.identity, self.namespace
+            )
+            what = f"{verdict.outcome.value} ({verdict.reason.value}) {verdict.message}"
+            self.log.info("Pod %s/%s: %s", self.namespace, self.pod_name, what)
+            await self._stop_at_the_deadline(verdict)
+            event = PodEvent(
+                namespace=self.namespace,
+                pod_name=self.pod_name,
+                pod_uid=self.pod_uid,
+                verdict=verdict,
+                relaunches=self.relaunches,
+                log_position=self._log_position,
+                seen=self._seen,
+                connection=self._connection_for_a_kill(),
+            )
+            if self.owned and self._identity is not None and self.after_firing_check:
+                _keep_until_done(self._after_firing(self._identity, sub))
+                handed_over = True
         finally:
             self._subscription = None
-            await sub.close()
+            if not handed_over:
+                await sub.close()
             metrics.send_feed_gauges(WatchHub.current())
-        metrics.time_trigger_verdict(verdict, self.clock.now(), self._policy, self.identity, self.namespace)
-        what = f"{verdict.outcome.value} ({verdict.reason.value}) {verdict.message}"
-        self.log.info("Pod %s/%s: %s", self.namespace, self.pod_name, what)
-        await self._stop_at_the_deadline(verdict)
-        event = PodEvent(
-            namespace=self.namespace,
-            pod_name=self.pod_name,
-            pod_uid=self.pod_uid,
-            verdict=verdict,
-            relaunches=self.relaunches,
-            log_position=self._log_position,
-            seen=self._seen,
-            connection=self._connection_for_a_kill(),
-        )
-        if self.owned and self._identity is not None and self.after_firing_check:
-            _keep_until_done(self._after_firing(self._identity))
         yield TriggerEvent(event.to_payload())
 
     async def _stop_at_the_deadline(self, verdict: Verdict) -> None:
@@ -465,43 +466,45 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if why is not None:
             await self._delete_with_retries(why)
 
-    async def _after_firing(self, identity: TryIdentity) -> None:
+    async def _after_firing(self, identity: TryIdentity, sub: PodSubscription | None = None) -> None:
         """The task was killed before a worker resumed it: delete the pod.
 
-        Airflow drops an event that arrives once the task instance is no longer deferred (a user
-        marked it failed, cleared it or deleted its run in the moment the trigger fired), and a
-        trigger that has ended gets no ``on_kill``: no worker resumes and nothing else would
-        delete the pod. The same holds for a kill while the accepted event waits for a worker
-        (``scheduled``, ``queued``): the worker that would resume the try is never started. So,
-        after firing, the state is read until it leaves ``deferred``, and then for as long as it
-        stays ``scheduled`` or ``queued`` (up to :data:`_WAITING_AT_MOST`); in a state only a kill
-        leaves, what is left of the pod a minute later (unless stamped) is deleted as ``on_kill``
-        would: a worker that had resumed deletes it itself. Any other state (``running``, a new
-        deferral, ``up_for_retry``) means a worker acts on the verdict. A state that cannot be
-        read before the event was accepted leaves the pod alone; while the task waits for a
-        worker, it is read again at the next look.
-        """
+        Airflow drops an event that arrives once the task is no longer deferred (killed, cleared or
+        its run deleted as the trigger fired) and an ended trigger gets no ``on_kill``; a kill while
+        the event waits for a worker (``scheduled``, ``queued``) starts none either. So the state is
+        read until it leaves ``deferred``, then while it waits (up to :data:`_WAITING_AT_MOST`); in a
+        state only a kill leaves, what is left of the pod a minute later (unless stamped) is deleted
+        as ``on_kill`` would. Another state (``running``, a new deferral, ``up_for_retry``) means a
+        worker acts on the verdict; one that cannot be read before the event was accepted leaves the
+        pod alone. ``sub`` follows the pod on the shared feed: once it is deleted (by the resumed
+        worker, as a rule) nothing is left to read or clean up."""
         pauses = iter(_FIRED_BACKOFF)
         waiting_since: float | None = None  # when the event was seen accepted, waiting for a worker
-        while (pause := self._next_look(pauses, waiting_since)) is not None:
-            await self.clock.sleep_until(self.clock.now() + pause)
-            try:
-                state, why = await self._state_of(identity)
-            except Exception:
+        try:
+            while (pause := self._next_look(pauses, waiting_since)) is not None:
+                await self.clock.sleep_until(self.clock.now() + pause)
+                if sub is not None and sub.gone_by_now():
+                    return
+                try:
+                    state, why = await self._state_of(identity)
+                except Exception:
+                    if waiting_since is None:
+                        return  # cannot tell: the worker, or the next try's sweep, decides
+                    continue
+                if why is not None:
+                    # The kill may also have come after the worker resumed: its on_kill goes first.
+                    await self.clock.sleep_until(self.clock.now() + _WORKER_FIRST)
+                    await self._delete_with_retries(f"{why} after the trigger fired")
+                    return
+                if state == "deferred" and waiting_since is None:
+                    continue
+                if state not in WAITING_STATES:
+                    return
                 if waiting_since is None:
-                    return  # cannot tell: the worker, or the next try's sweep, decides
-                continue
-            if why is not None:
-                # The kill may also have come after the worker resumed: its on_kill goes first.
-                await self.clock.sleep_until(self.clock.now() + _WORKER_FIRST)
-                await self._delete_with_retries(f"{why} after the trigger fired")
-                return
-            if state == "deferred" and waiting_since is None:
-                continue
-            if state not in WAITING_STATES:
-                return
-            if waiting_since is None:
-                waiting_since = self.clock.now()
+                    waiting_since = self.clock.now()
+        finally:
+            if sub is not None:
+                await sub.close()
 
     def _next_look(self, pauses: Iterator[float], waiting_since: float | None) -> float | None:
         """The pause before the after-firing check's next look, or None when it stops looking:

@@ -9,11 +9,13 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
+from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
@@ -45,6 +47,19 @@ def trigger_requests(cluster: FakeCluster) -> Counter[tuple[str, str]]:
     """Requests made by the triggers: everything but the test's own pod creations."""
     counts = cluster.request_counts()
     return Counter({key: n for key, n in counts.items() if key[0] != "create"})
+
+
+def delete_pods(cluster: FakeCluster, pods: list[dict[str, Any]]) -> None:
+    """Delete the pods at once, as the workers resuming their tasks would."""
+    from kubernetes import client as k
+
+    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    try:
+        for pod in pods:
+            meta = pod["metadata"]
+            k.CoreV1Api(api).delete_namespaced_pod(meta["name"], meta["namespace"], grace_period_seconds=0)
+    finally:
+        api.close()
 
 
 def phases(cluster: FakeCluster) -> Counter[str]:
@@ -127,5 +142,20 @@ async def test_two_hundred_triggers_in_two_namespaces_share_one_watch(
     assert requests[("get", "pods")] == 0
     # The only per-pod requests: saving the classifier history when a pod is first seen pending.
     assert requests[("patch", "pods")] <= PODS
-    # The last trigger out closed the feeds.
+    # The triggers' after-firing checks follow their pods on the feeds, with no request, until the
+    # pods are gone (deleted by the workers that resume the tasks, here by the test); the last one
+    # out closes the feeds.
+    assert sum(s.subscribers for s in hub.stats() if s.kind == "pods") == PODS
+    await asyncio.to_thread(delete_pods, cluster, [pod for _, pod in pods])
+    await cluster_reaches(
+        cluster,
+        lambda c: not any(c.pod(p["metadata"]["name"], p["metadata"]["namespace"]) for _, p in pods),
+        30,
+    )
+    manual_clock.advance(5.0)
+    for _ in range(200):
+        if not hub.stats():
+            break
+        await asyncio.sleep(0.05)
     assert hub.stats() == []
+    assert trigger_requests(cluster) - Counter({("delete", "pods"): PODS}) == requests

@@ -356,24 +356,47 @@ async def test_once_a_worker_resumed_the_try_the_pod_is_left_to_it(
     assert cluster.request_counts()[("delete", "pods")] == 0
 
 
-async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_running_pod(
+async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_pod(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # execution_timeout fired while the pod still runs; Airflow accepted the event (scheduled,
-    # trigger_id cleared), the task waited in the queue, and the user marked it failed there. No
-    # worker resumes it and the ended trigger gets no on_kill: only this check deletes the pod.
+    # Airflow accepted the event (scheduled, trigger_id cleared), the task waited in the queue, and
+    # the user marked it failed there. No worker resumes it and the ended trigger gets no on_kill:
+    # only this check deletes the pod.
     lookup = StatesInTurn("scheduled", "queued", "queued", "failed")
-    clock, identity, pod = await running_pod(cluster, monkeypatch, lookup)
-    name = pod["metadata"]["name"]
-    run = Run(trigger_for(pod, identity, execution_deadline=clock.now() + 30)).start()
-    await clock.wait_for_sleeper(clock.now() + 30)
-    clock.advance(30)
-    event = await run.finish(within=20)
-    assert event.verdict.reason.value == "execution.timeout", event.verdict
+    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
+    uid = cluster.pod(name)["metadata"]["uid"]
     await past_the_check(clock)
     await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
     assert len(lookup.asked) == 4
     deletes = [
         r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
     ]
-    assert [(r["uid"], r["status"]) for r in deletes] == [(pod["metadata"]["uid"], 200)]
+    assert [(r["uid"], r["status"]) for r in deletes] == [(uid, 200)]
+
+
+async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The usual ending: a worker resumed the task and deleted the pod before the check's first look.
+    # The check followed the pod on the shared feed and saw it go: it reads no state, makes no
+    # request, and lets the feed close.
+    from airflow_k8s_retry.kube.hub import WatchHub
+
+    lookup = StatesInTurn("scheduled")
+    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
+    assert [s.subscribers for s in WatchHub.current().stats() if s.kind == "pods"] == [1]
+    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    try:
+        from kubernetes import client as k
+
+        await asyncio.to_thread(
+            k.CoreV1Api(api).delete_namespaced_pod, name, "default", grace_period_seconds=0
+        )
+    finally:
+        api.close()
+    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    before = len(cluster.audit_records())
+    await past_the_check(clock)
+    assert lookup.asked == []
+    assert [r for r in cluster.audit_records()[before:] if r.get("kind") == "request"] == []
+    assert WatchHub.current().stats() == []
