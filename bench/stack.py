@@ -522,6 +522,15 @@ def main(argv: list[str] | None = None) -> int:
             only=only,
             kinds=tuple(args.kinds.split(",")),
         )
+    import datetime
+    import subprocess
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    part = {"turnaround": "turnaround, per try, seed", "scale": "scale"}.get(args.only or "", "every part")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    result["runs"] = [{"part": part, "commit": commit.stdout.strip() or "unknown", "date": when}]
     out.mkdir(parents=True, exist_ok=True)
     name = args.plan + (f"-{args.only}" if args.only else "")
     (out / f"results-{name}.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -269,6 +269,8 @@ def report(result: dict[str, Any], plan_name: str) -> str:
         "phase's tries; worker seconds: from the task logs, each stretch a try ran in a worker.",
         "Load: the 1-minute load average during the phase (mean / max).",
         "",
+        *[f"- {run['part']}: commit {run['commit']}, {run['date']}." for run in result.get("runs", [])],
+        *([""] if result.get("runs") else []),
         "| phase | operator | kind | tasks | tries | pods | turnaround p50 / p99 (s) "
         "| requests per try / task | statements per try | worker CPU / seconds per try | phase (s) | load "
         "| kube-apiserver / etcd CPU (s) |",
