@@ -65,6 +65,10 @@ RESULTS = Path(__file__).with_name("results") / "stack"
 #: The operators compared: ours, the cncf operator deferrable, and not deferrable.
 OPERATORS = ("rpo", "kpo_deferrable", "kpo")
 DEFERRABLE = ("rpo", "kpo_deferrable")
+#: The scale phase's operators: ours as it comes (``live_logs=True`` copies the base container's
+#: new log lines into the task log every 30 s, one log read per pod each time), ours without live
+#: logs (as the cncf operator, which writes the log when the pod ends), and the deferrable KPO.
+SCALE_OPERATORS = ("rpo", "rpo_quiet", "kpo_deferrable")
 RUN_SECONDS = 10
 EVICT_AFTER = 5
 #: The kinds of failed try, each in a namespace of its own per operator.
@@ -142,7 +146,7 @@ PLANS = {
 
 
 #: Each operator's mark in its pods' names (``name``): the disruptor tells them apart by name.
-MARK = {"rpo": "rpo", "kpo_deferrable": "kpod", "kpo": "kpo"}
+MARK = {"rpo": "rpo", "rpo_quiet": "rpoq", "kpo_deferrable": "kpod", "kpo": "kpo"}
 
 
 def namespace(operator: str, kind: str) -> str:
@@ -204,6 +208,7 @@ def plan(sizes: Sizes) -> dict[str, Any]:
             "namespace": namespace(op, "ratelimit"),
         }
         dag(f"stack_{op}_ratelimit", op, "ratelimit", [throttled])
+    for op in SCALE_OPERATORS:
         everything = tasks("scale", op, max(sizes.scale), 0)
         for k in range(0, len(everything), sizes.scale_chunk):
             dag(
@@ -397,6 +402,7 @@ def bench(
     log: Any = print,
     only: set[str] | None = None,
     kinds: tuple[str, ...] = ("failure", "pull", "success", "seed"),
+    scale_operators: tuple[str, ...] = SCALE_OPERATORS,
 ) -> dict[str, Any]:
     """Run the plan's phases (``only`` picks some: ``turnaround``, ``scale``) and return the raw
     figures (``bench.stack_report.summarize`` makes the rows)."""
@@ -483,7 +489,7 @@ def bench(
             else:
                 seed_runs = {}
             if "scale" in wanted:
-                for op in DEFERRABLE:
+                for op in scale_operators:
                     phases += scale_phase(dep, cluster, sizes, op, log)
                     time.sleep(30)
             tries = {d["dag_id"]: tries_of(dep, d["dag_id"]) for d in the_plan["dags"]}
@@ -506,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
         "--only", choices=("turnaround", "scale"), default=None, help="run one part of the plan"
     )
     parser.add_argument("--kinds", default="failure,pull,success,seed", help="the turnaround part's phases")
+    parser.add_argument(
+        "--scale-operators", default=",".join(SCALE_OPERATORS), help="the scale part's operators"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     with contextlib.ExitStack() as stack:
@@ -521,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             log=lambda m: print(m, flush=True),
             only=only,
             kinds=tuple(args.kinds.split(",")),
+            scale_operators=tuple(args.scale_operators.split(",")),
         )
     import datetime
     import subprocess

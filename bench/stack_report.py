@@ -12,6 +12,7 @@ from bench.stack_measure import PULL_GRACE, Audit, kind_of, turnarounds
 
 LABELS = {
     "rpo": "RetryingPodOperator",
+    "rpo_quiet": "RetryingPodOperator, live_logs=False",
     "kpo_deferrable": "KPO deferrable",
     "kpo": "KPO (not deferrable)",
 }
@@ -213,27 +214,30 @@ def targets(result: dict[str, Any]) -> list[tuple[str, str, str]]:
         for r in result.get("scale", [])
         if r["tasks"] == max(x["tasks"] for x in result["scale"])
     }
-    if "rpo" in top and "kpo_deferrable" in top:
-        ours, theirs = top["rpo"], top["kpo_deferrable"]
-        fewer = theirs["requests_per_second"] / max(ours["requests_per_second"], 1e-9)
-        out.append(
-            (
-                f"at {ours['tasks']} deferred tasks at least 100x fewer API requests per second",
-                f"{ours['requests_per_second']:.2f} against {theirs['requests_per_second']:.2f} "
-                f"({fewer:.0f}x fewer)",
-                "met" if fewer >= 100 else "missed",
-            )
-        )
-        less = theirs["cores"]["triggerer"] / max(ours["cores"]["triggerer"], 1e-9)
-        out.append(
-            (
-                f"at {ours['tasks']} deferred tasks at least 20x less triggerer CPU",
-                f"{ours['cores']['triggerer']:.3f} cores against {theirs['cores']['triggerer']:.3f} "
-                f"({less:.1f}x less)",
-                "met" if less >= 20 else "missed",
-            )
-        )
+    for mine in ("rpo", "rpo_quiet"):
+        if mine in top and "kpo_deferrable" in top:
+            out += _scale_targets(top[mine], top["kpo_deferrable"], LABELS[mine])
     return out
+
+
+def _scale_targets(ours: dict[str, Any], theirs: dict[str, Any], label: str) -> list[tuple[str, str, str]]:
+    fewer = theirs["requests_per_second"] / max(ours["requests_per_second"], 1e-9)
+    less = theirs["cores"]["triggerer"] / max(ours["cores"]["triggerer"], 1e-9)
+    at = f"at {ours['tasks']} deferred tasks ({label})"
+    return [
+        (
+            f"{at} at least 100x fewer API requests per second",
+            f"{ours['requests_per_second']:.2f} against {theirs['requests_per_second']:.2f} "
+            f"({fewer:.0f}x fewer)",
+            "met" if fewer >= 100 else "missed",
+        ),
+        (
+            f"{at} at least 20x less triggerer CPU",
+            f"{ours['cores']['triggerer']:.3f} cores against {theirs['cores']['triggerer']:.3f} "
+            f"({less:.1f}x less)",
+            "met" if less >= 20 else "missed",
+        ),
+    ]
 
 
 # -- the report ----------------------------------------------------------------------------------

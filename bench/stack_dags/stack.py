@@ -29,10 +29,11 @@ def _operator(kind: str, task: dict[str, Any]) -> Any:
         "retries": task["retries"],
         "retry_delay": timedelta(seconds=task["retry_delay"]),
     }
-    if kind == "rpo":
+    if kind in ("rpo", "rpo_quiet"):
         from airflow_k8s_retry.operators import RetryingPodOperator
 
-        return RetryingPodOperator(**common)
+        # rpo_quiet: no live log copies while the pod runs (the cncf operator makes none either).
+        return RetryingPodOperator(**common, **({"live_logs": False} if kind == "rpo_quiet" else {}))
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
     return KubernetesPodOperator(deferrable=kind == "kpo_deferrable", **common)
