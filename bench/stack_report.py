@@ -209,14 +209,16 @@ def targets(result: dict[str, Any]) -> list[tuple[str, str, str]]:
                     "met" if ours["requests_per_try"] <= 8 else "missed",
                 )
             )
-    top = {
-        r["operator"]: r
-        for r in result.get("scale", [])
-        if r["tasks"] == max(x["tasks"] for x in result["scale"])
-    }
-    for mine in ("rpo", "rpo_quiet"):
-        if mine in top and "kpo_deferrable" in top:
-            out += _scale_targets(top[mine], top["kpo_deferrable"], LABELS[mine])
+    # At scale, each of ours against the deferrable KPO of the same run (a merged result may hold
+    # several runs' steps, each step naming its run).
+    for run in sorted({r.get("run", "") for r in result.get("scale", [])}):
+        steps = [r for r in result["scale"] if r.get("run", "") == run]
+        top = {r["operator"]: r for r in steps if r["tasks"] == max(x["tasks"] for x in steps)}
+        for mine in ("rpo", "rpo_quiet"):
+            if mine in top and "kpo_deferrable" in top:
+                out += _scale_targets(
+                    top[mine], top["kpo_deferrable"], LABELS[mine] + (f", {run}" if run else "")
+                )
     return out
 
 
@@ -306,8 +308,9 @@ def report(result: dict[str, Any], plan_name: str) -> str:
         ]
         for s in result["scale"]:
             c, m = s["cores"], s["rss_mib"]
+            run = f" ({s['run']})" if s.get("run") else ""
             lines.append(
-                f"| {LABELS[s['operator']]} | {s['deferred'][0]} | {s['ramp_seconds']} "
+                f"| {LABELS[s['operator']]}{run} | {s['deferred'][0]} | {s['ramp_seconds']} "
                 f"| {s['window_seconds']} "
                 f"| {s['requests_per_second']} | {c['kube-apiserver']} / {c['etcd']} "
                 f"| {c['triggerer']} / {m.get('triggerer', 0):.0f} "
