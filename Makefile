@@ -173,8 +173,8 @@ bench-oom: $(STAMP)
 
 # The whole stack (bench/stack.py): RetryingPodOperator against the cncf KubernetesPodOperator
 # (deferrable, and not) in one real Airflow deployment (PostgreSQL, Celery, two schedulers and
-# triggerers) on the real control plane; results in bench/results/stack/. PLAN=quick (about 25
-# minutes) or full.
+# triggerers) on the real control plane; results in bench/results/stack/. PLAN=quick (about 15
+# minutes) or full (about 65).
 PLAN ?= quick
 bench-stack: $(STAMP) tools controlplane
 	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" \

@@ -37,8 +37,8 @@ per phase.
 
 ::
 
-    python -m bench.stack --plan quick        # about 35 minutes on 2 cores
-    python -m bench.stack --plan full         # about 2 hours
+    python -m bench.stack --plan quick        # about 15 minutes on 2 cores
+    python -m bench.stack --plan full         # about 65 minutes
 
 Results go to ``bench/results/stack/`` (``results-PLAN.json``, ``RESULTS-PLAN.md``, plots).
 """
