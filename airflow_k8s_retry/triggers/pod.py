@@ -124,8 +124,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     clock: ClassVar[Clock] = WallClock()
     #: How ``on_kill`` reads the task instance's state; replace in tests.
     task_state_lookup: ClassVar[TaskStateLookup] = staticmethod(airflow_task_state)
-    #: After firing, check that the task resumed (else delete the pod); off where the trigger runs
-    #: inside the worker (``deferrable=False``), whose own ``on_kill`` holds the pod.
+    #: After firing, check that the task resumed, else delete the pod (off for ``deferrable=False``).
     after_firing_check: bool = True
 
     def __init__(
@@ -505,6 +504,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         finally:
             if sub is not None:
                 await sub.close()
+                metrics.send_feed_gauges(WatchHub.current())
 
     def _next_look(self, pauses: Iterator[float], waiting_since: float | None) -> float | None:
         """The pause before the after-firing check's next look, or None when it stops looking:
