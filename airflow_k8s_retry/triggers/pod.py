@@ -465,7 +465,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if why is not None:
             await self._delete_with_retries(why)
 
-    async def _after_firing(self, identity: TryIdentity, sub: PodSubscription | None = None) -> None:
+    async def _after_firing(self, identity: TryIdentity, sub: PodSubscription) -> None:
         """The task was killed before a worker resumed it: delete the pod.
 
         Airflow drops an event that arrives once the task is no longer deferred (killed, cleared or
@@ -482,7 +482,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         try:
             while (pause := self._next_look(pauses, waiting_since)) is not None:
                 await self.clock.sleep_until(self.clock.now() + pause)
-                if sub is not None and sub.gone_by_now():
+                if sub.gone_by_now():
                     return
                 try:
                     state, why = await self._state_of(identity)
@@ -502,9 +502,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 if waiting_since is None:
                     waiting_since = self.clock.now()
         finally:
-            if sub is not None:
-                await sub.close()
-                metrics.send_feed_gauges(WatchHub.current())
+            await sub.close()
+            metrics.send_feed_gauges(WatchHub.current())
 
     def _next_look(self, pauses: Iterator[float], waiting_since: float | None) -> float | None:
         """The pause before the after-firing check's next look, or None when it stops looking:
