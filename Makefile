@@ -39,7 +39,7 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
   tests/unit/watching tests/simulated/watching
 
 .PHONY: test lint unit demo bench bench-oom bench-stack bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
-  test-compat test-cluster test-deployment test-soak-short soak
+  test-compat test-cluster test-deployment test-soak-short soak test-stream-deployment test-stream-legs
 
 # The provider and, beside it, the simulator's own distribution (simulator/, the [testing] extra).
 SIM := ./simulator
@@ -85,29 +85,28 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 tests/unit
 
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Most of the
-# suite's time is spent waiting (Airflow subprocesses, simulated and real clusters), so two streams
-# run at once, balanced by their measured times (about half an hour each on 2 cores): the main
-# suite and then the newest older minor's leg; beside them the deployment tier, the cluster tier
-# and the other older minors' legs, one after the other. The side's output (.test-logs/side.log)
-# is printed at the end, and any part failing fails the target. (More streams at once on 2 cores
-# measured no faster: the work is CPU-bound on Airflow's start-ups.) Each pytest run writes a JUnit
-# report under .test-logs/ with every test's time.
+# suite's time is spent waiting (grace periods, heartbeats, controllers, Airflow's start-ups), so
+# three streams run at once, balanced by their measured times: the main suite and the short soak;
+# the deployment tier; the cluster tier and the older minors' legs, one after the other. The
+# background streams' output (.test-logs/<stream>.log) is printed at the end, and any part failing
+# fails the target. Each pytest run writes a JUnit report under .test-logs/ with every test's time.
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
-MAIN_MINOR := $(lastword $(OLDER_MINORS))
-SIDE_MINORS := $(filter-out $(MAIN_MINOR),$(OLDER_MINORS))
 
 test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
-	@mkdir -p .test-logs; rm -f .test-logs/side.rc
-	@{ $(MAKE) --no-print-directory -k test-side > .test-logs/side.log 2>&1; echo $$? > .test-logs/side.rc; } & \
+	@mkdir -p .test-logs; rm -f .test-logs/stream-*.rc
+	@for s in deployment legs; do \
+	  { $(MAKE) --no-print-directory -k test-stream-$$s > .test-logs/stream-$$s.log 2>&1; \
+	    echo $$? > .test-logs/stream-$$s.rc; } & \
+	done; \
 	  $(BIN)/pytest -m "not cluster and not deployment and not soak" --durations=25 --junitxml=.test-logs/main.xml; \
-	  main=$$?; $(MAKE) --no-print-directory test-compat-$(MAIN_MINOR); compat=$$?; \
-	  $(MAKE) --no-print-directory test-soak-short; soak=$$?; wait; \
-	  echo "== deployment tier, cluster tier and Airflow $(SIDE_MINORS) (.test-logs/side.log)"; \
-	  cat .test-logs/side.log; side=$$(cat .test-logs/side.rc); \
-	  echo "== main suite exit $$main, Airflow $(MAIN_MINOR) exit $$compat, short soak exit $$soak, deployment, cluster and Airflow $(SIDE_MINORS) exit $$side"; \
-	  test "$$main" = 0 && test "$$compat" = 0 && test "$$soak" = 0 && test "$$side" = 0
+	  main=$$?; $(MAKE) --no-print-directory test-soak-short; soak=$$?; wait; \
+	  for s in deployment legs; do echo "== stream $$s (.test-logs/stream-$$s.log)"; cat .test-logs/stream-$$s.log; done; \
+	  dep=$$(cat .test-logs/stream-deployment.rc); legs=$$(cat .test-logs/stream-legs.rc); \
+	  echo "== main suite exit $$main, short soak exit $$soak, deployment tier exit $$dep, cluster tier and Airflow $(OLDER_MINORS) exit $$legs"; \
+	  test "$$main" = 0 && test "$$soak" = 0 && test "$$dep" = 0 && test "$$legs" = 0
 
-test-side: test-deployment test-cluster $(addprefix test-compat-,$(SIDE_MINORS))
+test-stream-deployment: test-deployment
+test-stream-legs: test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
 
 # The deployment tier alone: one Airflow deployment (PostgreSQL, Celery) for all its tests.
 test-deployment: $(STAMP) tools

@@ -102,7 +102,7 @@ with DAG(
     wait_for_export = PodCompletionSensor(
         task_id="wait_for_export",
         pod_name=f"nightly-export-{RUN}",
-        timeout=timedelta(minutes=1),
+        timeout=timedelta(seconds=30),
         soft_fail=True,
         delete_pod_on_finish=True,
     )

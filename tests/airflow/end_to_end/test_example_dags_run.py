@@ -1,10 +1,10 @@
 """The example DAGs in dags/, run end to end as ``make demo`` runs them, do what their docstrings say.
 
 Every DAG runs under real Airflow (``airflow dags test``) against one simulator with the demo's
-scenario, three at a time, and the metadata database, the pods' verdict stamps and the simulator's
-audit log are read back: how many tries each task took and how it ended, how many pods each try
-cost, why each pod failed, and that nothing is left running. ``make test-compat`` runs this on
-every supported Airflow version.
+scenario, all at once (the run takes as long as the longest DAG), and the metadata database, the
+pods' verdict stamps and the simulator's audit log are read back: how many tries each task took and
+how it ended, how many pods each try cost, why each pod failed, and that nothing is left running.
+``make test-compat`` runs this on every supported Airflow version.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory, migrated_database: Migrate
             home = AirflowHome.create(work / dag_id, dags_folder=DAGS, database=migrated_database)
             return home.run_dag(dag_id, kubeconfig=cluster.kubeconfig, timeout=600)
 
-        with ThreadPoolExecutor(max_workers=3) as pool:
+        with ThreadPoolExecutor(max_workers=len(dag_ids)) as pool:
             results = dict(zip(dag_ids, pool.map(run, dag_ids), strict=True))
         cluster.wait_for(
             lambda c: not any(p["metadata"].get("deletionTimestamp") for p in c.pods()), timeout=15
