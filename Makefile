@@ -111,13 +111,13 @@ test-stream-legs: test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
 # The deployment tier alone: one Airflow deployment (PostgreSQL, Celery) for all its tests.
 test-deployment: $(STAMP) tools
 	@echo "== deployment tier (PostgreSQL, CeleryExecutor, two schedulers and triggerers)"
-	$(BIN)/pytest -m deployment --durations=15 --junitxml=.test-logs/deployment.xml
+	$(BIN)/pytest -m deployment --durations=15 --junitxml=.test-logs/deployment.xml tests/deployment
 
 # The cluster tier: tests marked `cluster`, against a real control plane the session starts.
 test-cluster: $(STAMP) controlplane
 	@echo "== cluster tier (real control plane)"
 	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1 \
-	  $(BIN)/pytest -m cluster --durations=15 --junitxml=.test-logs/cluster.xml
+	  $(BIN)/pytest -m cluster --durations=15 --junitxml=.test-logs/cluster.xml tests/cluster
 
 # The short soak: a dozen tasks of real Airflow on the real control plane under the monkey.
 test-soak-short: $(STAMP) tools controlplane
