@@ -17,7 +17,7 @@ import pytest
 
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
@@ -397,7 +397,15 @@ async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read
     lookup = StatesInTurn("scheduled")
     name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
     assert [s.subscribers for s in WatchHub.current().stats() if s.kind == "pods"] == [1]
-    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    # A second subscriber on the same feed: the feed hands a change to every subscriber of the pod
+    # at once, so once this one has the deletion, so has the check (however late a busy machine
+    # lets the watch deliver it); only then does the clock move.
+    config = ClusterConfig(kube_config_path=str(cluster.kubeconfig))
+    uid = cluster.pod(name)["metadata"]["uid"]
+    probe = await WatchHub.current().subscribe(
+        config, "default", name, uid, label_selector=MANAGED_SELECTOR, events=False
+    )
+    api = sync_api_client(config)
     try:
         from kubernetes import client as k
 
@@ -406,7 +414,9 @@ async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read
         )
     finally:
         api.close()
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    while not probe.gone_by_now():
+        assert await probe.wait(within=10), "the feed did not deliver the pod's deletion"
+    await probe.close()
     before = len(cluster.audit_records())
     await past_the_check(clock)
     assert lookup.asked == []
