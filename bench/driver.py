@@ -137,6 +137,34 @@ async def create_pods(
     return created, asyncio.ensure_future(close())
 
 
+async def evict_later(kubeconfig: Path, pod: dict[str, Any], uid: str, delay: float) -> None:
+    """Post an Eviction (policy/v1) for ``pod`` ``delay`` seconds from now, as the setup client.
+
+    A pod with ``evict_seconds`` is evicted this way, timed from its trigger's start: a disruption
+    timed from the pod's creation can come, on a loaded machine, before a trigger's first look, and
+    a trigger cannot detect a failure that happened before it looked (the pod is gone by then).
+    """
+    import aiohttp
+
+    await asyncio.sleep(delay)
+    server, auth, ssl_context = _kube_target(kubeconfig)
+    url = f"{server}/api/v1/namespaces/{pod['namespace']}/pods/{pod['name']}/eviction"
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod["name"], "namespace": pod["namespace"]},
+        "deleteOptions": {"preconditions": {"uid": uid}},
+    }
+    connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else False)
+    headers = {**auth, "User-Agent": SETUP_AGENT}
+    async with (
+        aiohttp.ClientSession(headers=headers, connector=connector) as session,
+        session.post(url, json=body) as response,
+    ):
+        if response.status != 201:
+            raise RuntimeError(f"evicting {pod['name']}: {response.status} {await response.text()}")
+
+
 async def wait_running(kubeconfig: Path, namespaces: set[str], count: int, limit: float) -> float:
     """Wait until ``count`` pods of ``namespaces`` are Running (as the setup client); returns seconds."""
     import aiohttp
@@ -330,6 +358,7 @@ async def _drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) ->
     rng = random.Random(spec.get("seed", 1))
     events: dict[str, Any] = {}
     started: dict[str, float] = {}
+    evictions: list[asyncio.Future[None]] = []
     result["events"] = events
     result["started"] = started
 
@@ -342,6 +371,9 @@ async def _drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) ->
             await asyncio.sleep(delay)
         trigger = make_trigger(side, spec, pod, created[name]["uid"])
         started[name] = time.time()
+        if pod.get("evict_seconds") is not None:
+            evict = evict_later(kubeconfig, pod, created[name]["uid"], float(pod["evict_seconds"]))
+            evictions.append(asyncio.ensure_future(evict))
         run = trigger.run()
         try:
             event = await run.__anext__()
@@ -386,6 +418,9 @@ async def _drive(spec: dict[str, Any], out: Callable[[dict[str, Any]], None]) ->
             task.cancel()
         await asyncio.wait(tasks, timeout=60)
     await monitor.stop()
+    for outcome in await asyncio.gather(*evictions, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            result["errors"].append(f"eviction: {type(outcome).__name__}: {outcome}")
     await lifted
     result["rss_end"] = _rss()
     out(result)

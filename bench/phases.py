@@ -194,8 +194,11 @@ def latency_scenario(kinds: dict[str, int], after: float) -> dict[str, Any]:
 def latency_pods(
     namespace: str, kinds: dict[str, int], *, gated_after: float | None = None
 ) -> list[dict[str, Any]]:
-    """The latency phase's pods; ``gated_after``: hold the pull pods by a scheduling gate for that
-    long instead of an init container (the real backend's KWOK nodes play no init containers)."""
+    """The latency phase's pods; ``gated_after`` (the real backend): hold the pull pods by a
+    scheduling gate for that long instead of an init container (its KWOK nodes play no init
+    containers), and evict the evict pods from the driver that long after their trigger started
+    (the disruptor counts from a pod's creation: under load a trigger could first look after the
+    pod was already gone)."""
     pods: list[dict[str, Any]] = []
     for i in range(kinds.get("pull", 0)):
         pull: dict[str, Any] = {
@@ -214,9 +217,15 @@ def latency_pods(
             {"name": f"term-{i}", "namespace": namespace, "image": "bench/fail:1", "start_delay": "jitter"}
         )
     for i in range(kinds.get("evict", 0)):
-        pods.append(
-            {"name": f"evict-{i}", "namespace": namespace, "image": "bench/run:long", "start_delay": "jitter"}
-        )
+        evict: dict[str, Any] = {
+            "name": f"evict-{i}",
+            "namespace": namespace,
+            "image": "bench/run:long",
+            "start_delay": "jitter",
+        }
+        if gated_after is not None:
+            evict["evict_seconds"] = gated_after
+        pods.append(evict)
     return pods
 
 
@@ -238,6 +247,7 @@ def run_latency(
     scenario = latency_scenario(kinds, after)
     if real:
         del scenario["images"]["bench/init:ok"]
+        del scenario["disruptions"]  # the drivers evict (latency_pods)
     with backend(workdir, scenario) as sim:
         drivers = []
         for side in SIDES:
