@@ -12,6 +12,9 @@ import json
 import sqlite3
 import subprocess
 import textwrap
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +95,7 @@ class Deployment:
         self.cluster = FakeCluster(scenario={"time_scale": 0.1, **cluster}, audit=root / "audit.jsonl")
 
     def run(self) -> DagRunResult:
-        result = self.home.run_dag(self.dag_id, kubeconfig=self.cluster.kubeconfig, timeout=240)
+        result = self.home.run_dag(self.dag_id, kubeconfig=self.cluster.kubeconfig, timeout=600)
         (self.home.home / f"output-{len(self.limits())}.log").write_text(result.output)
         return result
 
@@ -128,38 +131,72 @@ class Deployment:
         return json.loads("\n".join(lines[start:]))
 
 
-@pytest.fixture
-def deploy(tmp_path: Path, migrated_database: MigratedDatabase):  # type: ignore[no-untyped-def]
-    made: list[Deployment] = []
+@dataclass(frozen=True)
+class Case:
+    """One scenario: its own DAG, Airflow home and simulated cluster."""
 
-    def make(
-        dag_id: str,
-        image: str,
-        growth: str,
-        nodes: list[dict[str, Any]] | None = None,
-        retries: int = 3,
-        resources: str = SIZED,
-    ) -> Deployment:
-        cluster: dict[str, Any] = {"images": IMAGES}
-        if nodes:
-            cluster["nodes"] = nodes
-        d = Deployment(
-            tmp_path / dag_id, migrated_database, dag_id, dag_file(dag_id, image, growth, retries), cluster
-        )
-        d.cluster.start()
-        made.append(d)
-        return d
+    image: str
+    growth: str
+    retries: int = 3
+    nodes: tuple[dict[str, Any], ...] = ()
+    templated: bool = False  # the memory comes from a pod template, not container_resources
 
-    yield make
-    for d in made:
-        d.cluster.stop()
+
+CASES = {
+    "grows": Case("example.com/hungry:1", "MemoryGrowth(factor=2, maximum='8Gi', remember=True)"),
+    "capped": Case("example.com/hungry:1", "MemoryGrowth()", nodes=({"name": "small", "memory": "3Gi"},)),
+    "untouched": Case("example.com/hungry:1", ""),
+    "exit_code": Case("example.com/flaky:try{{ ti.try_number }}", "MemoryGrowth(remember=True)"),
+    "last_try": Case("example.com/hungry:1", "MemoryGrowth(factor=1.5)", retries=1),
+    "mixed": Case("example.com/mixed:try{{ ti.try_number }}", "MemoryGrowth()"),
+    "templated": Case("example.com/hungry:1", "MemoryGrowth()", templated=True),
+}
+
+
+@dataclass
+class Ran:
+    """A scenario's deployment after its DAG's first run: the run and the memory Variable after it."""
+
+    deployment: Deployment
+    result: DagRunResult
+    variable: Any
+
+
+@pytest.fixture(scope="module")
+def ran(
+    tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase
+) -> Iterator[dict[str, Ran]]:
+    """Every scenario's first run, all at once (the runs overlap: together they take little more
+    than the longest), then every scenario's Variable as Airflow's CLI reads it, all at once."""
+    work = Path(tmp_path_factory.mktemp("memory-growth"))
+    template = work / "pod.yaml"
+    template.write_text(TEMPLATE)
+    deployments: dict[str, Deployment] = {}
+    try:
+        for dag_id, case in CASES.items():
+            resources = f"pod_template_file={str(template)!r}," if case.templated else SIZED
+            cluster: dict[str, Any] = {"images": IMAGES}
+            if case.nodes:
+                cluster["nodes"] = list(case.nodes)
+            dag = dag_file(dag_id, case.image, case.growth, case.retries, resources)
+            deployments[dag_id] = d = Deployment(work / dag_id, migrated_database, dag_id, dag, cluster)
+            d.cluster.start()
+        with ThreadPoolExecutor(max_workers=len(deployments)) as pool:
+            results = list(pool.map(Deployment.run, deployments.values()))
+            variables = list(pool.map(Deployment.variable, deployments.values()))
+        yield {
+            dag_id: Ran(d, result, variable)
+            for (dag_id, d), result, variable in zip(deployments.items(), results, variables, strict=True)
+        }
+    finally:
+        for d in deployments.values():
+            d.cluster.stop()
 
 
 def test_an_oom_killed_task_succeeds_on_try_2_with_twice_the_memory_and_the_next_run_starts_there(
-    deploy,
-) -> None:  # type: ignore[no-untyped-def]
-    d = deploy("grows", "example.com/hungry:1", "MemoryGrowth(factor=2, maximum='8Gi', remember=True)")
-    first = d.run()
+    ran: dict[str, Ran],
+) -> None:
+    d, first = ran["grows"].deployment, ran["grows"].result
     assert first.returncode == 0, first.output[-4000:]
     assert [t.try_number for t in first.tries("job")] == [1, 2]
     assert first.final_state("job") == "success"
@@ -168,11 +205,10 @@ def test_an_oom_killed_task_succeeds_on_try_2_with_twice_the_memory_and_the_next
     grown = "memory growth: try 2 asks for memory 4Gi (container base try 1 was OOMKilled at 2Gi)"
     assert grown in first.output  # the try's failure, as raised and logged
     if HAS_RETRY_POLICIES:  # and as Airflow 3.3 keeps the try's cause
-        (reason,) = d.reasons()[:1]
+        reason = d.reasons()[0]
         assert reason.startswith("container.oom: ") and grown in reason
-    remembered = d.variable()["remembered"]
-    assert remembered["size"] == {"limit": "4Gi", "request": "2Gi"}
-    assert "next" not in d.variable()
+    assert ran["grows"].variable["remembered"]["size"] == {"limit": "4Gi", "request": "2Gi"}
+    assert "next" not in ran["grows"].variable
     # The next run's first try starts from the size that succeeded: one pod, no OOM kill.
     second = d.run()
     assert second.returncode == 0, second.output[-4000:]
@@ -180,9 +216,8 @@ def test_an_oom_killed_task_succeeds_on_try_2_with_twice_the_memory_and_the_next
     assert "Try 1: memory 4Gi for container base: succeeded in run " in second.output
 
 
-def test_growth_capped_by_the_largest_node_fails_at_once_naming_the_node(deploy) -> None:  # type: ignore[no-untyped-def]
-    d = deploy("capped", "example.com/hungry:1", "MemoryGrowth()", nodes=[{"name": "small", "memory": "3Gi"}])
-    result = d.run()
+def test_growth_capped_by_the_largest_node_fails_at_once_naming_the_node(ran: dict[str, Ran]) -> None:
+    d, result = ran["capped"].deployment, ran["capped"].result
     assert result.returncode != 0
     # Try 2 got what the node could give (3Gi, not 4Gi), was OOM-killed again, and the task failed
     # then with two of its three retries unspent.
@@ -198,57 +233,47 @@ def test_growth_capped_by_the_largest_node_fails_at_once_naming_the_node(deploy)
         "try 2 asks for memory 3Gi (container base try 1 was OOMKilled at 2Gi, capped by the largest node's"
     )
     assert capped in (d.reasons()[0] if HAS_RETRY_POLICIES else result.output)
-    assert d.variable() is None  # nothing left behind
+    assert ran["capped"].variable is None  # nothing left behind
 
 
-def test_without_growth_every_retry_meets_the_same_kill(deploy) -> None:  # type: ignore[no-untyped-def]
-    d = deploy("untouched", "example.com/hungry:1", "")
-    result = d.run()
+def test_without_growth_every_retry_meets_the_same_kill(ran: dict[str, Ran]) -> None:
+    d, result = ran["untouched"].deployment, ran["untouched"].result
     assert result.returncode != 0
     assert d.limits() == [("2Gi", "1Gi")] * 4
     assert [t.try_number for t in result.tries("job")] == [1, 2, 3, 4]
     assert result.final_state("job") == "failed"
     assert "memory growth" not in result.output.lower()
+    assert ran["untouched"].variable is None
 
 
-def test_only_an_oom_kill_grows_the_memory(deploy) -> None:  # type: ignore[no-untyped-def]
-    d = deploy("exit_code", "example.com/flaky:try{{ ti.try_number }}", "MemoryGrowth(remember=True)")
-    result = d.run()
+def test_only_an_oom_kill_grows_the_memory(ran: dict[str, Ran]) -> None:
+    d, result = ran["exit_code"].deployment, ran["exit_code"].result
     assert result.returncode == 0, result.output[-4000:]
     assert d.limits() == [("2Gi", "1Gi"), ("2Gi", "1Gi")]
-    assert d.variable() is None
+    assert ran["exit_code"].variable is None
 
 
-def test_an_oom_kill_on_the_last_try_leaves_no_plan_behind(deploy) -> None:  # type: ignore[no-untyped-def]
-    d = deploy("last_try", "example.com/hungry:1", "MemoryGrowth(factor=1.5)", retries=1)
-    result = d.run()
+def test_an_oom_kill_on_the_last_try_leaves_no_plan_behind(ran: dict[str, Ran]) -> None:
+    d, result = ran["last_try"].deployment, ran["last_try"].result
     assert result.returncode != 0
     assert d.limits() == [("2Gi", "1Gi"), ("3Gi", "1536Mi")]  # 3Gi is still below the 3500Mi needed
     assert result.final_state("job") == "failed"
     assert "try 3 asks for memory" not in result.output
-    assert d.variable() is None
+    assert ran["last_try"].variable is None
 
 
-def test_a_later_failure_of_a_grown_try_says_what_it_ran_with_and_keeps_the_size(deploy) -> None:  # type: ignore[no-untyped-def]
-    d = deploy("mixed", "example.com/mixed:try{{ ti.try_number }}", "MemoryGrowth()")
-    result = d.run()
+def test_a_later_failure_of_a_grown_try_says_what_it_ran_with_and_keeps_the_size(ran: dict[str, Ran]) -> None:
+    d, result = ran["mixed"].deployment, ran["mixed"].result
     assert result.returncode == 0, result.output[-4000:]
     # Try 2 ran at 4Gi and failed with exit code 3; try 3 keeps 4Gi (only an OOM kill grows it).
     assert d.limits() == [("2Gi", "1Gi"), ("4Gi", "2Gi"), ("4Gi", "2Gi")]
     said = "this try ran with memory 4Gi for container base: container base try 1 was OOMKilled at 2Gi"
     assert said in (d.reasons()[1] if HAS_RETRY_POLICIES else result.output)
-    assert d.variable() is None
+    assert ran["mixed"].variable is None
 
 
-def test_growth_applies_on_top_of_a_pod_template(deploy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    template = tmp_path / "pod.yaml"
-    template.write_text(TEMPLATE)
-    d = deploy(
-        "templated",
-        "example.com/hungry:1",
-        "MemoryGrowth()",
-        resources=f"pod_template_file={str(template)!r},",
-    )
-    result = d.run()
+def test_growth_applies_on_top_of_a_pod_template(ran: dict[str, Ran]) -> None:
+    d, result = ran["templated"].deployment, ran["templated"].result
     assert result.returncode == 0, result.output[-4000:]
     assert d.limits() == [("2Gi", "1Gi"), ("4Gi", "2Gi")]
+    assert ran["templated"].variable is None
