@@ -42,15 +42,12 @@ class FakeCluster:
     :param audit: path of an audit file (one JSON line per request and per pod lifecycle change).
     :param time_scale: real seconds per simulated second; overrides the scenario's ``time_scale``.
     :param clock: ``"scaled"`` (the default): simulated time runs at ``time_scale``. ``"manual"``:
-        it stands still until :meth:`advance` moves it, which runs every scripted step due by then
-        (scheduling, pulls, runs, exits, Job back-offs, disruptions, node GC) in due order. Watch
-        ``timeoutSeconds`` and bookmarks count simulated seconds too (a watch ends only once time
-        passes its timeout; ``bookmark_interval`` defaults to 60 of them). A step due at once (a
-        delay of 0, e.g. finishing a deletion) still runs on the loop's next turn. Real time still
-        drives the ``slow`` fault's delay (it tests client timeouts) and the wall-clock timestamps
-        written into objects, Events, logs and the audit. ``time_scale`` is then 1 and may not be
-        given; :meth:`sim_clock`, :meth:`sim_seconds` and :meth:`real_seconds` have no pace to
-        convert with and raise.
+        it stands still until :meth:`advance` runs every scripted step due by then (pods, nodes,
+        Jobs, disruptions) in due order; one due at once runs in the advance, or on the next turn.
+        Watch ``timeoutSeconds`` and ``bookmark_interval`` (default 60) count simulated seconds too.
+        The ``slow`` fault's delay (client timeouts are real) and the timestamps written into
+        objects, Events, logs and the audit stay on real time. ``time_scale`` may not be given (it
+        reads 1); :meth:`sim_clock`, :meth:`sim_seconds` and :meth:`real_seconds` raise.
     :param token: the bearer token with full access (random by default).
     :param kubeconfig: where to write the kubeconfig (a temporary file by default).
     :param bookmark_interval: real seconds between watch bookmarks (default 60 simulated seconds).
