@@ -73,13 +73,24 @@ class ManualClock:
         return sorted(deadline for deadline, _ in self._sleepers)
 
     async def wait_for_sleeper(
-        self, deadline: float | None = None, *, count: int = 1, within: float = 10.0
+        self,
+        deadline: float | None = None,
+        *,
+        count: int = 1,
+        within: float = 10.0,
+        later_than: float | None = None,
     ) -> float:
-        """Wait until ``count`` tasks sleep on this clock (until ``deadline``, if given); return the
-        soonest matching deadline. Lets a test check a timer's exact deadline instead of sleeping."""
+        """Wait until ``count`` tasks sleep on this clock (until ``deadline``, if given; until after
+        ``later_than``, if given: ``later_than=clock.now()`` leaves out sleepers an advance has just
+        woken that have not run yet); return the soonest matching deadline. Lets a test check a
+        timer's exact deadline instead of sleeping."""
 
         def found() -> float | None:
-            matching = [at for at in self.deadlines if deadline is None or abs(at - deadline) < 1e-6]
+            matching = [
+                at
+                for at in self.deadlines
+                if (deadline is None or abs(at - deadline) < 1e-6) and (later_than is None or at > later_than)
+            ]
             return matching[0] if len(matching) >= count else None
 
         loop = asyncio.get_running_loop()

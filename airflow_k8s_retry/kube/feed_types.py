@@ -172,7 +172,7 @@ class PodFeed(Feed):
         then GET the pod once, so a pod created a moment ago is not mistaken for a deleted one."""
 
         async def confirm() -> None:
-            await asyncio.sleep(self.settings.confirm_delay)
+            await self._sleep(self.settings.confirm_delay)
             if key in self.cache or key not in self.by_key:
                 return
             try:

@@ -145,7 +145,7 @@ class Feed:
         self._backoff = Backoff(base=settings.backoff_base, cap=settings.backoff_cap)
         #: Failed turns in a row whose connection the API server refused (only the first is a warning).
         self._refusals = 0
-        #: When a 403 first moved this feed off WATCH (loop time), and whether that was logged.
+        #: When a 403 first moved this feed off WATCH (:meth:`_now`), and whether that was logged.
         self._stepped_down_at: float | None = None
         self._refusal_logged = False
 
@@ -253,15 +253,28 @@ class Feed:
         elif self.mode is FeedMode.POLL_LIST:
             self._step = Step.LIST
             await self._relist()
-            await asyncio.sleep(self.poll_interval)
+            await self._sleep(self.poll_interval)
         else:
             self._step = Step.GET
             await self._poll_without_list()
-            await asyncio.sleep(self.poll_interval)
+            await self._sleep(self.poll_interval)
 
     async def _pause(self, seconds: float) -> None:
         """Wait before the next try after a failed turn."""
-        await asyncio.sleep(seconds)
+        await self._sleep(seconds)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Every wait of the feed: on the event loop, or on ``settings.clock`` when one is given."""
+        clock = self.settings.clock
+        if clock is None:
+            await asyncio.sleep(seconds)
+        else:
+            await clock.sleep_until(clock.now() + seconds)
+
+    def _now(self) -> float:
+        """Seconds on what :meth:`_sleep` waits on (only differences between two readings count)."""
+        clock = self.settings.clock
+        return asyncio.get_running_loop().time() if clock is None else clock.now()
 
     async def _recover(self, exc: Exception) -> bool:
         """Handle a failed turn; False when this feed ends (its readers moved elsewhere)."""
@@ -276,7 +289,7 @@ class Feed:
             return await self._after_forbidden(exc)
         if isinstance(exc, Unauthorized):
             log.warning("%s feed in %s: %s; reloading credentials", self.kind, self.where, exc)
-            await asyncio.sleep(self._backoff.next())
+            await self._sleep(self._backoff.next())
             await self.conn.kube.reauthenticate()
         elif connection_refused(exc):
             # The API server is down or restarting: try again soon and at a steady pace, so the
@@ -286,7 +299,11 @@ class Feed:
             log.log(
                 logging.WARNING if self._refusals == 1 else logging.DEBUG,
                 "%s %s in %s failed (%s); retrying every %.1f s while connections are refused",
-                self.kind, self._step, self.where, exc, delay,
+                self.kind,
+                self._step,
+                self.where,
+                exc,
+                delay,
             )
             await self._pause(delay)
             return True
@@ -299,7 +316,7 @@ class Feed:
         else:
             # A bug here must not kill every trigger in the process silently.
             log.error("%s feed in %s failed unexpectedly", self.kind, self.where, exc_info=exc)
-            await asyncio.sleep(self._backoff.next())
+            await self._sleep(self._backoff.next())
         return True
 
     async def _after_gone(self) -> None:
@@ -308,7 +325,7 @@ class Feed:
         self.resource_version = None
         if self._backoff.attempt:
             # Gone again before anything came through: do not re-list in a tight loop.
-            await asyncio.sleep(self._backoff.next())
+            await self._sleep(self._backoff.next())
         else:
             self._backoff.attempt = 1
 
@@ -316,7 +333,7 @@ class Feed:
         """After ``rbac_recheck`` of polling, try the LIST+WATCH again (see the module docstring)."""
         if self._stepped_down_at is None or self.mode is FeedMode.WATCH:
             return
-        polled = asyncio.get_running_loop().time() - self._stepped_down_at
+        polled = self._now() - self._stepped_down_at
         if polled < self.settings.rbac_recheck:
             return
         log.info("%s feed in %s: trying LIST+WATCH again after %.0f s polling", self.kind, self.where, polled)
@@ -331,7 +348,7 @@ class Feed:
             return False
         after = NEXT_MODE_ON_FORBIDDEN.get((self.mode, self._step))
         if after is None:
-            await asyncio.sleep(max(self.poll_interval, self._backoff.next()))
+            await self._sleep(max(self.poll_interval, self._backoff.next()))
             return True
         level = logging.INFO if self._refusal_logged else logging.ERROR
         self._refusal_logged = True
@@ -352,7 +369,7 @@ class Feed:
             )
             log.log(level, "RBAC: may not list %s in %s, %s: %s", self.kind, self.where, instead, exc)
         if self._stepped_down_at is None:
-            self._stepped_down_at = asyncio.get_running_loop().time()
+            self._stepped_down_at = self._now()
         self.mode = after
         return True
 
@@ -369,8 +386,7 @@ class Feed:
 
     async def _watch_once(self) -> None:
         self.counts["watch"] += 1
-        loop = asyncio.get_running_loop()
-        opened = loop.time()
+        opened = self._now()
         received = 0
         stream = self._watch(self.resource_version or "", random.randint(*self.settings.watch_timeout))
         async with contextlib.aclosing(stream):  # type: ignore[type-var]
@@ -383,10 +399,10 @@ class Feed:
                     self._apply(event)
                 if event.resource_version:
                     self.resource_version = event.resource_version
-        if not received and loop.time() - opened < 1.0:
+        if not received and self._now() - opened < 1.0:
             # Closed at once with nothing in it (a proxy, an overloaded server): back off, or this
             # loop would hammer the API.
-            await asyncio.sleep(self._backoff.next())
+            await self._sleep(self._backoff.next())
 
     def _key_of(self, obj: Mapping[str, Any], name: str) -> PodKey | None:
         namespace = metadata(obj).get("namespace") or self.namespace

@@ -21,6 +21,10 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry.kube.clock import Clock
 
 #: Environment variable: ``namespace`` keeps every feed to one namespace (no cluster-wide watch).
 WATCH_SCOPE_ENV = "AIRFLOW_K8S_RETRY_WATCH_SCOPE"
@@ -63,6 +67,11 @@ class HubSettings:
     #: an authorizer that denied for a moment (a webhook's timeout) must not cost the watch, or the
     #: Events, for the rest of the triggerer's life. A lasting denial costs one refused request here.
     rbac_recheck: float = 300.0
+    #: What the feeds' waits (reconnect backoff, polling, the confirming GET's delay, the RBAC
+    #: recheck) run on: None, the event loop's own timers, in production; a test hands in a
+    #: :class:`~airflow_k8s_retry.kube.clock.ManualClock` to let each wait end only when it
+    #: advances that clock, and so count exactly what a feed does per step.
+    clock: Clock | None = None
 
     def __post_init__(self) -> None:
         if not (self.backoff_base > 0 and self.backoff_cap > 0):

@@ -19,17 +19,19 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from airflow_k8s_retry_testing import seeds
 from airflow_k8s_retry_testing.scenario import Fault, Scenario, ScenarioError
 
 if TYPE_CHECKING:
+    from airflow_k8s_retry_testing.controllers.timers import ManualTime
     from airflow_k8s_retry_testing.simclock import SimClock
 
 T = TypeVar("T")
 
 DISRUPTION_KINDS = ("evict", "preempt", "node_lost", "delete")
+CLOCKS = ("scaled", "manual")
 
 
 class FakeCluster:
@@ -39,6 +41,13 @@ class FakeCluster:
     :param port: TCP port, 0 for a free one.
     :param audit: path of an audit file (one JSON line per request and per pod lifecycle change).
     :param time_scale: real seconds per simulated second; overrides the scenario's ``time_scale``.
+    :param clock: ``"scaled"`` (the default): simulated time runs at ``time_scale``. ``"manual"``:
+        it stands still until :meth:`advance` runs every scripted step due by then (pods, nodes,
+        Jobs, disruptions) in due order; one due at once runs in the advance, or on the next turn.
+        Watch ``timeoutSeconds`` and ``bookmark_interval`` (default 60) count simulated seconds too.
+        The ``slow`` fault's delay (client timeouts are real) and the timestamps written into
+        objects, Events, logs and the audit stay on real time. ``time_scale`` may not be given (it
+        reads 1); :meth:`sim_clock`, :meth:`sim_seconds` and :meth:`real_seconds` raise.
     :param token: the bearer token with full access (random by default).
     :param kubeconfig: where to write the kubeconfig (a temporary file by default).
     :param bookmark_interval: real seconds between watch bookmarks (default 60 simulated seconds).
@@ -50,6 +59,10 @@ class FakeCluster:
 
         with FakeCluster({"images": {"ghost:1": {"pull": "not_found"}}}, time_scale=0.01) as cluster:
             config = kubernetes.config.new_client_from_config(str(cluster.kubeconfig))
+
+        with FakeCluster(scenario, clock="manual") as cluster:
+            ...                     # create a pod: it waits for its first scripted step
+            cluster.advance(30)     # returns once every step due in these 30 s has run
     """
 
     def __init__(
@@ -64,9 +77,18 @@ class FakeCluster:
         bookmark_interval: float | None = None,
         history: int = 20_000,
         tls: bool = False,
+        clock: Literal["scaled", "manual"] = "scaled",
     ) -> None:
         self.scenario = Scenario.coerce(scenario)
-        if time_scale is not None:
+        if clock not in CLOCKS:
+            raise ValueError(f"clock: use one of {', '.join(CLOCKS)}, got {clock!r}")
+        self.clock_mode = clock
+        self._manual: ManualTime | None = None
+        if clock == "manual":
+            if time_scale is not None:
+                raise ValueError("time_scale: a manual clock has no pace; advance() moves it")
+            self.time_scale = 1.0  # the timebase counts simulated seconds
+        elif time_scale is not None:
             if time_scale <= 0:
                 raise ScenarioError(f"time_scale: must be greater than 0, got {time_scale}")
             self.time_scale = float(time_scale)
@@ -158,11 +180,13 @@ class FakeCluster:
         from airflow_k8s_retry_testing.apiserver.server import ApiServer
         from airflow_k8s_retry_testing.controllers.components import Components
         from airflow_k8s_retry_testing.controllers.jobs import JobController
-        from airflow_k8s_retry_testing.controllers.timers import TimerHeap
+        from airflow_k8s_retry_testing.controllers.timers import ManualTime, TimerHeap
 
         loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
-        self.clock = TimerHeap(loop, self.time_scale)
+        if self.clock_mode == "manual":
+            self._manual = ManualTime(loop)
+        self.clock = TimerHeap(self._manual or loop, self.time_scale)
         self.components = Components(self.store, self.scenario, self.clock)
         self._faults = [FaultSlot(f, f.times) for f in self.scenario.faults]
         self.api = ApiServer(
@@ -319,15 +343,45 @@ class FakeCluster:
         """A clock for the watching side that runs at this cluster's pace (see :class:`SimClock`)."""
         from airflow_k8s_retry_testing.simclock import SimClock
 
-        return SimClock(self.time_scale)
+        return SimClock(self._paced("sim_clock"))
 
     def sim_seconds(self, real_seconds: float) -> float:
         """Convert real seconds into simulated seconds at this cluster's time scale."""
-        return real_seconds / self.time_scale
+        return real_seconds / self._paced("sim_seconds")
 
     def real_seconds(self, sim_seconds: float) -> float:
         """Convert simulated seconds into real seconds at this cluster's time scale."""
-        return sim_seconds * self.time_scale
+        return sim_seconds * self._paced("real_seconds")
+
+    def _paced(self, what: str) -> float:
+        if self.clock_mode == "manual":
+            raise RuntimeError(f"{what}(): this cluster's clock is manual, it has no pace")
+        return self.time_scale
+
+    # -- the manual clock ----------------------------------------------------------------------
+
+    def advance(self, sim_seconds: float) -> int:
+        """Move a manual clock forward and run every step due by then (see ``clock``); returns how
+        many ran, once they all have. Safe from any thread."""
+        if not sim_seconds >= 0:
+            raise ValueError(f"advance: time only moves forward, got {sim_seconds!r} seconds")
+        manual = self._manual_time("advance")
+        return self._call(lambda: manual.advance(sim_seconds))
+
+    @property
+    def sim_time(self) -> float:
+        """A manual clock's time: the simulated seconds :meth:`advance` has moved it (from 0)."""
+        return self._manual_time("sim_time").time()
+
+    def pending_timers(self) -> list[float]:
+        """When a manual clock's scheduled steps are due (on :attr:`sim_time`), soonest first."""
+        manual = self._manual_time("pending_timers")
+        return self._call(manual.pending)
+
+    def _manual_time(self, what: str) -> ManualTime:
+        if self._manual is None:
+            raise RuntimeError(f"{what}: only a running FakeCluster(clock='manual') has a manual clock")
+        return self._manual
 
     def wait_for(self, predicate: Callable[[FakeCluster], bool], timeout: float) -> bool:
         """Block until ``predicate(cluster)`` is true, re-checking on each state change; False on timeout."""

@@ -75,7 +75,11 @@ class ApiServer:
         self.gates = Gates(store, token=token, faults=faults)
         self.resources = Resources(store, components)
         self.watches = Watches(
-            store, audit=self.gates.audit, bookmark_interval=bookmark_interval, stopping=self.stopping
+            store,
+            audit=self.gates.audit,
+            bookmark_interval=bookmark_interval,
+            stopping=self.stopping,
+            timebase=components.status.clock.loop,
         )
         self.pods = PodSubresources(
             components, get_object=self.resources.get_object, audit=self.gates.audit, stopping=self.stopping

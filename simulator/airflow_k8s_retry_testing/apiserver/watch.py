@@ -6,6 +6,10 @@ no ``await`` in between so no change slips through. It then streams changes in b
 ``BOOKMARK`` events every ``bookmark_interval`` and 2 s before ``timeoutSeconds`` when asked
 for, and ends at ``timeoutSeconds``,
 when the server stops, or when ``FakeCluster.drop_watches`` cuts it (cleanly or by a reset).
+
+Timeouts and bookmarks run on the cluster's timebase: real seconds on the event loop, or simulated
+seconds on a manual clock (``FakeCluster(clock="manual")``), where a watch ends only once
+``FakeCluster.advance`` has moved time past its ``timeoutSeconds``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -32,6 +36,9 @@ from airflow_k8s_retry_testing.store import (
     WatchEvent,
 )
 from airflow_k8s_retry_testing.tables import table, wants_table
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry_testing.controllers.timers import Timebase
 
 Audit = Callable[[web.Request, RequestInfo, int], None]
 Render = Callable[[bytes], bytes]
@@ -55,7 +62,7 @@ def table_renderer(resource: str) -> Render:
     return render
 
 
-#: A watch with bookmarks gets one this many real seconds before its ``timeoutSeconds`` (the
+#: A watch with bookmarks gets one this many seconds before its ``timeoutSeconds`` (the
 #: API server's watch cache does so, so that a client resumes from a recent version).
 PRE_TIMEOUT_BOOKMARK = 2.0
 #: What an empty object of a kind looks like serialized by the API server (a bookmark carries one).
@@ -115,12 +122,23 @@ class Watches:
     """Serves watch requests from the store's history and its change feed."""
 
     def __init__(
-        self, store: Store, *, audit: Audit, bookmark_interval: float, stopping: asyncio.Event
+        self,
+        store: Store,
+        *,
+        audit: Audit,
+        bookmark_interval: float,
+        stopping: asyncio.Event,
+        timebase: Timebase | None = None,
     ) -> None:
         self.store = store
         self.audit = audit
         self.bookmark_interval = bookmark_interval
         self.stopping = stopping
+        #: What timeouts and bookmarks are measured on (None: the running event loop).
+        self.timebase = timebase
+
+    def _time(self) -> Timebase:
+        return self.timebase if self.timebase is not None else asyncio.get_running_loop()
 
     async def start_stream(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
@@ -191,13 +209,13 @@ class Watches:
 
     async def pump(self, stream: _Stream) -> None:
         """Stream changes until the timeout, the server's stop or the watch being cut."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + stream.timeout_seconds if stream.timeout_seconds else None
-        stream.next_bookmark = self._next_bookmark(loop.time(), deadline)
+        clock = self._time()
+        deadline = clock.time() + stream.timeout_seconds if stream.timeout_seconds else None
+        stream.next_bookmark = self._next_bookmark(clock.time(), deadline)
         stop = asyncio.ensure_future(self.stopping.wait())
         dropped = asyncio.ensure_future(stream.watcher.dropped.wait())
         try:
-            while deadline is None or loop.time() < deadline:
+            while deadline is None or clock.time() < deadline:
                 if not stream.watcher.queue.empty():
                     await stream.write(stream.drain())
                     continue
@@ -222,22 +240,25 @@ class Watches:
         dropped: asyncio.Future[Any],
     ) -> bool:
         """Wait for the next change (and write it) or a bookmark; False when the watch must end."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        clock = self._time()
         waits = [t for t in (deadline, stream.next_bookmark if stream.bookmarks else None) if t is not None]
-        wait = max(0.0, min(waits) - now) if waits else None
         getter = asyncio.ensure_future(stream.watcher.queue.get())
-        done, _ = await asyncio.wait(
-            {getter, stop, dropped}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
-        )
+        due: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        timer = clock.call_at(min(waits), _settle, due) if waits else None
+        try:
+            done, _ = await asyncio.wait({getter, stop, dropped, due}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            due.cancel()
         if stop in done or dropped in done:
             await self._end(stream, getter, reset=dropped in done and stream.watcher.reset)
             return False
         if getter not in done:
             getter.cancel()
-            if stream.bookmarks and loop.time() >= stream.next_bookmark:
+            if stream.bookmarks and clock.time() >= stream.next_bookmark:
                 await stream.response.write(bookmark(stream.resource, self.store.rv))
-                stream.next_bookmark = self._next_bookmark(loop.time(), deadline)
+                stream.next_bookmark = self._next_bookmark(clock.time(), deadline)
             return True
         await stream.write([getter.result().payload, *stream.drain(BATCH - 1)])
         return True
@@ -255,3 +276,8 @@ class Watches:
         while not queue.empty():
             pending.append(queue.get_nowait().payload)
         await stream.write(pending)
+
+
+def _settle(due: asyncio.Future[None]) -> None:
+    if not due.done():
+        due.set_result(None)

@@ -40,7 +40,7 @@ from airflow_k8s_retry_testing.store import Obj, Store, WatchEvent, now_iso
 
 if TYPE_CHECKING:
     from airflow_k8s_retry_testing.controllers.components import Components
-    from airflow_k8s_retry_testing.controllers.timers import TimerHeap
+    from airflow_k8s_retry_testing.controllers.timers import Handle, TimerHeap
 
 API_VERSION = "batch/v1"
 #: The controller's pod re-creation back-off: 10 s, doubling per failure, capped at 6 minutes.
@@ -63,11 +63,14 @@ def _owner_uid(pod: Mapping[str, Any]) -> str | None:
 class _Tracking:
     """What the controller has counted for one Job (its pods may be gone since)."""
 
+    #: When the controller first counted the Job: ``since`` on the cluster's timebase (loop or
+    #: manual time, as ``last_failure``), ``started`` on the wall clock (``startTime``).
+    since: float
     succeeded: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
     last_failure: float = 0.0
     started: float = field(default_factory=time.time)
-    timer: asyncio.TimerHandle | None = None
+    timer: Handle | None = None
 
 
 class JobController:
@@ -96,17 +99,20 @@ class JobController:
         """Called inside the store's write: act once it is done (a write must not nest in another)."""
         if self._loop is None or event.resource not in ("jobs", "pods"):
             return
+        # On the cluster's timebase: on a manual clock, a change made by a step of an advance is
+        # acted on within that advance, at the step's time (back-offs count from it).
+        soon = self.clock.loop.call_soon
         if event.resource == "jobs":
-            self._loop.call_soon(self.sync, event.namespace, event.name)
+            soon(self.sync, event.namespace, event.name)
         elif any(key in event.labels for key in CONTROLLER_UID_LABELS):  # cheap: no decoding
-            self._loop.call_soon(self._pod_changed, event.type, event.obj())
+            soon(self._pod_changed, event.type, event.obj())
 
     def _pod_changed(self, type_: str, pod: Obj) -> None:
         owner = _owner_uid(pod)
         if owner is None:
             return
         meta = pod["metadata"]
-        state = self.tracking.setdefault(owner, _Tracking())
+        state = self._tracking(owner)
         uid = str(meta.get("uid"))
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Succeeded":
@@ -117,7 +123,7 @@ class JobController:
             and uid not in state.failed
         ):
             state.failed.add(uid)
-            state.last_failure = time.monotonic()
+            state.last_failure = self.clock.loop.time()
         for job in self.store.items("jobs", meta.get("namespace", "")):
             if job["metadata"]["uid"] == owner:
                 self.sync(job["metadata"]["namespace"], job["metadata"]["name"])
@@ -128,7 +134,7 @@ class JobController:
         job = self.store.get("jobs", namespace, name)
         if job is None or _finished(job):
             return
-        state = self.tracking.setdefault(job["metadata"]["uid"], _Tracking())
+        state = self._tracking(job["metadata"]["uid"])
         pods = self._pods(job)
         active = _active(pods)
         terminating = [p for p in pods if p["metadata"].get("deletionTimestamp")]
@@ -151,6 +157,12 @@ class JobController:
             updated["status"] = status
             self.store.put("jobs", updated, "MODIFIED")
 
+    def _tracking(self, job_uid: str) -> _Tracking:
+        state = self.tracking.get(job_uid)
+        if state is None:
+            state = self.tracking[job_uid] = _Tracking(since=self.clock.loop.time())
+        return state
+
     def _pods(self, job: Obj) -> list[Obj]:
         uid = job["metadata"]["uid"]
         return [p for p in self.store.items("pods", job["metadata"]["namespace"]) if _owner_uid(p) == uid]
@@ -160,7 +172,8 @@ class JobController:
         if len(state.failed) > int(spec.get("backoffLimit", 6)):
             return ("FailureTarget", *BACKOFF_LIMIT_EXCEEDED)
         deadline = spec.get("activeDeadlineSeconds")
-        if deadline is not None and time.time() - state.started >= self.clock.scale * float(deadline):
+        active_for = self.clock.loop.time() - state.since
+        if deadline is not None and active_for >= self.clock.scale * float(deadline):
             return ("FailureTarget", *DEADLINE_EXCEEDED)
         if len(state.succeeded) >= int(spec.get("completions") or 1):
             return ("SuccessCriteriaMet", *COMPLETIONS_REACHED)
@@ -207,14 +220,16 @@ class JobController:
             return
         if state.failed:
             delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (len(state.failed) - 1)) * self.clock.scale
-            wait = state.last_failure + delay - time.monotonic()
+            wait = state.last_failure + delay - self.clock.loop.time()
             if wait > 0:
                 self._later(job, state, wait)
                 return
         for _ in range(want):
             self._create_pod(job)
 
-    def _later(self, job: Obj, state: _Tracking, real_seconds: float) -> None:
+    def _later(self, job: Obj, state: _Tracking, seconds: float) -> None:
+        """Sync the Job again after ``seconds`` of the cluster's timebase (real seconds, or
+        simulated ones on a manual clock)."""
         if state.timer is not None:
             state.timer.cancel()
         meta = job["metadata"]
@@ -223,13 +238,13 @@ class JobController:
             state.timer = None
             self.sync(meta["namespace"], meta["name"])
 
-        state.timer = asyncio.get_running_loop().call_later(real_seconds, due)
+        state.timer = self.clock.loop.call_later(seconds, due)
 
     def _deadline_timer(self, job: Obj, state: _Tracking) -> None:
         seconds = job["spec"].get("activeDeadlineSeconds")
         if seconds is None or state.timer is not None:
             return
-        left = state.started + float(seconds) * self.clock.scale - time.time()
+        left = state.since + float(seconds) * self.clock.scale - self.clock.loop.time()
         self._later(job, state, max(0.0, left) + 0.001)
 
     def _create_pod(self, job: Obj) -> None:

@@ -12,11 +12,14 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry_testing.controllers.registry import normalize_image
 from airflow_k8s_retry_testing.scenario import ImageBehaviour, NodeSpec, RunSpec, Scenario, parse_quantity
 from airflow_k8s_retry_testing.store import Obj, now_iso
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry_testing.controllers.timers import Handle
 
 #: The cncf provider's XCom sidecar: it sleeps until killed through exec, and traps SIGINT.
 SIDECAR = "airflow-xcom-sidecar"
@@ -140,7 +143,7 @@ class PodRun:
     init: list[ContainerRun]
     main: list[ContainerRun]
     node: Node | None = None
-    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    timers: list[Handle] = field(default_factory=list)
     frozen: bool = False  # node lost: the kubelet no longer reports
     conditions: dict[str, Obj] = field(default_factory=dict)
     phase: str = "Pending"
