@@ -28,14 +28,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from airflow_k8s_retry_testing.ports import free_port
+
 USER = "airflow"  # the database role the deployment connects as
 DATABASE = "airflow"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def postgres_bin() -> Path:

@@ -29,6 +29,7 @@ from typing import Any
 
 from airflow_k8s_retry_testing.controlplane import pki as pki_module
 from airflow_k8s_retry_testing.controlplane.stages import check_supported, kwok_config
+from airflow_k8s_retry_testing.ports import free_port
 from airflow_k8s_retry_testing.scenario import DEFAULT_NODES, NodeSpec, Scenario
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -59,12 +60,6 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 class ControlPlaneError(RuntimeError):
     """The control plane cannot be started or found; the message says what to do."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_in_use(port: int) -> bool:

@@ -24,6 +24,7 @@ import pytest
 
 from airflow_k8s_retry.hints import fix_hint
 from airflow_k8s_retry_testing import FakeCluster
+from airflow_k8s_retry_testing.ports import free_port
 from tests.support.airflow_runner import AIRFLOW, AirflowHome, MigratedDatabase
 from tests.support.browser import Chromium, chromium_path
 from tests.support.paths import REPO
@@ -63,14 +64,6 @@ CLUSTER: dict[str, Any] = {
         "example.com/app:ok": {"run": {"duration_seconds": 2}},
     },
 }
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

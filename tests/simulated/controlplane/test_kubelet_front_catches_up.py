@@ -6,7 +6,6 @@ kubelet would. Runs without the control plane: KWOK is played by a small local s
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import threading
 import urllib.request
@@ -18,14 +17,9 @@ from aiohttp import web
 
 from airflow_k8s_retry_testing.controlplane import pki
 from airflow_k8s_retry_testing.controlplane.kubeletfront import KubeletFront
+from airflow_k8s_retry_testing.ports import free_port
 
 LOG = b"2026-01-01T00:00:00.000000000Z stdout F one\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LaggingKwok:
@@ -34,7 +28,7 @@ class LaggingKwok:
     def __init__(self, lag: int) -> None:
         self.lag = lag
         self.requests = 0
-        self.port = _free_port()
+        self.port = free_port()
         self.ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -82,7 +76,7 @@ def front_of(certificates: Path) -> Iterator:
     fronts: list[KubeletFront] = []
 
     def start(kwok: LaggingKwok, started: bool) -> int:
-        port = _free_port()
+        port = free_port()
         front = KubeletFront(certificates, {port: kwok.port}, lambda *_: True, lambda *_: started)
         front.start()
         fronts.append(front)
