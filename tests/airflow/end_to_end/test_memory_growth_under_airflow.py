@@ -8,9 +8,9 @@ pod ever created, with the resources it was created with) and the tries from Air
 
 from __future__ import annotations
 
+import configparser
 import json
 import sqlite3
-import subprocess
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet, MultiFernet
 
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import AIRFLOW, AirflowHome, DagRunResult, MigratedDatabase
+from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.scenarios import DAG_HEADER
 
 HEADER = (
@@ -116,19 +117,21 @@ class Deployment:
         return [r[0] or "" for r in rows]
 
     def variable(self) -> Any:
-        """The task's memory Variable as Airflow's own CLI reads it (its value is encrypted)."""
+        """The task's memory Variable as Airflow stores it: read from the metadata database and,
+        encrypted as it is, decrypted with the home's Fernet key (Airflow wrote it to airflow.cfg on
+        its first start), as Airflow's own ``Variable.get`` does; None when there is none."""
         key = f"k8s_retry.memory.{self.dag_id}.job"
-        out = subprocess.run(
-            [AIRFLOW, "variables", "get", key, "--default", "null"],
-            env=self.home.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-        lines = out.stdout.splitlines()
-        start = next(i for i, line in enumerate(lines) if line in ("{", "null"))  # after any warnings
-        return json.loads("\n".join(lines[start:]))
+        with sqlite3.connect(self.home.database) as db:
+            row = db.execute("select val, is_encrypted from variable where key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        value, encrypted = row
+        if encrypted:
+            config = configparser.ConfigParser(interpolation=None)
+            config.read(self.home.home / "airflow.cfg")
+            keys = [Fernet(k.strip().encode()) for k in config.get("core", "fernet_key").split(",")]
+            value = MultiFernet(keys).decrypt(value.encode()).decode()
+        return json.loads(value)
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ def ran(
     tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase
 ) -> Iterator[dict[str, Ran]]:
     """Every scenario's first run, all at once (the runs overlap: together they take little more
-    than the longest), then every scenario's Variable as Airflow's CLI reads it, all at once."""
+    than the longest), then every scenario's Variable."""
     work = Path(tmp_path_factory.mktemp("memory-growth"))
     template = work / "pod.yaml"
     template.write_text(TEMPLATE)
@@ -183,7 +186,7 @@ def ran(
             d.cluster.start()
         with ThreadPoolExecutor(max_workers=len(deployments)) as pool:
             results = list(pool.map(Deployment.run, deployments.values()))
-            variables = list(pool.map(Deployment.variable, deployments.values()))
+        variables = [d.variable() for d in deployments.values()]
         yield {
             dag_id: Ran(d, result, variable)
             for (dag_id, d), result, variable in zip(deployments.items(), results, variables, strict=True)
