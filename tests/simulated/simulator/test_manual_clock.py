@@ -34,10 +34,9 @@ def manual() -> Iterator[FakeCluster]:
 
 
 @pytest.fixture
-def core(manual: FakeCluster) -> Iterator[kubernetes.client.CoreV1Api]:
-    client = kubernetes.config.new_client_from_config(str(manual.kubeconfig))
-    yield kubernetes.client.CoreV1Api(client)
-    client.close()
+def cluster(manual: FakeCluster) -> FakeCluster:
+    """The manual cluster for this folder's fixtures (``core``: a client of it)."""
+    return manual
 
 
 async def test_calls_run_only_on_advance_in_due_order_with_those_they_schedule() -> None:
