@@ -57,4 +57,7 @@ async def test_a_pod_that_is_already_gone_is_reported_as_deleted(
     pod["metadata"]["uid"] = "3a0c6a52-0000-4000-8000-000000000000"  # never created
     event = await run_trigger(trigger_for(pod, identity), within=10)
     assert (event.verdict.outcome, event.verdict.reason) == (Outcome.RETRY, Reason.DELETED_EXTERNALLY)
-    assert cluster.request_counts()[("get", "pods")] >= 1
+    # Exactly two reads, both 404: the feed's confirming read, which concludes "deleted", then the
+    # trigger's last look before a failure leaves.
+    gets = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "get"]
+    assert [(r["resource"], r["status"]) for r in gets] == [("pods", 404), ("pods", 404)]
