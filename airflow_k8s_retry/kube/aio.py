@@ -180,15 +180,22 @@ class AsyncKube:
         if self.watch_client is not self.api_client:
             await self.watch_client.close()
 
-    async def reauthenticate(self) -> bool:
+    @property
+    def auth_generation(self) -> int:
+        """How many times the credentials were reloaded; read it before sending a request."""
+        return self._auth_generation
+
+    async def reauthenticate(self, since: int | None = None) -> bool:
         """Load the credentials again after a ``401``; True when the caller should try again.
 
-        Concurrent callers share one reload: whoever finds it already done since they started
-        waiting just tries again.
+        ``since`` is the :attr:`auth_generation` the failed request was sent under: when the
+        credentials were reloaded after that (a concurrent request's 401 got there first), the
+        caller just tries again with them, without a reload of its own. Without it, only a reload
+        that finishes while this call waits for another counts.
         """
         if self.config is None:
             return False
-        seen = self._auth_generation
+        seen = self._auth_generation if since is None else since
         async with self._auth_lock:
             if self._auth_generation != seen:
                 return True
@@ -208,10 +215,11 @@ class AsyncKube:
         return changed
 
     async def _json(self, make: Callable[[], Awaitable[Any]], what: str) -> Json:
+        sent_under = self._auth_generation
         try:
             return await _json_of(make(), what)
         except Unauthorized:
-            if not await self.reauthenticate():
+            if not await self.reauthenticate(since=sent_under):
                 raise
         return await _json_of(make(), what)
 
@@ -346,6 +354,7 @@ class AsyncKube:
             kwargs["since_seconds"] = since_seconds
         what = f"reading the log of pod {namespace}/{name}"
         for attempt in (1, 2):
+            sent_under = self._auth_generation
             try:
                 resp = await self.core.read_namespaced_pod_log(
                     name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
@@ -356,7 +365,7 @@ class AsyncKube:
                 finally:
                     resp.release()
             except Unauthorized:
-                if attempt == 2 or not await self.reauthenticate():
+                if attempt == 2 or not await self.reauthenticate(since=sent_under):
                     raise
                 continue
             except KubeError:
@@ -468,10 +477,11 @@ class AsyncKube:
                 raise _translated(exc, what) from exc
             return resp
 
+        sent_under = self._auth_generation
         try:
             resp = await open_watch()
         except Unauthorized:
-            if not await self.reauthenticate():
+            if not await self.reauthenticate(since=sent_under):
                 raise
             resp = await open_watch()
         try:

@@ -5,7 +5,8 @@
 * Watches never take the connections short requests need: with more namespaces than the client's
   pool has connections, every pod is still delivered and a direct GET answers at once.
 * A credential plugin that hangs delays only its own cluster, and fails after a time limit.
-* A rotated exec-plugin token is picked up by the next request that gets a 401.
+* A rotated exec-plugin token is picked up by the next request that gets a 401, also when
+  another request reloaded the credentials between its sending and its 401.
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from airflow_k8s_retry.kube import aio
+from airflow_k8s_retry.kube.aio import AsyncKube
+from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import TransportError
 from airflow_k8s_retry.kube.hub import PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.lab import create_pod, pod_body
+from tests.support.lab import cluster_reaches, create_pod, pod_body
 
 LONG = {"images": {"long:1": {"run": {"exit_code": 0, "duration_seconds": 100_000}}}}
 
@@ -188,17 +192,45 @@ async def test_a_hanging_credential_plugin_stalls_only_its_own_cluster(
             release.touch()
 
 
-async def test_a_rotated_exec_token_is_picked_up_after_a_401(tmp_path: Path) -> None:
-    with FakeCluster(LONG, time_scale=0.01) as cluster:
-        token_file = tmp_path / "token"
-        script = (
-            "#!/bin/sh\n"
-            'printf \'{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential",'
-            f'"status":{{"token":"%s"}}}}\' "$(cat {token_file})"\n'
-        )
-        path = write_exec_kubeconfig(cluster, tmp_path, script)
-        cluster.restrict("token-a")
-        token_file.write_text("token-a")
+def rotating_plugin(cluster: FakeCluster, tmp_path: Path) -> tuple[Path, Path]:
+    """A kubeconfig whose exec plugin hands out the token written in a file: (kubeconfig, file).
+    The cluster accepts ``token-a``, which the file holds to begin with."""
+    token_file = tmp_path / "token"
+    script = (
+        "#!/bin/sh\n"
+        'printf \'{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential",'
+        f'"status":{{"token":"%s"}}}}\' "$(cat {token_file})"\n'
+    )
+    path = write_exec_kubeconfig(cluster, tmp_path, script)
+    cluster.restrict("token-a")
+    token_file.write_text("token-a")
+    return path, token_file
+
+
+def rotate(cluster: FakeCluster, token_file: Path) -> None:
+    """token-a is revoked; the plugin hands out token-b from now on."""
+    cluster.restrict("token-b")
+    cluster._call(lambda: cluster.api.rules.pop("token-a"))
+    token_file.write_text("token-b")
+
+
+def requests_since(cluster: FakeCluster, first: int) -> list[tuple[str, str, int]]:
+    """(verb, resource, status) of every request from the ``first``-th audit record on."""
+    return [
+        (r["verb"], r["resource"], r["status"])
+        for r in cluster.audit_records()[first:]
+        if r.get("kind") == "request"
+    ]
+
+
+async def test_a_rotated_exec_token_is_picked_up_after_a_401(
+    tmp_path: Path, hub_settings: Callable[..., HubSettings]
+) -> None:
+    # Nothing moves unless the test moves it: the pod stands still (manual cluster clock) and the
+    # hub's watches never time out, so the only requests after the rotation are the test's own.
+    hub_settings(clock=ManualClock(1_000.0), watch_timeout=(600, 600))
+    with FakeCluster(LONG, clock="manual") as cluster:
+        path, token_file = rotating_plugin(cluster, tmp_path)
         identity = TryIdentity("token", "rotation", "run-1")
         pod = create_pod(cluster, pod_body(identity, "long:1"))
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
@@ -206,18 +238,69 @@ async def test_a_rotated_exec_token_is_picked_up_after_a_401(tmp_path: Path) -> 
         sub = await WatchHub.current().subscribe(
             config, "default", name, uid, label_selector=MANAGED_SELECTOR
         )
-        assert await sub.wait(within=20)
-        # The token is rotated: token-a is revoked, the plugin hands out token-b from now on.
-        cluster.restrict("token-b")
-        cluster._call(lambda: cluster.api.rules.pop("token-a"))
-        token_file.write_text("token-b")
-        # The last look and on_kill's DELETE go through the subscription's shared client.
-        assert (await sub.kube.read_pod("default", name))["metadata"]["uid"] == uid
-        assert await sub.kube.delete_pod("default", name, uid)
-        statuses = [
-            r["status"]
-            for r in cluster.audit_records()
-            if r.get("kind") == "request" and r.get("verb") in ("get", "delete")
+        try:
+            assert await sub.wait(within=20)
+            # Both feeds (pods, events) have listed and are watching with token-a.
+            await cluster_reaches(cluster, lambda c: watching(c) == {"pods", "events"}, within=20)
+            rotate(cluster, token_file)
+            first = len(cluster.audit_records())
+            # The last look and on_kill's DELETE go through the subscription's shared client.
+            assert (await sub.kube.read_pod("default", name))["metadata"]["uid"] == uid
+            assert await sub.kube.delete_pod("default", name, uid)
+            assert requests_since(cluster, first) == [
+                ("get", "pods", 401),
+                ("get", "pods", 200),
+                ("delete", "pods", 200),
+            ]
+        finally:
+            await sub.close()
+
+
+def watching(cluster: FakeCluster) -> set[str]:
+    """The resources watched so far (a watch's record is written when it is answered)."""
+    return {
+        r["resource"]
+        for r in cluster.audit_records()
+        if r.get("kind") == "request" and r["verb"] == "watch" and r["status"] == 200
+    }
+
+
+async def test_a_401_that_lands_after_another_request_reloaded_tries_again(tmp_path: Path) -> None:
+    # Two requests leave with token-a. The first 401 to come back reloads the credentials (token-b);
+    # the other 401 comes back only after that reload, and must try again with token-b rather than
+    # fail because a reload of its own finds nothing new.
+    with FakeCluster(LONG, clock="manual") as cluster:
+        path, token_file = rotating_plugin(cluster, tmp_path)
+        pod = create_pod(cluster, pod_body(TryIdentity("token", "late", "run-1"), "long:1"))
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        kube = await AsyncKube.connect(ClusterConfig(kube_config_path=str(path)))
+        try:
+            rotate(cluster, token_file)
+            first = len(cluster.audit_records())
+            answered, reloaded = asyncio.Event(), asyncio.Event()
+            sent = 0
+
+            async def held_back() -> Any:
+                # The first sending's answer (a 401) is handed over only once the other request
+                # has reloaded and succeeded; the repeat is not held.
+                nonlocal sent
+                sent += 1
+                resp = await kube.core.read_namespaced_pod(name, "default", _preload_content=False)
+                if sent == 1:
+                    answered.set()
+                    await reloaded.wait()
+                return resp
+
+            late = asyncio.ensure_future(kube._json(held_back, f"reading pod default/{name}"))
+            await answered.wait()
+            assert (await kube.read_pod("default", name))["metadata"]["uid"] == uid
+            reloaded.set()
+            assert (await late)["metadata"]["uid"] == uid
+        finally:
+            await kube.close()
+        assert requests_since(cluster, first) == [
+            ("get", "pods", 401),
+            ("get", "pods", 401),
+            ("get", "pods", 200),
+            ("get", "pods", 200),
         ]
-        assert statuses == [401, 200, 200]
-        await sub.close()
