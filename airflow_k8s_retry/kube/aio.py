@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_k8s_retry.kube.config import ClusterConfig, async_configuration
+from airflow_k8s_retry.kube.config import ClusterConfig, async_configuration, within_plugin_limit
 from airflow_k8s_retry.kube.errors import (
     KubeError,
     TransportError,
@@ -513,12 +513,11 @@ async def _lines(resp: aiohttp.ClientResponse, what: str) -> AsyncGenerator[byte
 
 async def _load_configuration(config: ClusterConfig) -> kubernetes_asyncio.client.Configuration:
     try:
-        async with asyncio.timeout(CONNECT_TIMEOUT):
-            return await async_configuration(config)
+        return await within_plugin_limit(async_configuration(config), CONNECT_TIMEOUT)
     except TimeoutError:
         raise TransportError(
             f"loading cluster config {config!r}: no credentials after {CONNECT_TIMEOUT:.0f} s "
-            "(does a kubeconfig credential plugin hang?)"
+            "(does a kubeconfig credential plugin hang? it was stopped)"
         ) from None
     except KubeError:
         raise
@@ -545,4 +544,3 @@ def _watch_event(line: bytes, what: str) -> WatchEvent:
             code, f"{what}: {obj.get('message') or 'error'}", reason=str(obj.get("reason") or ""), body=obj
         )
     return WatchEvent(type=str(data["type"]), object=obj)
-

@@ -20,19 +20,30 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import kubernetes.client
     import kubernetes_asyncio.client
 
+log = logging.getLogger(__name__)
+
 DEFAULT_KUBECONFIG = "~/.kube/config"
+#: How long a run of a kubeconfig credential plugin may take when a token is refreshed: one that
+#: hangs must fail the requests waiting for it, not hang them.
+PLUGIN_TIMEOUT = 60.0
+#: kubernetes_asyncio sets it in every credential plugin's environment (the Kubernetes convention).
+_PLUGIN_MARKER = "KUBERNETES_EXEC_INFO"
+
+T = TypeVar("T")
 
 
 class ClusterConfigError(ValueError):
@@ -288,8 +299,60 @@ class _ExecTokenRefresh:
         self._lock = asyncio.Lock()
 
     async def __call__(self, configuration: Any) -> None:
-        async with self._lock:
-            await self._loader.load_from_exec_plugin()
+        from airflow_k8s_retry.kube.errors import TransportError
+
+        try:
+            await within_plugin_limit(self._run_once(), PLUGIN_TIMEOUT)
+        except TimeoutError:
+            raise TransportError(
+                f"refreshing a token: the kubeconfig credential plugin gave no credentials after "
+                f"{PLUGIN_TIMEOUT:.0f} s and was stopped"
+            ) from None
         token = getattr(self._loader, "token", None)
         if token:
             configuration.api_key["BearerToken"] = token
+
+    async def _run_once(self) -> None:
+        async with self._lock:
+            await self._loader.load_from_exec_plugin()
+
+
+async def within_plugin_limit(load: Awaitable[T], seconds: float) -> T:
+    """Await ``load``, which may run kubeconfig credential plugins, for at most ``seconds``.
+
+    On ``TimeoutError`` the plugins it started are stopped: kubernetes_asyncio waits for a plugin
+    without a limit and, when its caller gives up, leaves the process running.
+    """
+    started = time.time()
+    try:
+        async with asyncio.timeout(seconds):
+            return await load
+    except TimeoutError:
+        stop_plugins_started_since(started)
+        raise
+
+
+def stop_plugins_started_since(since: float) -> int:
+    """Kill this process's credential-plugin children started at ``since`` or later; how many.
+
+    A plugin is known by the variable its environment carries; the start times are compared with a
+    second's slack (process start times are coarse). Only this process's own children are looked
+    at, and a plugin that has already exited is skipped.
+    """
+    import psutil
+
+    stopped = 0
+    for child in psutil.Process().children():
+        try:
+            if child.create_time() < since - 1 or _PLUGIN_MARKER not in child.environ():
+                continue
+            # What the plugin started goes with it (a shell script's commands, a CLI's helpers).
+            for process in [*child.children(recursive=True), child]:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+            stopped += 1
+        except psutil.Error:
+            continue
+    if stopped:
+        log.warning("stopped %d kubeconfig credential plugin(s) that gave no credentials in time", stopped)
+    return stopped

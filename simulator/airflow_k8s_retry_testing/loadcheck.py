@@ -89,7 +89,7 @@ def _pod(name: str, image: str) -> dict[str, Any]:
 def _thread_cpu(native_id: int | None) -> float:
     """CPU seconds of one OS thread of this process (0 when unknown)."""
     try:
-        import psutil  # type: ignore[import-untyped]
+        import psutil
     except ImportError:  # pragma: no cover - psutil is a test/bench dependency
         return 0.0
     for thread in psutil.Process().threads():

@@ -4,7 +4,8 @@
   by the API's own 403, with every subscriber kept.
 * Watches never take the connections short requests need: with more namespaces than the client's
   pool has connections, every pod is still delivered and a direct GET answers at once.
-* A credential plugin that hangs delays only its own cluster, and fails after a time limit.
+* A credential plugin that hangs delays only its own cluster, and fails after a time limit, at
+  the first load and at a token refresh alike; the plugin is stopped.
 * A rotated exec-plugin token is picked up by the next request that gets a 401, also when
   another request reloaded the credentials between its sending and its 401.
 """
@@ -18,10 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
 from airflow_k8s_retry.kube import aio
+from airflow_k8s_retry.kube import config as config_module
 from airflow_k8s_retry.kube.aio import AsyncKube
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
@@ -186,10 +189,59 @@ async def test_a_hanging_credential_plugin_stalls_only_its_own_cluster(
         try:
             assert listing.items == []
             assert not stuck.done()
+            assert running(tmp_path / "credential-plugin")
             with pytest.raises(TransportError, match="no credentials after 3 s"):
                 await stuck
+            # The plugin did not outlive the wait for it.
+            await gone(tmp_path / "credential-plugin")
         finally:
             release.touch()
+
+
+async def test_a_token_refresh_that_hangs_fails_the_request_and_stops_the_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(config_module, "PLUGIN_TIMEOUT", 2.0)
+    with FakeCluster(LONG, clock="manual") as cluster:
+        # The first run hands out an expired token; every later run (a refresh) hangs.
+        ran, release = tmp_path / "ran", tmp_path / "release"
+        script = (
+            f"#!/bin/sh\nif [ -e {ran} ]; then while [ ! -e {release} ]; do sleep 0.1; done; fi\n"
+            f"touch {ran}\n"
+            'printf \'{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential",'
+            '"status":{"token":"token-a","expirationTimestamp":"2000-01-01T00:00:00Z"}}\'\n'
+        )
+        path = write_exec_kubeconfig(cluster, tmp_path, script)
+        cluster.restrict("token-a")
+        kube = await AsyncKube.connect(ClusterConfig(kube_config_path=str(path)))
+        try:
+            with pytest.raises(TransportError, match="credential plugin gave no credentials after 2 s"):
+                await kube.list_pods("default")
+            await gone(tmp_path / "credential-plugin")
+        finally:
+            release.touch()
+            await kube.close()
+
+
+def running(plugin: Path) -> list[psutil.Process]:
+    """The live processes running ``plugin``."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if str(plugin) in process.cmdline() and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+async def gone(plugin: Path, within: float = 10) -> None:
+    """Wait until no process runs ``plugin``."""
+    async with asyncio.timeout(within):
+        while True:
+            if not running(plugin):
+                return
+            await asyncio.sleep(0.05)  # processes have no event to await
 
 
 def rotating_plugin(cluster: FakeCluster, tmp_path: Path) -> tuple[Path, Path]:
