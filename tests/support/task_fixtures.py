@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -60,13 +60,18 @@ def no_backoff_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 @pytest.fixture
 def make_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Start a simulator with a scenario; the default kubeconfig (KUBECONFIG) points at it."""
+    """Start a simulator with a scenario; the default kubeconfig (KUBECONFIG) points at it.
+    ``clock="manual"``: its pods stand still until the test advances the cluster's clock."""
     from airflow_k8s_retry_testing import FakeCluster
 
     started: list[Any] = []
 
-    def start(scenario: dict[str, Any] | None = None) -> Any:
-        cluster = FakeCluster(scenario=scenario or {"time_scale": 0.05}, audit=tmp_path / "audit.jsonl")
+    def start(
+        scenario: dict[str, Any] | None = None, *, clock: Literal["scaled", "manual"] = "scaled"
+    ) -> Any:
+        cluster = FakeCluster(
+            scenario=scenario or {"time_scale": 0.05}, audit=tmp_path / "audit.jsonl", clock=clock
+        )
         cluster.__enter__()
         started.append(cluster)
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))

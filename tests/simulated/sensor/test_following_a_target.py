@@ -1,10 +1,22 @@
 """A PodStateTrigger given a target waits for the pod to appear, follows the newest pod of a
-selector, judges a Job's pods as part of the Job, and reports a timeout: all through the watch."""
+selector, judges a Job's pods as part of the Job, and reports a timeout: all through the watch.
+
+Nothing here waits for real time to pass, so every step has one outcome whatever the machine's
+load: the cluster runs on a manual clock (a pod's life, a Job's back-off and an eviction happen
+only when the test advances it), the hub's feeds wait (reconnect backoff, polling, a missing pod's
+confirming GET) on a ``ManualClock`` only the test moves, and so does the trigger (its progress
+line, its timeout, its judges' grace timers). The tests assert exactly which requests the trigger
+made, from the simulator's audit, which decisions it logged, and which event it emitted. (One
+wait is real: where a Job's two pods must differ in creationTimestamp, which the cluster writes
+on real time in whole seconds, the test lets the wall clock's second turn between them.)
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -12,10 +24,13 @@ import pytest
 from airflow_k8s_retry.classification import Outcome, Reason
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.hub import WatchHub
+from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.target import PROGRESS_EVERY, Target, TargetEvent
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.lab import CONN_ID, cluster_reaches, use_cluster
+from tests.simulated.sensor.stepping import TaskLog, created, job_failed, made, phase, requests, run_until
+from tests.support.lab import CONN_ID, use_cluster
 
 SCENARIO = {
     "images": {
@@ -24,13 +39,46 @@ SCENARIO = {
         "fails:1": {"run": {"exit_code": 3, "duration_seconds": 1, "log": "boom"}},
     }
 }
+#: The hub's longest reconnect delay: advancing its clock this far ends any one backoff.
+BACKOFF_CAP = 0.2
+#: A server-side watch timeout the cluster's clock never reaches here: no watch ends by itself.
+WATCH_TIMEOUT = 600
+#: What the trigger's feeds ask while they watch: one LIST, then one WATCH.
+WATCHED = ["list 200", "watch 200"]
+EXIT_3 = "container 'main' failed with exit code 3, reason Error"
+BACKOFF_LIMIT = "BackoffLimitExceeded: Job has reached the specified backoff limit"
 
 
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
-    with FakeCluster(SCENARIO, time_scale=0.02) as running:
+def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
+    clock = ManualClock(1_000.0)
+    hub_settings(
+        clock=clock, watch_timeout=(WATCH_TIMEOUT, WATCH_TIMEOUT), backoff_base=0.05, backoff_cap=BACKOFF_CAP
+    )
+    return clock
+
+
+@pytest.fixture(autouse=True)
+def trigger_clock(monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock) -> ManualClock:
+    """The following trigger's clock, and its judges': it moves only when a test advances it."""
+    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
+    return manual_clock
+
+
+@pytest.fixture
+def log(capsys: pytest.CaptureFixture[str]) -> TaskLog:
+    return TaskLog(capsys)
+
+
+def manual_cluster(monkeypatch: pytest.MonkeyPatch, scenario: Mapping[str, Any]) -> Iterator[FakeCluster]:
+    with FakeCluster(scenario, clock="manual") as running:
         use_cluster(monkeypatch, running)
         yield running
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch, hub_clock: ManualClock) -> Iterator[FakeCluster]:
+    yield from manual_cluster(monkeypatch, SCENARIO)
 
 
 def following(target: Target, **kwargs: Any) -> PodStateTrigger:
@@ -99,176 +147,366 @@ def job(name: str, image: str, *, backoff_limit: int = 6) -> dict[str, Any]:
     }
 
 
-def watching_pods(cluster: FakeCluster) -> bool:
-    return any(w.resource == "pods" for w in cluster.store.watchers)
+def watching(cluster: FakeCluster, name: str) -> str:
+    """The trigger's log line when it starts judging pod ``name``."""
+    found = cluster.pod(name)
+    assert found is not None
+    return f"Watching pod default/{name} (uid {found['metadata']['uid']})"
 
 
-async def test_waits_for_a_pod_created_later_without_polling(cluster: FakeCluster) -> None:
+def left_to_the_job(name: str, why: str) -> str:
+    """The trigger's log line when a failed pod of Job ``etl`` is not the end: the Job replaces it."""
+    return f"Pod {name} of job etl: {why}; the Job decides what comes next"
+
+
+async def test_waits_for_a_pod_created_later_without_polling(
+    cluster: FakeCluster, hub_clock: ManualClock, trigger_clock: ManualClock, log: TaskLog
+) -> None:
     run = Following(following(Target("default", pod_name="report-1")))
-    await cluster_reaches(cluster, watching_pods, within=10)
-    await asyncio.sleep(0.3)  # the trigger waits; nothing it does may be a read of the pod
-    assert cluster.request_counts()[("get", "pods")] == 0
+    waiting = "Waiting for pod default/report-1 ({} s so far): no such pod yet"
+    await made(cluster, {"pods in default": WATCHED})
+    # A minute passes on every clock while the trigger waits: it says so, and neither it nor its
+    # feed reads anything (no poll is even due: nothing waits on the hub's clock).
+    start = trigger_clock.now()
+    await trigger_clock.wait_for_sleeper(start + PROGRESS_EVERY)
+    trigger_clock.advance(PROGRESS_EVERY)
+    hub_clock.advance(PROGRESS_EVERY)
+    await trigger_clock.wait_for_sleeper(start + 2 * PROGRESS_EVERY)
+    assert log.decisions() == [waiting.format(0), waiting.format(60)]
+    assert requests(cluster) == {"pods in default": WATCHED} and hub_clock.deadlines == []
     assert run.events == []
 
     create(cluster, "pod", pod("report-1", "quick:1"))
+    # The watch brings the pod; its judge adds the Events' feed.
+    judged = {"pods in default": WATCHED, "events in all namespaces": WATCHED}
+    await made(cluster, judged)
+    assert log.decisions()[2:] == [watching(cluster, "report-1")]
+    run_until(cluster, lambda c: phase(c, "report-1") == "Succeeded")
     event = await run.finish(within=20)
-    assert event.event is not None and not event.timed_out
+    assert (event.timed_out, event.job, event.message) == (False, None, "pod default/report-1 succeeded")
+    assert event.event is not None
     assert (event.event.pod_name, event.event.verdict.outcome) == ("report-1", Outcome.SUCCEED)
-    gets_before_the_pod = [
-        r
-        for r in cluster.audit_records()
-        if r.get("verb") == "get" and r.get("resource") == "pods" and r.get("status") == 404
-    ]
-    assert gets_before_the_pod == [], "waiting for the pod to appear is the watch's job, not GETs"
+    # Not one read of the pod, before it existed (a 404) or after (a success needs no last look).
+    assert requests(cluster) == judged
 
 
-async def test_a_selector_follows_the_newest_matching_pod(cluster: FakeCluster) -> None:
+async def test_a_selector_follows_the_newest_matching_pod(cluster: FakeCluster, log: TaskLog) -> None:
     create(cluster, "pod", pod("report-old", "long:1"))
     run = Following(following(Target("default", label_selector="app=report")))
-    await cluster_reaches(cluster, watching_pods, within=10)
-    await cluster_reaches(cluster, lambda c: c.request_counts()[("watch", "events")] > 0, within=10)
+    # The selector's own feed; report-old's judge reads the namespace's pods and the Events.
+    judged = {"pods in default (app=report)": WATCHED, "pods in default": WATCHED}
+    judged["events in all namespaces"] = WATCHED
+    await made(cluster, judged)
     create(cluster, "pod", pod("report-new", "fails:1"))
+    # report-new is newer: report-old's judge stops (the last reader of its feeds, which stop),
+    # report-new's starts them again.
+    switched = {**judged, "pods in default": WATCHED * 2, "events in all namespaces": WATCHED * 2}
+    await made(cluster, switched)
+    assert log.decisions() == [
+        "Waiting for the newest pod matching 'app=report' in namespace default (0 s so far):"
+        " no matching pod yet",
+        watching(cluster, "report-old"),
+        "Pod report-new is newer than report-old: following it instead",
+        watching(cluster, "report-new"),
+    ]
+    run_until(cluster, lambda c: phase(c, "report-new") == "Failed")
     event = await run.finish(within=20)
-    assert event.event is not None
+    assert event.event is not None and event.message == EXIT_3
     assert event.event.pod_name == "report-new"
-    assert (event.event.verdict.outcome, event.event.verdict.reason) == (
-        Outcome.RETRY,
-        Reason.CONTAINER_EXIT_CODE,
-    )
-
-
-@pytest.fixture
-def evicting(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
-    """The first pod of Job ``etl`` is evicted a second after it starts (count 1: not its successor)."""
-    disruption = {"pod_name_prefix": "etl-", "after_seconds": 1, "kind": "evict"}
-    with FakeCluster({**SCENARIO, "disruptions": [disruption]}, time_scale=0.02) as running:
-        use_cluster(monkeypatch, running)
-        yield running
-
-
-async def test_a_failed_pod_the_job_replaces_is_not_the_end(evicting: FakeCluster) -> None:
-    run = Following(following(Target("default", job_name="etl")))
-    await cluster_reaches(evicting, watching_pods, within=10)
-    create(evicting, "job", job("etl", "quick:1"))
-    event = await run.finish(within=30)
-    pods = evicting.pods()
-    assert len(pods) == 2, "the Job replaced its evicted pod"
-    assert event.job == "etl" and event.event is not None
-    assert event.event.verdict.outcome is Outcome.SUCCEED
-    assert "job default/etl is complete (CompletionsReached" in event.event.verdict.message
-    assert sorted(p["status"].get("reason", "") for p in pods) == ["", "Evicted"]
-
-
-async def test_a_job_that_fails_reports_the_cause_of_its_last_pod(cluster: FakeCluster) -> None:
-    run = Following(following(Target("default", job_name="etl")))
-    await cluster_reaches(cluster, watching_pods, within=10)
-    create(cluster, "job", job("etl", "fails:1", backoff_limit=1))
-    event = await run.finish(within=30)
-    assert event.event is not None
     verdict = event.event.verdict
     assert (verdict.outcome, verdict.reason) == (Outcome.RETRY, Reason.CONTAINER_EXIT_CODE)
-    assert "job default/etl failed (BackoffLimitExceeded: Job has reached the specified backoff limit)" in (
-        verdict.message
-    )
-    assert "after 2 failed pod(s)" in verdict.message
-    assert event.event.pod_name in {p["metadata"]["name"] for p in cluster.pods()}
-    assert len(cluster.pods()) == 2, "backoffLimit 1: the first pod and one replacement"
-
-
-def job_failed(cluster: FakeCluster) -> bool:
-    conditions = [c for j in cluster.jobs() for c in (j.get("status") or {}).get("conditions") or []]
-    return any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions)
+    assert phase(cluster, "report-old") == "Running"
+    assert requests(cluster) == {**switched, "reads": ["get report-new 200"]}  # its last look
 
 
 @pytest.fixture
-def paced(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
-    """Slow enough that a Job's replacement pod is created in a later second than the pod it
-    replaces (a back-off of 10 simulated seconds is one real second): creationTimestamp, of
-    one-second resolution, then tells which pod is the last."""
-    with FakeCluster(SCENARIO, time_scale=0.1) as running:
-        use_cluster(monkeypatch, running)
-        yield running
+def evicting(monkeypatch: pytest.MonkeyPatch, hub_clock: ManualClock) -> Iterator[FakeCluster]:
+    """The first pod of Job ``etl`` is evicted a second after it starts (count 1: not its successor)."""
+    disruption = {"pod_name_prefix": "etl-", "after_seconds": 1, "kind": "evict"}
+    yield from manual_cluster(monkeypatch, {**SCENARIO, "disruptions": [disruption]})
 
 
-def assert_the_cause_of_the_last_pod(event: TargetEvent, cluster: FakeCluster) -> None:
-    assert event.event is not None
+async def test_a_failed_pod_the_job_replaces_is_not_the_end(evicting: FakeCluster, log: TaskLog) -> None:
+    run = Following(following(Target("default", job_name="etl")))
+    feeds = {"pods in default": WATCHED, "jobs in default": WATCHED}
+    await made(evicting, feeds)
+    create(evicting, "job", job("etl", "quick:1"))
+    await made(evicting, {**feeds, "events in all namespaces": WATCHED})
+    (first,) = created(evicting)
+    run_until(evicting, lambda c: phase(c, first) == "Failed")
+    # Evicted: its judge's verdict (a relaunch, after its last look) is left to the Job.
+    evicted = left_to_the_job(
+        first,
+        f"node.disruption (pod default/{first} is being disrupted by the cluster (EvictionByEvictionAPI:"
+        " Eviction API: evicting); a fresh pod will be started in the same try (relaunch 1 of 3))",
+    )
+    await log.says(evicted)
+    assert requests(evicting) == {**feeds, "events in all namespaces": WATCHED, "reads": [f"get {first} 200"]}
+    run_until(evicting, lambda c: len(created(c)) == 2)
+    second = created(evicting)[1]
+    replaced = {**feeds, "events in all namespaces": WATCHED * 2, "reads": [f"get {first} 200"]}
+    await made(evicting, replaced)
+    assert log.decisions()[1:] == [
+        watching(evicting, first),
+        evicted,
+        watching(evicting, second),
+    ]
+    run_until(evicting, lambda c: phase(c, second) == "Succeeded")
+    event = await run.finish(within=20)
+    assert (event.job, event.timed_out) == ("etl", False) and event.event is not None
+    assert event.event.pod_name == second
+    assert event.event.verdict.outcome is Outcome.SUCCEED
+    assert event.message == (
+        "job default/etl is complete (CompletionsReached: Reached expected number of succeeded pods);"
+        " 1 pod(s) succeeded"
+    )
+    pods = {p["metadata"]["name"]: (p["status"]["phase"], p["status"].get("reason")) for p in evicting.pods()}
+    assert pods == {first: ("Failed", "Evicted"), second: ("Succeeded", None)}
+    assert requests(evicting) == replaced
+
+
+async def test_a_job_that_fails_reports_the_cause_of_its_last_pod(cluster: FakeCluster, log: TaskLog) -> None:
+    run = Following(following(Target("default", job_name="etl")))
+    feeds = {"pods in default": WATCHED, "jobs in default": WATCHED}
+    await made(cluster, feeds)
+    create(cluster, "job", job("etl", "fails:1", backoff_limit=1))
+    await made(cluster, {**feeds, "events in all namespaces": WATCHED})
+    (first,) = created(cluster)
+    run_until(cluster, lambda c: phase(c, first) == "Failed")
+    await log.says(left_to_the_job(first, f"container.exit_code ({EXIT_3})"))
+    run_until(cluster, lambda c: len(created(c)) == 2)
+    last = created(cluster)[1]
+    replaced = {**feeds, "events in all namespaces": WATCHED * 2, "reads": [f"get {first} 200"]}
+    await made(cluster, replaced)
+    assert log.decisions()[1:] == [
+        watching(cluster, first),
+        left_to_the_job(first, f"container.exit_code ({EXIT_3})"),
+        watching(cluster, last),
+    ]
+    run_until(cluster, job_failed)
+    event = await run.finish(within=20)
+    assert event.event is not None and event.job == "etl"
+    verdict = event.event.verdict
+    assert (verdict.outcome, verdict.reason) == (Outcome.RETRY, Reason.CONTAINER_EXIT_CODE)
+    assert (
+        verdict.message
+        == f"job default/etl failed ({BACKOFF_LIMIT}) after 2 failed pod(s); its last pod {last}: {EXIT_3}"
+    )
+    assert event.event.pod_name == last
+    assert len(cluster.pods()) == 2, "backoffLimit 1: the first pod and one replacement"
+    final = requests(cluster)
+    reads = final.pop("reads")
+    assert final == {**feeds, "events in all namespaces": WATCHED * 2}
+    # The last pod's last look and the LIST of the failed Job's pods, one each: the pods' and the
+    # Jobs' watches deliver the pod's failure and the Job's independently, so in either order.
+    assert reads[0] == f"get {first} 200"
+    assert sorted(reads[1:]) == sorted([f"get {last} 200", "list job etl's pods 200"])
+
+
+async def a_second_after(cluster: FakeCluster, name: str) -> None:
+    """Wait (real time, under a second) until the wall clock's second is past pod ``name``'s
+    creationTimestamp: the cluster writes it on real time in whole seconds, so a pod created from
+    then on has a later one (which then tells the last pod, whatever order a LIST gives)."""
+    found = cluster.pod(name)
+    assert found is not None
+    stamp = datetime.strptime(found["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+    await asyncio.sleep(max(0.0, stamp.replace(tzinfo=UTC).timestamp() + 1 - time.time()))
+
+
+async def run_a_job_that_fails(cluster: FakeCluster) -> str:
+    """Job ``etl`` with backoffLimit 1, run until it has failed: two pods fail, the second created
+    in a later second than the first. Returns the second, its last pod."""
+    create(cluster, "job", job("etl", "fails:1", backoff_limit=1))
+    run_until(cluster, lambda c: len(created(c)) == 1 and phase(c, created(c)[0]) == "Failed")
+    await a_second_after(cluster, created(cluster)[0])
+    run_until(cluster, job_failed)
+    assert len(created(cluster)) == 2
+    return created(cluster)[1]
+
+
+def assert_the_cause_of_the_last_pod(event: TargetEvent, cluster: FakeCluster, last: str) -> None:
+    assert event.event is not None and event.job == "etl"
     verdict = event.event.verdict
     assert (verdict.outcome, verdict.reason) == (Outcome.RETRY, Reason.CONTAINER_EXIT_CODE), verdict.message
     pods = sorted(cluster.pods(), key=lambda p: p["metadata"]["creationTimestamp"])
+    assert [p["metadata"]["name"] for p in pods][-1] == last
     assert (
         len(pods) == 2 and pods[0]["metadata"]["creationTimestamp"] < pods[1]["metadata"]["creationTimestamp"]
     )
-    last = pods[-1]["metadata"]["name"]
     assert (
-        "job default/etl failed (BackoffLimitExceeded: Job has reached the specified backoff limit)"
-        f" after 2 failed pod(s); its last pod {last}: container 'main' failed with exit code 3"
-    ) in verdict.message
+        verdict.message
+        == event.message
+        == (f"job default/etl failed ({BACKOFF_LIMIT}) after 2 failed pod(s); its last pod {last}: {EXIT_3}")
+    )
     assert event.event.pod_name == last  # the sensor task reads that pod's log for its report
 
 
+WAITING_FOR_ETL = "Waiting for job default/etl (0 s so far): no such job yet; no matching pod yet"
+
+
+@pytest.mark.parametrize("first", ["jobs", "pods"])
 async def test_a_job_failed_before_the_sensor_started_reports_its_last_pod_whichever_list_answers_first(
-    paced: FakeCluster,
+    first: str, cluster: FakeCluster, hub_clock: ManualClock, log: TaskLog
 ) -> None:
     """The pods' and the Jobs' feeds LIST at once; when the Jobs' answer comes first, the Job is
-    already Failed while the pods' view is still empty: the cause is still the last pod's."""
-    create(paced, "job", job("etl", "fails:1", backoff_limit=1))
-    await cluster_reaches(paced, job_failed, within=30)
-    paced.add_fault("list", "pods", "slow", delay_seconds=1.0)
-    event = await Following(following(Target("default", job_name="etl"))).finish(within=30)
-    assert_the_cause_of_the_last_pod(event, paced)
+    already Failed while the pods' view is still empty: the cause is still the last pod's.
+
+    Each order is made on purpose: the test opens the later feed first, its LIST fails and it
+    backs off on the hub's clock; the trigger shares it and opens the other, which answers; the
+    later one lists only when the test ends its backoff (and stays open, read by the test, however
+    soon the trigger ends). The test also reads the pods' Events from the start (through a feed of
+    its own): the last pod's judge, which may end at once (its pod has failed), shares that feed, so
+    its requests do not depend on when the judge ends."""
+    last = await run_a_job_that_fails(cluster)
+    config = ClusterConfig(kube_config_path=str(cluster.kubeconfig))
+    hub = WatchHub.current()
+    uid = str((cluster.pod(last) or {})["metadata"]["uid"])
+    events = await hub.subscribe(config, "default", last, uid, label_selector="app=etl")
+    tests_own = {"pods in all namespaces (app=etl)": WATCHED, "events in all namespaces": WATCHED}
+    await made(cluster, tests_own)
+    later = "pods" if first == "jobs" else "jobs"
+    cluster.add_fault("list", later, 500, times=1)
+    later_feed = await hub.follow(config, "default", jobs=later == "jobs")
+    tests_own[f"{later} in default"] = ["list 500"]
+    await made(cluster, tests_own)
+    await hub_clock.wait_for_sleeper(later_than=hub_clock.now())  # the later feed's backoff
+    run = Following(following(Target("default", job_name="etl")))
+    judged = {**tests_own, f"{first} in default": WATCHED}
+    if first == "jobs":
+        # The Job has failed and no pod is known: the Job's pods are listed afresh, the last judged.
+        judged["reads"] = ["list job etl's pods 200"]
+        decided = [WAITING_FOR_ETL, watching(cluster, last)]
+    else:
+        # Both pods are known: the last is judged (after its last look) and left to the Job, whose
+        # state is not known yet.
+        judged["reads"] = [f"get {last} 200"]
+        decided = [
+            WAITING_FOR_ETL,
+            watching(cluster, last),
+            left_to_the_job(last, f"container.exit_code ({EXIT_3})"),
+        ]
+    await made(cluster, judged)
+    await log.says(decided[-1])
+    assert log.decisions() == decided
+    assert run.events == []
+    hub_clock.advance(BACKOFF_CAP)
+    event = await run.finish(within=20)
+    assert_the_cause_of_the_last_pod(event, cluster, last)
+    # The later feed lists and watches; the other read follows.
+    after = f"get {last} 200" if first == "jobs" else "list job etl's pods 200"
+    await made(
+        cluster, {**judged, f"{later} in default": ["list 500", *WATCHED], "reads": [*judged["reads"], after]}
+    )
+    await later_feed.close()
+    await events.close()
 
 
-async def test_a_job_s_failure_seen_before_its_last_pod_reports_that_pod(paced: FakeCluster) -> None:
+async def test_a_job_s_failure_seen_before_its_last_pod_reports_that_pod(
+    cluster: FakeCluster, hub_clock: ManualClock, log: TaskLog
+) -> None:
     """Two watches deliver independently: here the pods' watch lags behind the Jobs', so the Job's
     Failed condition arrives before its pods do. The cause is still the last pod's."""
-    paced.add_fault("watch", "pods", "slow", delay_seconds=4.0)
     run = Following(following(Target("default", job_name="etl")))
-    await cluster_reaches(paced, lambda c: any(w.resource == "jobs" for w in c.store.watchers), within=10)
-    create(paced, "job", job("etl", "fails:1", backoff_limit=1))
-    assert_the_cause_of_the_last_pod(await run.finish(within=30), paced)
+    feeds = {"pods in default": WATCHED, "jobs in default": WATCHED}
+    await made(cluster, feeds)
+    # The pods' watch is cut; it waits to reconnect (on the hub's clock) while the Job runs its
+    # two pods and fails.
+    cluster.add_fault("watch", "pods", 500, times=None)
+    cluster.drop_watches("pods", reset=True)
+    await hub_clock.wait_for_sleeper(later_than=hub_clock.now())
+    last = await run_a_job_that_fails(cluster)
+    # The Job's failure arrives while no pod is known: the Job's pods are listed afresh and the
+    # last one is judged; its judge waits for the pod's state from the pods' feed (whose GET of a
+    # pod it lacks would come after 2 s on the hub's clock, which only moves by BACKOFF_CAP here).
+    judged = {**feeds, "events in all namespaces": WATCHED, "reads": ["list job etl's pods 200"]}
+    await made(cluster, judged)
+    await log.says(watching(cluster, last))
+    assert log.decisions() == [WAITING_FOR_ETL, watching(cluster, last)]
+    assert run.events == []
+    cluster.clear_faults()
+    hub_clock.advance(BACKOFF_CAP)
+    assert_the_cause_of_the_last_pod(await run.finish(within=20), cluster, last)
+    # The pods' watch resumed once, from where it was cut; the last pod's last look.
+    assert requests(cluster) == {
+        **judged,
+        "pods in default": [*WATCHED, "watch 200"],
+        "reads": ["list job etl's pods 200", f"get {last} 200"],
+    }
 
 
-async def test_a_selector_on_a_jobs_pods_is_judged_as_the_job(cluster: FakeCluster) -> None:
+async def test_a_selector_on_a_jobs_pods_is_judged_as_the_job(cluster: FakeCluster, log: TaskLog) -> None:
     run = Following(following(Target("default", label_selector="app=etl")))
-    await cluster_reaches(cluster, watching_pods, within=10)
+    await made(cluster, {"pods in default (app=etl)": WATCHED})
     create(cluster, "job", job("etl", "fails:1", backoff_limit=2))
-    event = await run.finish(within=30)
-    assert event.job == "etl" and event.event is not None
-    assert "BackoffLimitExceeded" in event.event.verdict.message
+    # Its first pod belongs to the Job: the Jobs' feed opens; the pod's judge reads the
+    # namespace's pods and the Events.
+    judged = {"pods in default (app=etl)": WATCHED, "jobs in default": WATCHED}
+    judged |= {"pods in default": WATCHED, "events in all namespaces": WATCHED}
+    await made(cluster, judged)
+    decided = [
+        "Waiting for the newest pod matching 'app=etl' in namespace default (0 s so far):"
+        " no matching pod yet",
+        watching(cluster, created(cluster)[0]),
+    ]
+    # The first two pods fail; each is left to the Job, which replaces it (its judge, the last
+    # reader of the namespace's pods' and the Events' feeds, ends; the next one's starts them).
+    for n in range(2):
+        failed = created(cluster)[n]
+        run_until(cluster, lambda c, failed=failed: phase(c, failed) == "Failed")
+        decided.append(left_to_the_job(failed, f"container.exit_code ({EXIT_3})"))
+        await log.says(decided[-1])
+        run_until(cluster, lambda c, n=n: len(created(c)) == n + 2)
+        judged["pods in default"] = judged["events in all namespaces"] = WATCHED * (n + 2)
+        judged["reads"] = [*judged.get("reads", []), f"get {failed} 200"]
+        await made(cluster, judged)
+        decided.append(watching(cluster, created(cluster)[n + 1]))
+    assert log.decisions() == decided
+    run_until(cluster, job_failed)
+    event = await run.finish(within=20)
+    last = created(cluster)[2]
+    assert event.job == "etl" and event.event is not None and event.event.pod_name == last
+    verdict = event.event.verdict
+    assert (verdict.outcome, verdict.reason) == (Outcome.RETRY, Reason.CONTAINER_EXIT_CODE)
+    assert verdict.message == (
+        f"job default/etl failed ({BACKOFF_LIMIT}) after 3 failed pod(s); its last pod {last}: {EXIT_3}"
+    )
     assert len(cluster.pods()) == 3
+    final = requests(cluster)
+    reads = final.pop("reads")
+    assert final == {k: v for k, v in judged.items() if k != "reads"}
+    # The last pod's last look and the LIST of the failed Job's pods, one each, in either order
+    # (the pods' and the Jobs' watches deliver the pod's failure and the Job's independently).
+    assert reads[:2] == judged["reads"]
+    assert sorted(reads[2:]) == sorted([f"get {last} 200", "list job etl's pods 200"])
 
 
 async def test_says_what_it_waits_for_once_a_minute_and_times_out(
-    cluster: FakeCluster,
-    monkeypatch: pytest.MonkeyPatch,
-    manual_clock: ManualClock,
-    capsys: pytest.CaptureFixture[str],
+    cluster: FakeCluster, trigger_clock: ManualClock, log: TaskLog
 ) -> None:
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    start = manual_clock.now()
+    start = trigger_clock.now()
     target = Target("default", pod_name="never", deadline=start + 150)
     run = Following(following(target))
-
-    def waiting() -> list[str]:  # the trigger's log lines (Airflow's structlog writes them to stdout)
-        out = capsys.readouterr().out
-        return [
-            line.split("] ", 1)[1].split(" [airflow", 1)[0]
-            for line in out.splitlines()
-            if "Waiting for" in line
-        ]
-
-    await manual_clock.wait_for_sleeper(start + PROGRESS_EVERY)
-    assert waiting() == ["Waiting for pod default/never (0 s so far, timeout in 150 s): no such pod yet"]
-    manual_clock.advance(PROGRESS_EVERY)
-    await manual_clock.wait_for_sleeper(start + 2 * PROGRESS_EVERY)
-    assert waiting() == ["Waiting for pod default/never (60 s so far, timeout in 90 s): no such pod yet"]
-    manual_clock.advance(PROGRESS_EVERY)
-    await manual_clock.wait_for_sleeper(start + 150)
-    manual_clock.advance(30)
+    await made(cluster, {"pods in default": WATCHED})
+    await trigger_clock.wait_for_sleeper(start + PROGRESS_EVERY)
+    assert log.decisions() == [
+        "Waiting for pod default/never (0 s so far, timeout in 150 s): no such pod yet"
+    ]
+    trigger_clock.advance(PROGRESS_EVERY)
+    await trigger_clock.wait_for_sleeper(start + 2 * PROGRESS_EVERY)
+    assert log.decisions()[1:] == [
+        "Waiting for pod default/never (60 s so far, timeout in 90 s): no such pod yet"
+    ]
+    trigger_clock.advance(PROGRESS_EVERY)
+    await trigger_clock.wait_for_sleeper(start + 150)
+    assert log.decisions()[2:] == [
+        "Waiting for pod default/never (120 s so far, timeout in 30 s): no such pod yet"
+    ]
+    trigger_clock.advance(30)
     event = await run.finish(within=10)
     assert event.timed_out and event.event is None
     assert event.message == "timed out after 150 s waiting for pod default/never: no such pod yet"
-    assert cluster.request_counts()[("get", "pods")] == 0
+    assert len(log.decisions()) == 3
+    assert requests(cluster) == {"pods in default": WATCHED}  # all through the watch: not one read
 
 
 def test_the_target_is_serialized_only_when_given() -> None:

@@ -1,9 +1,16 @@
 """PodCompletionSensor as a task: it defers at once to a trigger following its target, turns the
 trigger's event into success, a failure, a timeout or a skip as Airflow's sensors do, and deletes
-nothing it did not create unless asked."""
+nothing it did not create unless asked.
+
+The simulators run on a manual clock: a pod stands still until a test runs it to the state the
+event it hands the sensor speaks of (a success for a pod that has succeeded)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,10 +28,23 @@ from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.lifecycle import FINISH_BACKOFF
 from airflow_k8s_retry.kube.pods import PodClient
 from airflow_k8s_retry.sensors import PodCompletionSensor
+from airflow_k8s_retry.sensors import pod as sensor_module
 from airflow_k8s_retry.triggers import PodEvent
 from airflow_k8s_retry.triggers.target import Judged, Target, TargetEvent
+from tests.simulated.sensor.stepping import phase, run_until
 
-SCENARIO = {"time_scale": 0.05, "images": {"app:broken": {"run": {"exit_code": 3, "log": "boom at line 7"}}}}
+SCENARIO = {"images": {"app:broken": {"run": {"exit_code": 3, "log": "boom at line 7"}}}}
+
+
+@pytest.fixture
+def make_cluster(make_cluster: Callable[..., Any]) -> Callable[..., Any]:
+    """The shared fixture's simulator, on a manual clock."""
+    return functools.partial(make_cluster, clock="manual")
+
+
+def succeeded(cluster: Any, name: str = "report-1") -> None:
+    """Run the cluster until the pod has succeeded (busybox's scripted run: a second, exit 0)."""
+    run_until(cluster, lambda c: phase(c, name) == "Succeeded")
 
 
 def sensor(**kwargs: Any) -> PodCompletionSensor:
@@ -74,8 +94,10 @@ def timed_out() -> dict[str, Any]:
     ).to_payload()
 
 
-def test_defers_at_once_even_before_the_pod_exists(make_cluster, context):
+def test_defers_at_once_even_before_the_pod_exists(make_cluster, context, monkeypatch):
     make_cluster()
+    now = 1_800_000_000.0  # the sensor's wall clock, held still
+    monkeypatch.setattr(sensor_module, "time", SimpleNamespace(time=lambda: now))
     with pytest.raises(TaskDeferred) as deferred:
         sensor(pod_name="report-1", timeout=120).execute(context)
     classpath, kwargs = deferred.value.trigger.serialize()
@@ -84,11 +106,11 @@ def test_defers_at_once_even_before_the_pod_exists(make_cluster, context):
     assert (kwargs["pod_name"], kwargs["pod_uid"]) == ("", "")
     assert kwargs["target"]["pod_name"] == "report-1"
     assert kwargs["poll_interval"] == 10.0
-    assert 100 < kwargs["target"]["deadline"] - deferred.value.trigger.clock.now() <= 120
+    assert (kwargs["target"]["since"], kwargs["target"]["deadline"]) == (now, now + 120)
     assert deferred.value.method_name == "execute_complete"
     # The defer timeout is a backstop past the sensor's own deadline (Airflow turns it into
     # AirflowSensorTimeout too, see below).
-    assert 120 + 280 < deferred.value.timeout.total_seconds() <= 120 + 300
+    assert deferred.value.timeout == timedelta(seconds=120 + 300)
 
 
 def test_the_templated_target_is_what_is_followed(make_cluster, context):
@@ -156,9 +178,7 @@ def test_an_event_of_an_earlier_sensor_version_is_still_understood(make_cluster,
 def test_the_failure_report_carries_the_pods_last_log_lines(make_cluster, context, capsys):
     cluster = make_cluster(SCENARIO)
     pod = external_pod(cluster, "report-1", {"app": "report"}, image="app:broken")
-    assert cluster.wait_for(
-        lambda c: (c.pod("report-1") or {}).get("status", {}).get("phase") == "Failed", 20
-    )
+    run_until(cluster, lambda c: phase(c, "report-1") == "Failed")
     with pytest.raises(PodFailure):
         sensor().execute_complete(context, target_event(pod, Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
     assert "boom at line 7" in capsys.readouterr().out
@@ -167,9 +187,11 @@ def test_the_failure_report_carries_the_pods_last_log_lines(make_cluster, contex
 def test_deletes_when_asked(make_cluster, context):
     cluster = make_cluster()
     pod = external_pod(cluster, "report-1", {"app": "report"})
+    succeeded(cluster)
     s = sensor(delete_pod_on_finish=True)
     s.execute_complete(context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED))
     assert deletes(cluster) == ["report-1"]
+    assert cluster.pods() == []  # a finished pod goes at once
 
 
 def test_a_refused_delete_does_not_turn_a_success_into_a_failure(
@@ -177,6 +199,7 @@ def test_a_refused_delete_does_not_turn_a_success_into_a_failure(
 ):
     cluster = make_cluster()
     pod = external_pod(cluster, "report-1", {"app": "report"})
+    succeeded(cluster)
     read_only = cluster.restrict("read-only", verbs=["get", "list", "watch"])
     monkeypatch.setenv("KUBECONFIG", str(read_only))
     sensor(delete_pod_on_finish=True).execute_complete(
@@ -210,6 +233,7 @@ def no_backoff_sleep(monkeypatch):
 def test_a_delete_that_fails_once_is_retried_and_the_success_stands(make_cluster, context, no_backoff_sleep):
     cluster = make_cluster()
     pod = external_pod(cluster, "report-1", {"app": "report"})
+    succeeded(cluster)
     cluster.add_fault("delete", "pods", 500, times=1)
     sensor(delete_pod_on_finish=True).execute_complete(
         context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED)
@@ -221,12 +245,13 @@ def test_a_delete_that_fails_once_is_retried_and_the_success_stands(make_cluster
     ]
     assert statuses == [500, 200]
     assert no_backoff_sleep == [0.5]
-    assert cluster.wait_for(lambda c: not c.pods(), timeout=10), "the pod was deleted on the second attempt"
+    assert cluster.pods() == [], "the pod was deleted on the second attempt"
 
 
 def test_api_errors_in_the_cleanup_never_fail_a_succeeded_task(make_cluster, context, no_backoff_sleep):
     cluster = make_cluster()
     pod = external_pod(cluster, "report-1", {"app": "report"})
+    succeeded(cluster)
     for verb in ("delete", "patch"):
         cluster.add_fault(verb, "pods", 500, times=None)
     sensor(delete_pod_on_finish=True).execute_complete(
