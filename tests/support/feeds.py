@@ -73,9 +73,15 @@ def requests(cluster: FakeCluster, since: int = 0, *, verbs: tuple[str, ...] | N
 
 
 def feed_requests(
-    cluster: FakeCluster, kind: str = "pods", since: int = 0, *, selector: str | None = None
+    cluster: FakeCluster,
+    kind: str = "pods",
+    since: int = 0,
+    *,
+    selector: str | None = None,
+    verbs: tuple[str, ...] = ("list", "watch", "get"),
 ) -> list[FeedRequest]:
-    """The LISTs and WATCHes of the feeds of ``kind`` (and every GET of a pod), in order.
+    """The LISTs and WATCHes of the feeds of ``kind`` (and every GET of a pod: a feed's and a
+    trigger's look alike), in order; only those of ``verbs``.
 
     ``selector``: what the feed's LISTs and WATCHes select; None: the managed pods, or the pod
     Events; "": nothing (the feed of every pod of a namespace, for a pod this package did not create).
@@ -88,6 +94,8 @@ def feed_requests(
         if record.get("kind") != "request" or record["resource"] != kind:
             continue
         verb = record["verb"]
+        if verb not in verbs:
+            continue
         query = parse_qs(urlsplit(record["request_uri"]).query)
         if verb in ("list", "watch"):
             if (query.get(param) or [""])[0] != wanted:
