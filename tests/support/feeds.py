@@ -115,13 +115,24 @@ def feed_counts(kind: str = "pods") -> dict[str, int]:
 
 
 async def until_watching(
-    cluster: FakeCluster, kinds: tuple[str, ...] = ("pods", "events"), since: int = 0, within: float = 30
+    cluster: FakeCluster,
+    kinds: tuple[str, ...] = ("pods", "events"),
+    since: int = 0,
+    within: float = 30,
+    *,
+    selector: str | None = None,
 ) -> None:
-    """Until a feed of each of ``kinds`` has a watch answered (from the ``since``-th record on)."""
+    """Until a feed of each of ``kinds`` has a watch answered (from the ``since``-th record on);
+    ``selector``: the pods feed's, as :func:`feed_requests` takes it."""
 
     def watching(c: FakeCluster) -> bool:
         return all(
-            any(verb == "watch" and outcome == 200 for verb, _, outcome, _ in feed_requests(c, kind, since))
+            any(
+                outcome == 200
+                for _, _, outcome, _ in feed_requests(
+                    c, kind, since, selector=selector if kind == "pods" else None, verbs=("watch",)
+                )
+            )
             for kind in kinds
         )
 
