@@ -16,11 +16,12 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from airflow_k8s_retry.kube.clock import ManualClock
+from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import POD_EVENTS_SELECTOR, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR
 from airflow_k8s_retry.kube.watch_settings import HubSettings
@@ -179,6 +180,23 @@ class Recorder:
         self._drain()
         taken, self._taken = self.versions[self._taken :], len(self.versions)
         return taken
+
+
+async def probe(cluster: FakeCluster, pod: Mapping[str, Any]) -> Recorder:
+    """A subscription to ``pod`` on the running loop's shared feed of managed pods (no Events), as
+    a trigger's: the feed hands each change to every subscriber of the pod at once, so once this one
+    has a version, the trigger's subscription has it too. It adds no request."""
+    meta = pod["metadata"]
+    config = ClusterConfig(kube_config_path=str(cluster.kubeconfig))
+    sub = await WatchHub.current().subscribe(
+        config,
+        meta.get("namespace", "default"),
+        meta["name"],
+        meta["uid"],
+        label_selector=MANAGED_SELECTOR,
+        events=False,
+    )
+    return Recorder(sub)
 
 
 def version(cluster: FakeCluster, name: str, namespace: str = "default") -> int:

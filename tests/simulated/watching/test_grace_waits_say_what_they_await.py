@@ -22,7 +22,7 @@ from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.simulated.watching.test_every_default_rule_through_a_pod_lifecycle import stamped_signals
-from tests.support.feeds import mark, requests, until_watching
+from tests.support.feeds import mark, probe, requests, until_watching, version
 from tests.support.lab import Run, TriggerLog, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 #: How long a pending pod's trigger waits at most (the deadline of a pod that never starts).
@@ -66,6 +66,10 @@ async def test_a_rate_limited_pull_says_once_a_minute_what_it_awaits(
     signal = "image.rate_limited:base"
     await cluster_reaches(cluster, lambda c: signal in stamped_signals(c, name), 30)
     start = stamped_signals(cluster, name)[signal]
+    # The feed has delivered the stamp too: the trigger takes it in before its clock moves past
+    # the first minute, and hears nothing of the pod after that.
+    stamped = await probe(cluster, pod)
+    await stamped.until(version(cluster, name))
     since, until = hhmmss(start), hhmmss(start + 900)
     line = f"Pod {name}: image.rate_limited: waiting since {since}, giving up at {until}"
     # The grace's own timer stays as it was; a line a minute is a timer of its own.
