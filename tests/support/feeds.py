@@ -56,10 +56,13 @@ def mark(cluster: FakeCluster) -> int:
     return len(cluster.audit_records())
 
 
-def requests(cluster: FakeCluster, since: int = 0, *, verbs: tuple[str, ...] | None = None) -> list[Request]:
-    """Every request answered from the ``since``-th audit record on (of ``verbs``, if given)."""
+def requests(
+    cluster: FakeCluster, since: int = 0, until: int | None = None, *, verbs: tuple[str, ...] | None = None
+) -> list[Request]:
+    """Every request answered from the ``since``-th audit record on (up to the ``until``-th, if
+    given; of ``verbs``, if given)."""
     found = []
-    for record in cluster.audit_records()[since:]:
+    for record in cluster.audit_records()[since:until]:
         if record.get("kind") != "request" or (verbs is not None and record["verb"] not in verbs):
             continue
         found.append(
