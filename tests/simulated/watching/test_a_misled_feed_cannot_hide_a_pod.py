@@ -26,7 +26,7 @@ from airflow_k8s_retry.kube.naming import MANAGED_LABEL, TryIdentity
 from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import feed_requests, mark, requests, until_watching
-from tests.support.lab import Run, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 #: Simulated seconds from a pod's creation until it runs.
 STARTED = 0.3
@@ -131,6 +131,10 @@ async def test_a_live_pod_the_feed_called_gone_is_followed_again(
         await manual_clock.wait_for_sleeper(manual_clock.now() + RECHECK)
         assert run.events == []
         relisted = str(cluster.resource_version)
+        # The feed watches again from its listing (the trigger's look may come first or not).
+        await cluster_reaches(
+            cluster, lambda c: len(feed_requests(c, "pods", first, verbs=("watch",))) == 2, 30
+        )
         assert feed_requests(cluster, "pods", first, verbs=("list", "watch")) == [
             ("watch", "cluster", 200, listed),  # its stream's one event: 410 Expired
             ("list", "cluster", 200, None),
