@@ -147,3 +147,26 @@ async def cluster_reaches(cluster: FakeCluster, predicate: Any, within: float) -
     """Wait, without blocking the test's loop, until the cluster's state satisfies ``predicate``."""
     reached = await asyncio.to_thread(cluster.wait_for, predicate, within)
     assert reached, f"the cluster did not reach the expected state within {within} s"
+
+
+class TriggerLog:
+    """The lines the trigger logged (Airflow's structlog writes them to stdout), from ``capsys``."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        self.text = ""
+
+    def lines(self, containing: str) -> list[str]:
+        """The lines so far that contain ``containing``."""
+        self.text += self.capsys.readouterr().out
+        return [row for row in self.text.splitlines() if containing in row]
+
+    async def until(self, containing: str, count: int = 1, within: float = 30) -> list[str]:
+        """Wait until ``count`` lines contain ``containing``; return them. (Output has no event to
+        await: it is read again every 20 ms until the deadline.)"""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while len(found := self.lines(containing)) < count:
+            assert loop.time() < deadline, f"{count} line(s) with {containing!r} not logged within {within} s"
+            await asyncio.sleep(0.02)
+        return found

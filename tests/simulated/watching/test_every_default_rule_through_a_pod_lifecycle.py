@@ -3,6 +3,10 @@
 Grace timers run on a manual clock: the test waits until the trigger has stamped the signal's
 first-seen time on the pod, then moves the clock by exactly the default grace. No real minutes pass,
 and the default graces themselves are what is tested.
+
+The cluster runs on a manual clock too (each pod moves only as far as its case advances it, once the
+trigger waits on it through feeds that watch), and the hub's waits on a clock nobody advances: each
+case has one outcome whatever the machine's load, and makes exactly the reads (and deletes) listed.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
+from airflow_k8s_retry.triggers.tracker import GRACE_NOTE_EVERY
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.feeds import requests, until_watching
+from tests.support.lab import Run, TriggerLog, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 LONG = {"exit_code": 0, "duration_seconds": 100_000}
 SCENARIO = {
@@ -54,10 +60,29 @@ class Case:
     #: Wait for the pod to run before moving the clock.
     running: bool = False
     execution_timeout: float | None = None
+    #: Simulated seconds the cluster runs once the trigger waits on the pending pod (for a
+    #: disruption: until the pod runs), and after the disruption.
+    runs: float = 2.0
+    disrupted: float = 0.0
+    #: The reads and deletes of the pod, in order: (verb, status).
+    reads: tuple[tuple[str, int], ...] = (("get", 200),)
 
+
+#: Simulated seconds from a pod's creation until it runs.
+STARTED = 0.3
+#: A disruption of a running pod, run to its end (the container stops within 0.55 s).
+DISRUPTED: dict[str, Any] = {"runs": STARTED, "disrupted": 1.0}
+#: The trigger's poll interval (used only if RBAC forbade watching): three of them, its quiet limit,
+#: end after every grace here, so when a grace ends the trigger judges what the feed gave it, however
+#: late (on its clock) it took that in, and reads the pod only for its last look.
+QUIET_POLL = 2000.0
+#: How long a pending pod's trigger waits at most (the deadline of a pod that never starts).
+PENDING_WAIT = 900.0
+#: When a trigger that has seen its pod running looks again (on its own clock).
+RECHECK = 600.0
 
 CASES = {
-    "succeeded": Case("ok:1", Outcome.SUCCEED, "pod.succeeded"),
+    "succeeded": Case("ok:1", Outcome.SUCCEED, "pod.succeeded", reads=()),
     "invalid image name fails at once": Case("Bad_Name:1", Outcome.FAIL, "image.invalid_name"),
     "image not found waits 90 s": Case(
         "ghost:1", Outcome.RETRY, "image.not_found", grace=90, signal="image.not_found:base"
@@ -66,7 +91,11 @@ CASES = {
         "private:1", Outcome.RETRY, "image.unauthorized", grace=120, signal="image.unauthorized:base"
     ),
     "rate-limited pull waits 15 min": Case(
-        "busy:1", Outcome.RETRY, "image.rate_limited", grace=900, signal="image.rate_limited:base"
+        "busy:1",
+        Outcome.RETRY,
+        "image.rate_limited",
+        grace=900,
+        signal="image.rate_limited:base",
     ),
     "missing secret waits 60 s": Case(
         "long:1",
@@ -98,18 +127,36 @@ CASES = {
         "fails:1", Outcome.FAIL, "container.exit_code", policy={"fail_on_exit_codes": [3]}
     ),
     "exit code in skip_on_exit_codes skips": Case(
-        "fails:1", Outcome.SKIP, "container.exit_code", policy={"skip_on_exit_codes": [3]}
+        "fails:1", Outcome.SKIP, "container.exit_code", policy={"skip_on_exit_codes": [3]}, reads=()
     ),
     "active deadline exceeded retries": Case(
-        "long:1", Outcome.RETRY, "pod.deadline_exceeded", pod={"spec": {"activeDeadlineSeconds": 5}}
+        "long:1", Outcome.RETRY, "pod.deadline_exceeded", pod={"spec": {"activeDeadlineSeconds": 5}}, runs=6
     ),
-    "eviction relaunches": Case("long:1", Outcome.RELAUNCH, "node.disruption", disrupt="evict"),
-    "preemption relaunches": Case("long:1", Outcome.RELAUNCH, "node.disruption", disrupt="preempt"),
-    # The simulator's lost node is followed by the taint manager's DisruptionTarget, as in a cluster.
-    "lost node relaunches": Case("long:1", Outcome.RELAUNCH, "node.disruption", disrupt="node_lost"),
+    # Evicted: the pod stays, Failed; the last look reads it.
+    "eviction relaunches": Case("long:1", Outcome.RELAUNCH, "node.disruption", **DISRUPTED, disrupt="evict"),
+    # Preempted: its container stops and the pod is gone before the trigger looks at it again.
+    "preemption relaunches": Case(
+        "long:1", Outcome.RELAUNCH, "node.disruption", **DISRUPTED, disrupt="preempt", reads=(("get", 404),)
+    ),
+    # The simulator's lost node is followed by the taint manager's DisruptionTarget, as in a cluster
+    # (40 s until the node is NotReady, 300 s more until the eviction, then the pod is removed).
+    "lost node relaunches": Case(
+        "long:1",
+        Outcome.RELAUNCH,
+        "node.disruption",
+        runs=STARTED,
+        disrupt="node_lost",
+        disrupted=410,
+        reads=(("get", 404),),
+    ),
     # Removed at once (grace period 0): a graceful deletion's SIGTERM exit would be an exit code.
     "deleted by someone else retries": Case(
-        "long:1", Outcome.RETRY, "pod.deleted_externally", disrupt="force_delete"
+        "long:1",
+        Outcome.RETRY,
+        "pod.deleted_externally",
+        runs=STARTED,
+        disrupt="force_delete",
+        reads=(("delete", 200), ("get", 404)),  # the DELETE is the test's
     ),
     "execution timeout retries": Case(
         "long:1",
@@ -119,13 +166,16 @@ CASES = {
         grace=3600,
         running=True,
         timer=600,
+        runs=STARTED,
+        # No last look: at the deadline the owned pod is deleted at once, after a read of it.
+        reads=(("get", 200), ("delete", 200)),
     ),
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster() -> Iterator[FakeCluster]:
-    with FakeCluster(SCENARIO, time_scale=0.01) as running:
+    with FakeCluster(SCENARIO, clock="manual") as running:
         yield running
 
 
@@ -158,9 +208,31 @@ def body_for(identity: TryIdentity, case: Case) -> dict[str, Any]:
     return body
 
 
+async def before_the_end(case: Case, start: float, clock: ManualClock, log: TriggerLog) -> None:
+    """Move the trigger's clock to a second before the grace ends; return once the trigger took in
+    what fell due meanwhile (a progress line a minute; a running pod's re-check) and waits again."""
+    assert case.grace is not None
+    lines = len(log.lines(": waiting since "))
+    clock.advance(case.grace - 1)
+    if case.timer is not None:
+        # Woken for its re-check, it waits for the deadline now, the sooner of its two timers.
+        await clock.wait_for_sleeper(start + case.grace)
+    elif case.grace > GRACE_NOTE_EVERY:
+        # Woken for its line (logged once the wait ended), it waits for the same end again.
+        await log.until(": waiting since ", count=lines + 1)
+        await clock.wait_for_sleeper(start + case.grace)
+    else:
+        assert all(at > clock.now() for at in clock.deadlines)  # nothing fell due: it still waits
+
+
 @pytest.mark.parametrize("name", list(CASES))
 async def test_default_rule(
-    name: str, cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock
+    name: str,
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    manual_clock: ManualClock,
+    held_hub: ManualClock,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     case = CASES[name]
     use_cluster(monkeypatch, cluster)
@@ -172,30 +244,38 @@ async def test_default_rule(
     if case.execution_timeout is not None:
         deadline = manual_clock.now() + case.execution_timeout
     policy = FailurePolicy.from_payload(case.policy).to_payload() if case.policy else None
-    run = Run(trigger_for(pod, identity, policy=policy, execution_deadline=deadline)).start()
+    trigger = trigger_for(pod, identity, policy=policy, execution_deadline=deadline, poll_interval=QUIET_POLL)
+    run = Run(trigger).start()
+    # The feeds watch, the trigger waits on the pending pod; then the pod goes as far as the case runs.
+    await until_watching(cluster)
+    await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+    cluster.advance(case.runs)
 
     if case.disrupt or case.running:
-        await cluster_reaches(cluster, lambda c: phase(c, pod_name) == "Running", 10)
+        assert phase(cluster, pod_name) == "Running"
     if case.disrupt:
         # Once the trigger has seen it running (it sleeps until the running re-check), take it away.
-        await manual_clock.wait_for_sleeper(manual_clock.now() + 600)
+        await manual_clock.wait_for_sleeper(manual_clock.now() + RECHECK)
         if case.disrupt == "force_delete":
             force_delete(cluster, pod_name)
         else:
             cluster.disrupt(pod_name, case.disrupt)
+        cluster.advance(case.disrupted)
     start = manual_clock.now()
     if case.signal is not None:
         signal = case.signal
-        await cluster_reaches(cluster, lambda c: signal in stamped_signals(c, pod_name), 10)
+        await cluster_reaches(cluster, lambda c: signal in stamped_signals(c, pod_name), 30)
         start = stamped_signals(cluster, pod_name)[signal]
     if case.grace is not None:
         # The trigger's timer is set for exactly the end of the grace, counted from first seen.
         timer = case.timer if case.timer is not None else case.grace
         await manual_clock.wait_for_sleeper(start + timer)
-        manual_clock.advance(case.grace - 1)
+        await before_the_end(case, start, manual_clock, TriggerLog(capsys))
         assert run.events == []
         manual_clock.advance(1)
 
-    event = await run.finish(within=10)
+    event = await run.finish(within=30)
     assert (event.verdict.outcome, event.verdict.reason.value) == (case.outcome, case.reason), event.verdict
     assert event.pod_uid == pod["metadata"]["uid"] and event.pod_name == pod_name
+    done = [(verb, status) for verb, _, _, status in requests(cluster, verbs=("get", "delete"))]
+    assert done == list(case.reads)

@@ -5,6 +5,10 @@ feed and fires, the operator reads logs and XCom, stamps and deletes the pod) ru
 holding exactly the manifests' rules: the Role alone (one watch per namespace), and the Role with
 the ClusterRole (one watch for all namespaces). Without any one of the trigger's verbs, the log
 says in one line which verb on which resource is missing.
+
+The cluster runs on a manual clock (the pod moves only when the test advances it), the hub's feeds
+wait (backoff, polling) on a clock nobody advances and the trigger's clock stands still, so the
+requests asserted are exactly those made, and each refusal is logged at a step the test waits for.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.operators import RetryingPodOperator
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
+from tests.support.feeds import requests, until_watching
 from tests.support.lab import Run
 from tests.support.paths import REPO
 
@@ -38,6 +43,12 @@ SCENARIO = {
         "ghost:1": {"pull": "not_found"},
     }
 }
+#: Simulated seconds from the pod's creation: its first pull is refused; it has run its 60 s.
+PULL_REFUSED, DONE = 0.4, 61.0
+#: How long a pending pod's trigger waits at most (the deadline of a pod that never starts).
+PENDING_WAIT = 900.0
+#: A deleted pod's container stops within this many simulated seconds, and the pod is gone.
+STOPPED = 1.0
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -101,10 +112,11 @@ def test_the_manifests_hold_exactly_the_rules_the_code_documents() -> None:
 
 
 async def run_lifecycle(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, kubeconfig: Path
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, kubeconfig: Path, trigger_clock: ManualClock
 ) -> dict[str, Any]:
     """execute -> defer -> the trigger -> execute_complete, under ``kubeconfig``'s token."""
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setattr(PodStateTrigger, "clock", trigger_clock)
     ti = TaskInstanceStandIn()
     context = {"ti": ti, "run_id": ti.run_id}
     op = RetryingPodOperator(
@@ -114,44 +126,72 @@ async def run_lifecycle(
         await asyncio.to_thread(op.execute, context)
     trigger = deferred.value.trigger
     assert isinstance(trigger, PodStateTrigger)
-    event = await Run(trigger).start().finish(within=60)
+    run = Run(trigger).start()
+    # The trigger waits on the pending pod through feeds that watch; then the pod runs to its end.
+    await until_watching(cluster)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + PENDING_WAIT)
+    cluster.advance(DONE)
+    event = await run.finish(within=30)
     result = await asyncio.to_thread(op.execute_complete, context, event.to_payload())
-    await asyncio.to_thread(cluster.wait_for, lambda c: c.pod(trigger.pod_name) is None, 10)
+    # The operator deleted the pod (gracefully: the kubelet stops it, then it is gone).
+    cluster.advance(STOPPED)
     assert cluster.pod(trigger.pod_name) is None, "the pod was deleted"
     return {"result": result, "event": event}
 
 
-def refused(cluster: FakeCluster) -> list[tuple[str, str, str | None]]:
-    return [
-        (r["verb"], r["resource"], r["namespace"])
-        for r in cluster.audit_records()
-        if r.get("kind") == "request" and r.get("status") == 403
-    ]
+def refused(cluster: FakeCluster) -> list[tuple[str, str, str]]:
+    """(verb, resource, namespace or "cluster") of every request answered 403, in order."""
+    return [(verb, resource, where) for verb, resource, where, status in requests(cluster) if status == 403]
+
+
+#: What the whole lifecycle asks of the API besides the feeds' LISTs and WATCHes, in order: the
+#: operator creates the pod; once the trigger saw it succeed (no last look for a success), the
+#: operator reads it and its log, reads the XCom and stops the sidecar (an exec each), stamps the
+#: verdict and deletes the pod.
+LIFECYCLE = [
+    ("create", "pods", "default", 201),
+    ("get", "pods", "default", 200),
+    ("get", "pods/log", "default", 200),
+    ("get", "pods", "default", 200),
+    ("get", "pods", "default", 200),
+    ("create", "pods/exec", "default", 101),
+    ("create", "pods/exec", "default", 101),
+    ("patch", "pods", "default", 200),
+    ("delete", "pods", "default", 200),
+]
 
 
 @pytest.mark.parametrize("cluster_role", [False, True], ids=["role", "role+clusterrole"])
 async def test_the_whole_lifecycle_runs_under_exactly_these_rules(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cluster_role: bool
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    cluster_role: bool,
+    manual_clock: ManualClock,
+    held_hub: ManualClock,
 ) -> None:
-    with FakeCluster(SCENARIO, time_scale=0.01, audit=tmp_path / "audit.jsonl") as cluster:
+    with FakeCluster(SCENARIO, clock="manual", audit=tmp_path / "audit.jsonl") as cluster:
         kubeconfig = cluster.grant(
             "least-privilege",
             granted(["default"], cluster_role=cluster_role),
             user="system:serviceaccount:airflow:airflow-k8s-retry",
         )
-        outcome = await run_lifecycle(cluster, monkeypatch, kubeconfig)
+        outcome = await run_lifecycle(cluster, monkeypatch, kubeconfig, manual_clock)
         assert outcome["event"].verdict.outcome.value == "succeed"
         assert outcome["result"] == {"n": 1}
         if cluster_role:
             assert refused(cluster) == []
         else:
             # The one refusal the code expects: the cluster-wide feeds, once each, then per namespace.
-            assert sorted(refused(cluster)) == [("list", "events", None), ("list", "pods", None)]
-        used = {
-            (r["verb"], r["resource"])
-            for r in cluster.audit_records()
-            if r.get("kind") == "request" and r.get("status") not in (401, 403)
-        }
+            assert sorted(refused(cluster)) == [("list", "events", "cluster"), ("list", "pods", "cluster")]
+        # Per namespace under the Role alone (after the one refusal), or one for the cluster.
+        where = "cluster" if cluster_role else "default"
+        feeds = [(verb, kind, where, 200) for verb in ("list", "watch") for kind in ("events", "pods")]
+        if not cluster_role:
+            feeds += [("list", "events", "cluster", 403), ("list", "pods", "cluster", 403)]
+        made = requests(cluster)
+        assert sorted(r for r in made if r[0] in ("list", "watch")) == sorted(feeds)
+        assert [r for r in made if r[0] not in ("list", "watch")] == LIFECYCLE
+        used = {(verb, resource) for verb, resource, _, status in made if status not in (401, 403)}
         allowed = {(v, r) for _, r, verbs in rbac.NAMESPACED_RULES for v in verbs}
         assert used <= allowed
 
@@ -165,10 +205,11 @@ async def test_a_missing_verb_is_named_in_one_line(
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
     manual_clock: ManualClock,
+    held_hub: ManualClock,
     verb: str,
     resource: str,
 ) -> None:
-    with FakeCluster(SCENARIO, time_scale=0.01) as cluster:
+    with FakeCluster(SCENARIO, clock="manual") as cluster:
         rules = granted(["default"], cluster_role=False, without=(verb, resource))
         kubeconfig = cluster.grant("short-of-one", rules)
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
@@ -193,29 +234,37 @@ async def test_a_missing_verb_is_named_in_one_line(
 
         with caplog.at_level(logging.ERROR):
             run = Run(trigger).start()
-            # The trigger sees the pod (through whatever the rules still allow) and settles.
-            await manual_clock.wait_for_sleeper(within=30)
-            await asyncio.to_thread(cluster.wait_for, lambda c: (verb, resource, "default") in refused(c), 20)
-            # The refusal reached the server; its answer reaches the client and is logged after.
-            for _ in range(400):
-                if named():
-                    break
-                await asyncio.sleep(0.05)
+            # The trigger sees the pending pod (through whatever the rules still allow) and waits.
+            await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+            if (verb, resource) == ("patch", "pods"):
+                # The pull is refused: the trigger stamps the first-seen time of that at once, is
+                # refused, says so, and waits out the grace.
+                cluster.advance(PULL_REFUSED)
+                await manual_clock.wait_for_sleeper(manual_clock.now() + 90)
+            else:
+                # The feed refused says so, then waits on the hub's clock (it polls instead).
+                await held_hub.wait_for_sleeper(later_than=held_hub.now())
             await run.stop()
-        assert named(), f"no error naming {verb} {resource}: {errors()}"
+        assert len(named()) == 1, f"not one error naming {verb} {resource}: {errors()}"
         assert all("\n" not in line for line in named())
+        # Refused: each kind's cluster-wide LIST (a Role grants none), then the missing verb, once.
+        assert sorted(refused(cluster)) == sorted(
+            [("list", "events", "cluster"), ("list", "pods", "cluster"), (verb, resource, "default")]
+        )
 
 
 async def test_without_pods_exec_the_xcom_read_names_the_verb(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, manual_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     from airflow_k8s_retry.kube.errors import Forbidden
 
-    with FakeCluster(SCENARIO, time_scale=0.01, audit=tmp_path / "audit.jsonl") as cluster:
+    with FakeCluster(SCENARIO, clock="manual", audit=tmp_path / "audit.jsonl") as cluster:
         rules = [r for r in granted(["default"], cluster_role=True) if r["resources"] != ["pods/exec"]]
         kubeconfig = cluster.grant("no-exec", rules)
         with pytest.raises(Forbidden) as refused_read:
-            await run_lifecycle(cluster, monkeypatch, kubeconfig)
+            await run_lifecycle(cluster, monkeypatch, kubeconfig, manual_clock)
+        # Refused: the XCom read, and the sidecar's stop after it (an exec each), nothing else.
+        assert refused(cluster) == [("create", "pods/exec", "default")] * 2
         message = str(refused_read.value)
         assert "\n" not in message
         # The API's own message stops at "is forbidden: " (as kube-apiserver's does without

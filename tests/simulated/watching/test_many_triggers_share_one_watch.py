@@ -1,6 +1,10 @@
 """Two hundred triggers in one event loop cost one LIST+WATCH for the cluster, and nothing while pods run.
 
 Also measures the API requests of one pod's whole life, for the figures in docs/trigger.md.
+
+The cluster runs on a manual clock (the pods move only as far as the test advances them), the hub's
+feeds wait on a clock nobody advances, and the triggers' clock moves only where a test says so: the
+requests asserted are exactly those the triggers made, from the simulator's audit.
 """
 
 from __future__ import annotations
@@ -19,14 +23,13 @@ from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
+from airflow_k8s_retry.triggers import pod as trigger_module
+from airflow_k8s_retry.triggers.tracker import HISTORY_SETTLE
 from airflow_k8s_retry_testing import FakeCluster
+from tests.support.feeds import Request, mark, probe, requests, until_watching, version
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 PODS = 200
-#: 60 simulated seconds of running at 0.05 real seconds per simulated second: 3 real seconds.
-#: The 200 pods run 300 simulated seconds (15 real seconds), so that all of them are running at
-#: once even when creating and scheduling them is slow (a busy machine took more than 3 real
-#: seconds to start the last one).
 SCENARIO = {
     "images": {
         "job:1": {"pull": "ok", "run": {"exit_code": 0, "duration_seconds": 60}},
@@ -34,19 +37,38 @@ SCENARIO = {
         "ghost:1": {"pull": "not_found"},
     }
 }
+#: Simulated seconds from a pod's creation: it runs; its first pull is refused.
+STARTED, PULL_REFUSED = 0.3, 0.4
+#: How long a pending pod's trigger waits at most (the deadline of a pod that never starts).
+PENDING_WAIT = 900.0
+#: When a trigger that has seen its pod running looks again (on its own clock).
+RECHECK = 600.0
+#: The after-firing check's first pause (on the trigger's clock).
+FIRST_LOOK = 5.0
+#: The feeds of one loop: a LIST and a WATCH each for pods and their Events, over the whole cluster.
+FEEDS = [
+    ("list", "events", "cluster", 200),
+    ("list", "pods", "cluster", 200),
+    ("watch", "events", "cluster", 200),
+    ("watch", "pods", "cluster", 200),
+]
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(SCENARIO, time_scale=0.05, audit=tmp_path / "audit.jsonl") as running:
+    with FakeCluster(SCENARIO, clock="manual", audit=tmp_path / "audit.jsonl") as running:
         running.add_namespace("second")
         yield running
 
 
-def trigger_requests(cluster: FakeCluster) -> Counter[tuple[str, str]]:
+def trigger_requests(cluster: FakeCluster, since: int = 0, until: int | None = None) -> list[Request]:
     """Requests made by the triggers: everything but the test's own pod creations."""
-    counts = cluster.request_counts()
-    return Counter({key: n for key, n in counts.items() if key[0] != "create"})
+    return [r for r in requests(cluster, since, until) if r[0] != "create"]
+
+
+def counted(made: list[Request]) -> dict[tuple[str, str], int]:
+    """How many requests of each (verb, resource), for the figures in docs/trigger.md."""
+    return dict(sorted(Counter(r[:2] for r in made).items()))
 
 
 def delete_pods(cluster: FakeCluster, pods: list[dict[str, Any]]) -> None:
@@ -62,100 +84,145 @@ def delete_pods(cluster: FakeCluster, pods: list[dict[str, Any]]) -> None:
         api.close()
 
 
+def annotate(cluster: FakeCluster, pod: dict[str, Any]) -> None:
+    from kubernetes import client as k
+
+    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    try:
+        body = {"metadata": {"annotations": {"example.com/probe": "1"}}}
+        k.CoreV1Api(api).patch_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], body)
+    finally:
+        api.close()
+
+
 def phases(cluster: FakeCluster) -> Counter[str]:
     return Counter(p["status"].get("phase", "") for p in cluster.all_pods())
 
 
-async def test_one_pod_whole_life_requests(cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_one_pod_whole_life_requests(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+) -> None:
     use_cluster(monkeypatch, cluster)
+    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)  # held still: the pod starts at once
     identity = TryIdentity("measure", "single", "run-1")
     pod = create_pod(cluster, pod_body(identity, "job:1"))
-    event = await Run(trigger_for(pod, identity)).start().finish(within=30)
+    run = Run(trigger_for(pod, identity)).start()
+    await until_watching(cluster)
+    await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+    cluster.advance(61)  # started within a second, then 60 s of running
+    event = await run.finish(within=30)
     assert event.verdict.outcome is Outcome.SUCCEED
-    requests = trigger_requests(cluster)
-    print(f"\none pod, whole life: {dict(sorted(requests.items()))}")
-    # One LIST and one WATCH each for pods and events; at most one history annotation patch
-    # (first seen pending); no GET, because nothing failed and needed a last look.
-    assert requests[("list", "pods")] == 1 and requests[("watch", "pods")] == 1
-    assert requests[("list", "events")] == 1 and requests[("watch", "events")] == 1
-    assert requests[("get", "pods")] == 0
-    assert requests[("patch", "pods")] <= 1
-    assert sum(requests.values()) <= 5
+    made = trigger_requests(cluster)
+    print(f"\none pod, whole life: {counted(made)}")
+    # One LIST and one WATCH each for pods and events; no GET, because nothing failed and needed a
+    # last look; no stamp, because the pod started before its first-seen time was due to be written.
+    assert sorted(made) == FEEDS
 
 
 async def test_one_failing_pod_whole_life_requests(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     use_cluster(monkeypatch, cluster)
     monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     identity = TryIdentity("measure", "failing", "run-1")
     pod = create_pod(cluster, pod_body(identity, "ghost:1"))
     run = Run(trigger_for(pod, identity)).start()
+    await until_watching(cluster)
+    await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+    watching = mark(cluster)
+    cluster.advance(PULL_REFUSED)
     await manual_clock.wait_for_sleeper(manual_clock.now() + 90)
     manual_clock.advance(90)
     event = await run.finish(within=30)
     assert event.verdict.reason.value == "image.not_found"
-    requests = trigger_requests(cluster)
-    print(f"\none failing pod (image not found), whole life: {dict(sorted(requests.items()))}")
-    # The shared feeds, one GET for the last look, and a PATCH each time a new signal is first seen.
-    assert requests[("get", "pods")] == 1
-    assert 1 <= requests[("patch", "pods")] <= 3
-    assert requests[("list", "pods")] == 1 and requests[("watch", "pods")] == 1
+    made = trigger_requests(cluster)
+    print(f"\none failing pod (image not found), whole life: {counted(made)}")
+    # The shared feeds; then a PATCH when the refused pull is first seen (its grace timer starts),
+    # and one GET for the last look.
+    assert sorted(trigger_requests(cluster, 0, watching)) == FEEDS
+    assert trigger_requests(cluster, watching) == [
+        ("patch", "pods", "default", 200),
+        ("get", "pods", "default", 200),
+    ]
 
 
 async def test_two_hundred_triggers_in_two_namespaces_share_one_watch(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     use_cluster(monkeypatch, cluster)
     monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
+    asked: list[TryIdentity] = []
+
+    async def lookup(identity: TryIdentity) -> str | None:
+        asked.append(identity)
+        return "running"
+
+    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
     pods = []
     for i in range(PODS):
         identity = TryIdentity("measure", f"task{i}", "run-1")
         namespace = "default" if i % 2 == 0 else "second"
         pods.append((identity, create_pod(cluster, pod_body(identity, "job:many"), namespace=namespace)))
     runs = [Run(trigger_for(pod, identity)).start() for identity, pod in pods]
-
-    # Steady state: every pod runs and every trigger is subscribed. From here until the first pod
-    # finishes, the triggers must not touch the API at all.
-    await cluster_reaches(cluster, lambda c: phases(c)["Running"] == PODS, 30)
-    # Every trigger has seen its pod running and sleeps until its next re-check.
-    await manual_clock.wait_for_sleeper(manual_clock.now() + 600, count=PODS, within=30)
+    await until_watching(cluster)
+    started = manual_clock.now()
+    await manual_clock.wait_for_sleeper(started + PENDING_WAIT, count=PODS, within=60)
+    # 5 s on, each trigger stamps when it first saw its pod pending (a history that bears on no
+    # grace timer waits that long): the one request per pod.
+    manual_clock.advance(HISTORY_SETTLE)
+    await cluster_reaches(cluster, lambda c: len(requests(c, verbs=("patch",))) == PODS, 60)
+    # Steady state: every pod runs and every trigger has seen it running (it sleeps until its next
+    # re-check). From here until the pods finish, the triggers must not touch the API at all.
+    cluster.advance(STARTED)
+    assert phases(cluster)["Running"] == PODS
+    await manual_clock.wait_for_sleeper(started + HISTORY_SETTLE + RECHECK, count=PODS, within=60)
     hub = WatchHub.current()
     assert sum(s.subscribers for s in hub.stats() if s.kind == "pods") == PODS
-    before = trigger_requests(cluster)
-    await cluster_reaches(cluster, lambda c: phases(c)["Succeeded"] >= 1, 30)
-    during = trigger_requests(cluster) - before
-    # Nothing per pod: no GET, no LIST, no PATCH. (A feed's first WATCH may still be opening; the
-    # totals below show there is one per namespace and kind for the whole run.)
-    assert {k: n for k, n in during.items() if k[0] != "watch"} == {}, f"while {PODS} pods ran: {during}"
+    steady = mark(cluster)
+    # The pods run 299 s more (bookmarks come every 60 s meanwhile); a change of the test's own,
+    # delivered on the same watch after them, shows the feed has read all that came before.
+    follower = await probe(cluster, pods[0][1])
+    cluster.advance(299)
+    assert phases(cluster)["Running"] == PODS
+    own = mark(cluster)
+    annotate(cluster, pods[0][1])
+    own_end = mark(cluster)
+    await follower.until(version(cluster, pods[0][1]["metadata"]["name"]))
+    await follower.sub.close()
+    # Nothing per pod while they ran: no GET, no LIST, no PATCH, no re-watch.
+    assert requests(cluster, steady) == [("patch", "pods", "default", 200)]  # the test's own
+    assert requests(cluster, own, own_end) == [("patch", "pods", "default", 200)]
 
+    cluster.advance(1)
+    assert phases(cluster)["Succeeded"] == PODS
     events = await asyncio.gather(*(run.finish(within=60) for run in runs))
     assert [e.verdict.outcome for e in events] == [Outcome.SUCCEED] * PODS
     assert {e.pod_uid for e in events} == {pod["metadata"]["uid"] for _, pod in pods}
 
-    requests = trigger_requests(cluster)
-    print(f"\n{PODS} pods in 2 namespaces: {dict(sorted(requests.items()))}")
+    made = trigger_requests(cluster, 0, own) + trigger_requests(cluster, own_end)
+    print(f"\n{PODS} pods in 2 namespaces: {counted(made)}")
     # One cluster-wide feed for pods and one for their Events, whatever the number of pods and
-    # namespaces (tests/watching/test_watch_scope.py: one per namespace where RBAC says so).
-    assert requests[("watch", "pods")] == 1 and requests[("list", "pods")] == 1
-    assert requests[("watch", "events")] == 1 and requests[("list", "events")] == 1
-    assert requests[("get", "pods")] == 0
-    # The only per-pod requests: saving the classifier history when a pod is first seen pending.
-    assert requests[("patch", "pods")] <= PODS
+    # namespaces (test_watch_scope_and_connections.py: one per namespace where RBAC says so); the
+    # only per-pod requests: saving the classifier history when a pod is first seen pending.
+    stamps = [("patch", "pods", "default", 200), ("patch", "pods", "second", 200)] * (PODS // 2)
+    assert sorted(made) == sorted(FEEDS + stamps)
     # The triggers' after-firing checks follow their pods on the feeds, with no request, until the
     # pods are gone (deleted by the workers that resume the tasks, here by the test); the last one
-    # out closes the feeds.
+    # out closes the feeds. The checks wait for their first look meanwhile.
     assert sum(s.subscribers for s in hub.stats() if s.kind == "pods") == PODS
+    await manual_clock.wait_for_sleeper(manual_clock.now() + FIRST_LOOK, count=PODS, within=60)
+    last = await probe(cluster, pods[-1][1])  # deleted last: once it has its deletion, all have
+    deleted = mark(cluster)
     await asyncio.to_thread(delete_pods, cluster, [pod for _, pod in pods])
-    await cluster_reaches(
-        cluster,
-        lambda c: not any(c.pod(p["metadata"]["name"], p["metadata"]["namespace"]) for _, p in pods),
-        30,
-    )
-    manual_clock.advance(5.0)
-    for _ in range(200):
-        if not hub.stats():
-            break
-        await asyncio.sleep(0.05)
+    while not last.sub.gone_by_now():
+        assert await last.sub.wait(within=30), "the feed did not deliver the last deletion"
+    await last.sub.close()
+    checks = {f for f in trigger_module._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
+    assert len(checks) == PODS
+    manual_clock.advance(FIRST_LOOK)
+    done, _ = await asyncio.wait(checks, timeout=60)
+    assert done == checks and asked == []
     assert hub.stats() == []
-    assert trigger_requests(cluster) - Counter({("delete", "pods"): PODS}) == requests
+    assert requests(cluster, deleted) == [
+        ("delete", "pods", pod["metadata"]["namespace"], 200) for _, pod in pods
+    ]

@@ -4,6 +4,11 @@ Airflow 3.3.0-3.3.2 also call ``on_kill`` when a trigger merely moves to another
 task instance is still deferred then, and the live pod must survive the hand-over. After another
 triggerer fired, the task instance is scheduled, queued or running and the worker owns the pod.
 A deleted DAG run leaves no task instance at all: nobody else will delete the pod.
+
+The cluster runs on a manual clock (a pod moves, and a deleted one goes, only when the test advances
+it), the hub's feeds wait on a clock nobody advances, and the triggers' clock moves only to each pause
+the code under test sleeps for: every step has one outcome, and the tests assert the exact requests
+(from the simulator's audit) and pauses.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import pytest
 
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
+from airflow_k8s_retry.triggers import pod as trigger_module
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.feeds import Request, mark, requests, until_watching
+from tests.support.lab import Run, create_pod, pod_body, trigger_for, use_cluster
 
 SCENARIO = {
     "images": {
@@ -28,12 +36,30 @@ SCENARIO = {
         "fails:1": {"pull": "ok", "run": {"exit_code": 1, "duration_seconds": 1}},
     }
 }
+#: Simulated seconds from a pod's creation: it runs; a failing one has failed (it runs 1 s).
+STARTED, FAILED = 0.3, 2.0
+#: A deleted pod's container stops within this many simulated seconds, and the pod is gone.
+STOPPED = 1.0
+#: How long a pending pod's trigger waits at most (the deadline of a pod that never starts).
+PENDING_WAIT = 900.0
+#: When a trigger that has seen its pod running looks again (on its own clock).
+RECHECK = 600.0
+#: What the kill makes once it decided to delete, per attempt: a read of the pod, then its DELETE.
+READ = ("get", "pods", "default", 200)
+DELETED = ("delete", "pods", "default", 200)
 
 
 @pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    with FakeCluster(SCENARIO, time_scale=0.01) as running:
+def cluster(held_hub: ManualClock) -> Iterator[FakeCluster]:
+    with FakeCluster(SCENARIO, clock="manual") as running:
         yield running
+
+
+def gone_once_stopped(cluster: FakeCluster, name: str) -> None:
+    """The pod was deleted: once its container stopped (a running pod's deletion is graceful), it is
+    gone."""
+    cluster.advance(STOPPED)
+    assert cluster.pod(name) is None
 
 
 class StateLookup:
@@ -61,8 +87,8 @@ async def running_pod(
     monkeypatch.setattr(PodStateTrigger, "clock", clock)
     identity = TryIdentity("kill", "task", "run-1", map_index=2)
     pod = create_pod(cluster, pod_body(identity, "long:1"))
-    name = pod["metadata"]["name"]
-    await cluster_reaches(cluster, lambda c: (c.pod(name) or {})["status"].get("phase") == "Running", 10)
+    cluster.advance(STARTED)
+    assert (cluster.pod(pod["metadata"]["name"]) or {})["status"]["phase"] == "Running"
     return clock, identity, pod
 
 
@@ -78,21 +104,50 @@ async def stopped_trigger(
     clock, identity, pod = await running_pod(cluster, monkeypatch, lookup, kubeconfig)
     name = pod["metadata"]["name"]
     run = Run(trigger_for(pod, identity if owned else None, owned=owned)).start()
-    # The trigger has seen the pod running and sleeps until its next re-check.
-    await clock.wait_for_sleeper(clock.now() + 600)
+    # The trigger has seen the pod running (it sleeps until its next re-check) through feeds that
+    # watch (with no label selector for a pod the task did not create).
+    await until_watching(cluster, selector=None if owned else "")
+    await clock.wait_for_sleeper(clock.now() + RECHECK)
     await run.stop()
     return run.trigger, name, identity
 
 
-async def on_kill_on_the_clock(trigger: PodStateTrigger) -> None:
-    """``on_kill``, moving the trigger's manual clock on while it backs off between attempts."""
+def since_the_stop(cluster: FakeCluster) -> list[Request]:
+    """The requests after the trigger's feeds were up: the kill's (the stopped trigger made none)."""
+    made = requests(cluster)
+    last_watch = max(i for i, request in enumerate(made) if request[0] == "watch")
+    return made[last_watch + 1 :]
+
+
+def kill_work() -> set[asyncio.Future[None]]:
+    """The kill work and after-firing checks under way on this event loop."""
+    return {f for f in trigger_module._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
+
+
+async def on_clock(clock: ManualClock, work: set[asyncio.Future[Any]]) -> list[float]:
+    """Move the clock to each pause ``work`` sleeps for, as soon as it sleeps, until it is done (however
+    slowly a busy machine runs it); the pauses, in order."""
+    pauses = []
+    while not all(future.done() for future in work):
+        sleeper = asyncio.ensure_future(clock.wait_for_sleeper(later_than=clock.now(), within=30))
+        done, _ = await asyncio.wait({sleeper, *work}, return_when=asyncio.FIRST_COMPLETED)
+        if sleeper in done:
+            pauses.append(sleeper.result() - clock.now())
+            clock.set(sleeper.result())
+        else:
+            sleeper.cancel()
+            await asyncio.gather(sleeper, return_exceptions=True)
+    for future in work:
+        future.result()  # the work itself raised nothing
+    return pauses
+
+
+async def on_kill_on_the_clock(trigger: PodStateTrigger) -> list[float]:
+    """``on_kill``, moving the trigger's manual clock on to each pause it backs off for between
+    attempts; those pauses."""
     clock = trigger.clock
     assert isinstance(clock, ManualClock)
-    killing = asyncio.ensure_future(trigger.on_kill())
-    while not killing.done():
-        await asyncio.wait({killing}, timeout=0.05)
-        clock.advance(1.0)
-    await killing
+    return await on_clock(clock, {asyncio.ensure_future(trigger.on_kill())})
 
 
 async def kill(
@@ -111,18 +166,20 @@ async def test_hand_over_to_another_triggerer_keeps_the_pod(
     name, identity = await kill(cluster, monkeypatch, lookup)
     assert lookup.asked == [identity]
     assert cluster.pod(name) is not None
-    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert since_the_stop(cluster) == []  # not even a read of the pod
 
 
 async def test_a_real_kill_deletes_the_pod_by_uid(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name, _ = await kill(cluster, monkeypatch, StateLookup("failed"))
-    assert cluster.request_counts()[("delete", "pods")] == 1
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
-    records = cluster.audit_records()
-    deletion = [r for r in records if r.get("verb") == "delete" and r.get("resource") == "pods"]
-    assert [r["status"] for r in deletion] == [200]
+    uid = (cluster.pod(name) or {})["metadata"]["uid"]
+    assert since_the_stop(cluster) == [READ, DELETED]
+    deletion = [
+        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
+    ]
+    assert [(r["uid"], r["status"]) for r in deletion] == [(uid, 200)]
+    gone_once_stopped(cluster, name)
 
 
 async def test_a_state_that_cannot_be_read_keeps_the_pod(
@@ -130,7 +187,7 @@ async def test_a_state_that_cannot_be_read_keeps_the_pod(
 ) -> None:
     name, _ = await kill(cluster, monkeypatch, StateLookup(error=RuntimeError("no supervisor")))
     assert cluster.pod(name) is not None
-    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert since_the_stop(cluster) == []
 
 
 async def test_a_pod_the_task_did_not_create_is_never_deleted(
@@ -140,6 +197,7 @@ async def test_a_pod_the_task_did_not_create_is_never_deleted(
     name, _ = await kill(cluster, monkeypatch, lookup, owned=False)
     assert lookup.asked == []
     assert cluster.pod(name) is not None
+    assert since_the_stop(cluster) == []
 
 
 async def test_outside_a_triggerer_the_default_lookup_fails_safe(
@@ -150,6 +208,7 @@ async def test_outside_a_triggerer_the_default_lookup_fails_safe(
     # No task SDK supervisor here: the real lookup raises, so the pod is kept.
     name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
     assert cluster.pod(name) is not None
+    assert since_the_stop(cluster) == []
 
 
 class SlowLookup(StateLookup):
@@ -180,9 +239,11 @@ async def test_a_repeated_cancellation_during_the_lookup_still_deletes_the_pod(
     with pytest.raises(asyncio.CancelledError):
         await on_kill
     assert cluster.pod(name) is not None, "the kill work is still waiting for the state"
+    (work,) = kill_work()
     lookup.release.set()
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
-    assert cluster.request_counts()[("delete", "pods")] == 1
+    await asyncio.wait_for(work, 30)
+    assert since_the_stop(cluster) == [READ, DELETED]
+    gone_once_stopped(cluster, name)
 
 
 @pytest.mark.parametrize("state", ["failed", "success", "skipped", "upstream_failed", "removed", None])
@@ -190,8 +251,8 @@ async def test_every_state_a_user_action_leaves_deletes_the_pod(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, state: str | None
 ) -> None:
     name, _ = await kill(cluster, monkeypatch, StateLookup(state))
-    assert cluster.request_counts()[("delete", "pods")] == 1
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert since_the_stop(cluster) == [READ, DELETED]
+    gone_once_stopped(cluster, name)
 
 
 async def test_a_deleted_dag_run_deletes_the_pod(
@@ -205,8 +266,8 @@ async def test_a_deleted_dag_run_deletes_the_pod(
 
     monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(lambda **kwargs: {}))
     name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
-    assert cluster.request_counts()[("delete", "pods")] == 1
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert since_the_stop(cluster) == [READ, DELETED]
+    gone_once_stopped(cluster, name)
 
 
 @pytest.mark.parametrize("state", ["scheduled", "queued", "running", "up_for_retry", "restarting"])
@@ -217,7 +278,7 @@ async def test_after_another_triggerer_fired_the_pod_is_left_to_the_worker(
     # (scheduled, queued, running); the stale copy on triggerer A is cancelled like a kill. The
     # worker reads the pod's logs and XCom next, so A must not delete it.
     name, _ = await kill(cluster, monkeypatch, StateLookup(state))
-    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert since_the_stop(cluster) == []
     assert cluster.pod(name) is not None
 
 
@@ -241,8 +302,9 @@ async def test_a_pod_carrying_a_verdict_is_left_to_the_worker(
         )
     finally:
         client.close()
+    stamped = mark(cluster)
     await trigger.on_kill()
-    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert requests(cluster, stamped) == [READ]  # it read the stamp, and kept the pod
     assert cluster.pod(name) is not None
 
 
@@ -256,7 +318,9 @@ async def test_a_kill_without_the_delete_verb_names_it(
     lookup = StateLookup("failed")
     trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup, kubeconfig=kubeconfig)
     capfd.readouterr()
-    await on_kill_on_the_clock(trigger)  # a denial may be an authorizer's hiccup: tried again first
+    # A denial may be an authorizer's hiccup: tried again after each pause, then given up.
+    assert await on_kill_on_the_clock(trigger) == list(KILL_BACKOFF)
+    assert since_the_stop(cluster) == [READ, ("delete", "pods", "default", 403)] * (1 + len(KILL_BACKOFF))
     assert cluster.pod(name) is not None
     errors = [line for line in capfd.readouterr().out.splitlines() if "[error" in line]
     assert any('RBAC: may not delete pods in namespace "default"' in line for line in errors), errors
@@ -268,12 +332,17 @@ async def test_a_kill_whose_delete_fails_for_a_while_still_deletes_the_pod(
 ) -> None:
     trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
     cluster.add_fault(verb="delete", resource="pods", status=status, times=2)
-    await on_kill_on_the_clock(trigger)
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
-    deletes = [
-        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
-    ]
-    assert len(deletes) == 3 and deletes[-1]["status"] == 200, deletes
+    pauses = await on_kill_on_the_clock(trigger)
+    failed = ("delete", "pods", "default", status)
+    if status == "reset":
+        # The client sends a DELETE once more by itself when its connection was reset unanswered:
+        # both faults go to the first attempt.
+        assert pauses == list(KILL_BACKOFF[:1])
+        assert since_the_stop(cluster) == [READ, failed, failed, READ, DELETED]
+    else:
+        assert pauses == list(KILL_BACKOFF[:2])
+        assert since_the_stop(cluster) == [READ, failed, READ, failed, READ, DELETED]
+    gone_once_stopped(cluster, name)
 
 
 async def test_a_kill_whose_deletes_fail_five_times_in_a_row_still_deletes_the_pod(
@@ -283,14 +352,11 @@ async def test_a_kill_whose_deletes_fail_five_times_in_a_row_still_deletes_the_p
     trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
     cluster.add_fault(verb="delete", resource="pods", status=410, times=3)
     cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
-    started = trigger.clock.now()
-    await on_kill_on_the_clock(trigger)
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
-    deletes = [
-        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
-    ]
-    assert [r["status"] for r in deletes] == [410, 410, 410, 403, 403, 200]
-    assert trigger.clock.now() - started < 30  # Airflow's limit for on_kill
+    pauses = await on_kill_on_the_clock(trigger)
+    assert pauses == list(KILL_BACKOFF[:5]) and sum(pauses) < 30  # Airflow's limit for on_kill
+    deletes = [r for r in since_the_stop(cluster) if r[0] == "delete"]
+    assert [outcome for *_, outcome in deletes] == [410, 410, 410, 403, 403, 200]
+    gone_once_stopped(cluster, name)
 
 
 # -- killed in the moment the trigger fired: Airflow drops the event and calls no on_kill ---------
@@ -310,36 +376,30 @@ class StatesInTurn(StateLookup):
 
 async def fired_and_ended(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup
-) -> tuple[str, ManualClock]:
-    """Run a trigger on a pod that fails until it fires its verdict and returns, as in a triggerer."""
+) -> tuple[str, ManualClock, int]:
+    """Run a trigger on a pod that fails until it fires its verdict and returns, as in a triggerer;
+    (the pod's name, the trigger's clock, where the audit stood once it returned)."""
     use_cluster(monkeypatch, cluster)
     monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
     clock = ManualClock()
     monkeypatch.setattr(PodStateTrigger, "clock", clock)
     identity = TryIdentity("kill", "task", "run-1", map_index=2)
     pod = create_pod(cluster, pod_body(identity, "fails:1"))
-    event = await Run(trigger_for(pod, identity)).start().finish(within=20)
+    run = Run(trigger_for(pod, identity)).start()
+    await until_watching(cluster)
+    await clock.wait_for_sleeper(clock.now() + PENDING_WAIT)
+    cluster.advance(FAILED)
+    event = await run.finish(within=30)
     assert event.verdict.outcome.value == "retry", event.verdict
-    return pod["metadata"]["name"], clock
+    return pod["metadata"]["name"], clock, mark(cluster)
 
 
-async def past_the_check(clock: ManualClock) -> None:
+async def past_the_check(clock: ManualClock) -> list[float]:
     """Move the clock to each pause of the trigger's after-firing check in turn, as soon as the
-    check sleeps, until the check has ended (however slowly a busy machine runs it)."""
-    from airflow_k8s_retry.triggers import pod as trigger_module
-
-    checks = {f for f in trigger_module._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
-    assert checks, "the trigger started no after-firing check"
-    while not all(check.done() for check in checks):
-        sleeper = asyncio.ensure_future(clock.wait_for_sleeper(within=30))
-        done, _ = await asyncio.wait({sleeper, *checks}, return_when=asyncio.FIRST_COMPLETED)
-        if sleeper in done:
-            clock.set(sleeper.result())
-        else:
-            sleeper.cancel()
-            await asyncio.gather(sleeper, return_exceptions=True)
-    for check in checks:
-        check.result()  # the check itself raised nothing
+    check sleeps, until the check has ended; those pauses."""
+    checks = kill_work()
+    assert len(checks) == 1, "the trigger started no after-firing check, or more than one"
+    return await on_clock(clock, checks)
 
 
 async def test_a_task_killed_before_its_event_was_accepted_loses_its_pod(
@@ -348,10 +408,12 @@ async def test_a_task_killed_before_its_event_was_accepted_loses_its_pod(
     # The trigger fired; before the triggerer handed its event over, the user marked the task
     # failed: the event is dropped, no worker resumes, and the ended trigger gets no on_kill.
     lookup = StatesInTurn("deferred", "failed")
-    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
-    await past_the_check(clock)
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    name, clock, fired = await fired_and_ended(cluster, monkeypatch, lookup)
+    # A look at the state every 5 s; once it is killed, a minute for the worker's own on_kill.
+    assert await past_the_check(clock) == [5.0, 5.0, 60.0]
     assert len(lookup.asked) == 2
+    assert requests(cluster, fired) == [READ, DELETED]
+    gone_once_stopped(cluster, name)
 
 
 @pytest.mark.parametrize("then", ["running", "deferred", "up_for_retry"])
@@ -361,11 +423,12 @@ async def test_once_a_worker_resumed_the_try_the_pod_is_left_to_it(
     # Running: the worker acts on the verdict (its own on_kill covers a later kill). Deferred
     # again: it relaunched the pod and a new trigger follows the new one. Up for retry: it is done.
     lookup = StatesInTurn("deferred", "scheduled", "queued", then, "failed")
-    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
-    await past_the_check(clock)
+    name, clock, fired = await fired_and_ended(cluster, monkeypatch, lookup)
+    # Every 5 s while deferred, every 10 s while it waits for a worker.
+    assert await past_the_check(clock) == [5.0, 5.0, 10.0, 10.0]
     assert len(lookup.asked) == 4  # read until a worker had the try, then no more
     assert cluster.pod(name) is not None
-    assert cluster.request_counts()[("delete", "pods")] == 0
+    assert requests(cluster, fired) == []
 
 
 async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_pod(
@@ -375,15 +438,16 @@ async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_pod(
     # the user marked it failed there. No worker resumes it and the ended trigger gets no on_kill:
     # only this check deletes the pod.
     lookup = StatesInTurn("scheduled", "queued", "queued", "failed")
-    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
+    name, clock, fired = await fired_and_ended(cluster, monkeypatch, lookup)
     uid = cluster.pod(name)["metadata"]["uid"]
-    await past_the_check(clock)
-    await cluster_reaches(cluster, lambda c: c.pod(name) is None, 10)
+    assert await past_the_check(clock) == [5.0, 10.0, 10.0, 10.0, 60.0]
     assert len(lookup.asked) == 4
+    assert requests(cluster, fired) == [READ, DELETED]
     deletes = [
         r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
     ]
     assert [(r["uid"], r["status"]) for r in deletes] == [(uid, 200)]
+    gone_once_stopped(cluster, name)
 
 
 async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read(
@@ -395,7 +459,7 @@ async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read
     from airflow_k8s_retry.kube.hub import WatchHub
 
     lookup = StatesInTurn("scheduled")
-    name, clock = await fired_and_ended(cluster, monkeypatch, lookup)
+    name, clock, _ = await fired_and_ended(cluster, monkeypatch, lookup)
     assert [s.subscribers for s in WatchHub.current().stats() if s.kind == "pods"] == [1]
     # A second subscriber on the same feed: the feed hands a change to every subscriber of the pod
     # at once, so once this one has the deletion, so has the check (however late a busy machine
@@ -417,14 +481,9 @@ async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read
     while not probe.gone_by_now():
         assert await probe.wait(within=10), "the feed did not deliver the pod's deletion"
     await probe.close()
-    before = len(cluster.audit_records())
-    await past_the_check(clock)
+    before = mark(cluster)
+    assert await past_the_check(clock) == [5.0]
     assert lookup.asked == []
-    # No read, patch or delete of the pod (the feeds' own watches may re-open meanwhile).
-    touched = [
-        r
-        for r in cluster.audit_records()[before:]
-        if r.get("kind") == "request" and r.get("verb") in ("get", "patch", "delete")
-    ]
-    assert touched == []
+    # No request at all: no read, patch or delete of the pod, and the feeds only closed.
+    assert requests(cluster, before) == []
     assert WatchHub.current().stats() == []

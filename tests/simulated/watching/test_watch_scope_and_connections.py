@@ -8,6 +8,10 @@
   the first load and at a token refresh alike; the plugin is stopped.
 * A rotated exec-plugin token is picked up by the next request that gets a 401, also when
   another request reloaded the credentials between its sending and its 401.
+
+Where simulated time is involved the cluster runs on a manual clock (its pods stand still) and the
+hub's feeds wait on a clock only the test advances, so the requests asserted are exactly those made.
+The credential-plugin tests time real subprocesses instead: no simulated time is involved there.
 """
 
 from __future__ import annotations
@@ -29,66 +33,99 @@ from airflow_k8s_retry.kube.aio import AsyncKube
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import TransportError
-from airflow_k8s_retry.kube.hub import PodSubscription, WatchHub
+from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry_testing import FakeCluster
+from tests.support.feeds import (
+    FeedRequest,
+    Recorder,
+    feed_requests,
+    hold_hub,
+    mark,
+    requests,
+    until_watching,
+    version,
+    woken,
+)
 from tests.support.lab import cluster_reaches, create_pod, pod_body
 
 LONG = {"images": {"long:1": {"run": {"exit_code": 0, "duration_seconds": 100_000}}}}
 
 
-def make_pods(cluster: FakeCluster, namespaces: int) -> dict[str, tuple[str, str]]:
-    """One labelled pod in each of ``namespaces`` namespaces: namespace -> (name, uid)."""
+def make_pods(cluster: FakeCluster, namespaces: int) -> dict[str, dict[str, Any]]:
+    """One labelled pod in each of ``namespaces`` namespaces: namespace -> the pod as created."""
     pods = {}
     for i in range(namespaces):
         namespace = f"ns-{i}"
         cluster.add_namespace(namespace)
         identity = TryIdentity("scope", f"task{i}", "run-1")
-        pod = create_pod(cluster, pod_body(identity, "long:1"), namespace=namespace)
-        pods[namespace] = (pod["metadata"]["name"], pod["metadata"]["uid"])
+        pods[namespace] = create_pod(cluster, pod_body(identity, "long:1"), namespace=namespace)
     return pods
 
 
-async def subscribe_all(
-    config: ClusterConfig, pods: dict[str, tuple[str, str]]
-) -> dict[str, PodSubscription]:
+async def subscribe_all(config: ClusterConfig, pods: dict[str, dict[str, Any]]) -> dict[str, Recorder]:
     hub = WatchHub.current()
-    return {
-        namespace: await hub.subscribe(config, namespace, name, uid, label_selector=MANAGED_SELECTOR)
-        for namespace, (name, uid) in pods.items()
+    subscribed = {}
+    for namespace, pod in pods.items():
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        sub = await hub.subscribe(config, namespace, name, uid, label_selector=MANAGED_SELECTOR)
+        subscribed[namespace] = Recorder(sub)
+    return subscribed
+
+
+async def delivered_as_created(subs: dict[str, Recorder], pods: dict[str, dict[str, Any]]) -> None:
+    """Every subscriber was given its pod as it was created, and nothing else (the pods stand still)."""
+    created = {namespace: int(pod["metadata"]["resourceVersion"]) for namespace, pod in pods.items()}
+    given = await asyncio.gather(*(subs[namespace].until(version) for namespace, version in created.items()))
+    assert dict(zip(created, given, strict=True)) == {
+        namespace: [version] for namespace, version in created.items()
     }
 
 
-async def delivered(subs: dict[str, PodSubscription], within: float) -> list[str]:
-    """The namespaces whose subscriber got its pod within ``within`` seconds."""
-    results = await asyncio.gather(*(sub.wait(within=within) for sub in subs.values()))
-    return [namespace for namespace, got in zip(subs, results, strict=True) if got]
+async def close_all(subs: dict[str, Recorder]) -> None:
+    for recorder in subs.values():
+        await recorder.sub.close()
 
 
-async def close_all(subs: dict[str, PodSubscription]) -> None:
-    for sub in subs.values():
-        await sub.close()
+def watched(cluster: FakeCluster, namespaces: list[str]) -> bool:
+    """Whether the feeds of each namespace (pods and Events) have a watch answered."""
+    return all(
+        any(verb == "watch" for verb, *_ in per_namespace(cluster, kind).get(namespace, []))
+        for kind in ("pods", "events")
+        for namespace in namespaces
+    )
 
 
-async def test_one_watch_for_every_namespace_when_rbac_allows() -> None:
-    with FakeCluster(LONG, time_scale=0.01) as cluster:
+def per_namespace(cluster: FakeCluster, kind: str, since: int = 0) -> dict[str, list[FeedRequest]]:
+    """The requests of each feed of ``kind``, by the namespace it reads ("cluster": all of them)."""
+    found: dict[str, list[FeedRequest]] = {}
+    for request in feed_requests(cluster, kind, since):
+        found.setdefault(request[1], []).append(request)
+    return found
+
+
+async def test_one_watch_for_every_namespace_when_rbac_allows(held_hub: ManualClock) -> None:
+    # The pods stand still (manual clock), the hub's feeds wait on a clock nobody advances.
+    with FakeCluster(LONG, clock="manual") as cluster:
         pods = make_pods(cluster, 20)
+        listed = str(cluster.resource_version)
         subs = await subscribe_all(ClusterConfig(kube_config_path=str(cluster.kubeconfig)), pods)
-        assert await delivered(subs, 20) == list(pods)
+        await delivered_as_created(subs, pods)
         feeds = {(s.kind, s.namespace) for s in WatchHub.current().stats()}
         assert feeds == {("pods", None), ("events", None)}
-        watching = await asyncio.to_thread(
-            cluster.wait_for, lambda c: c.request_counts()[("watch", "pods")] >= 1, 10
-        )
-        counts = cluster.request_counts()
-        assert watching and counts[("list", "pods")] == 1 and counts[("watch", "pods")] == 1
+        await until_watching(cluster)
+        for kind in ("pods", "events"):
+            assert feed_requests(cluster, kind) == [
+                ("list", "cluster", 200, None),
+                ("watch", "cluster", 200, listed),
+            ]
         await close_all(subs)
         assert WatchHub.current().stats() == []
 
 
-async def test_a_namespaced_role_gets_one_watch_per_namespace() -> None:
-    with FakeCluster(LONG, time_scale=0.01) as cluster:
+async def test_a_namespaced_role_gets_one_watch_per_namespace(held_hub: ManualClock) -> None:
+    with FakeCluster(LONG, clock="manual") as cluster:
         pods = make_pods(cluster, 3)
         # What a RoleBinding per namespace grants: nothing at the cluster scope.
         kubeconfig = cluster.grant(
@@ -101,54 +138,76 @@ async def test_a_namespaced_role_gets_one_watch_per_namespace() -> None:
                 },
             ],
         )
-        subs = await subscribe_all(ClusterConfig(kube_config_path=str(kubeconfig)), pods)
-        assert await delivered(subs, 20) == list(pods)
+        listed = str(cluster.resource_version)
+        config = ClusterConfig(kube_config_path=str(kubeconfig))
+        subs = await subscribe_all(config, pods)
+        await delivered_as_created(subs, pods)
         feeds = {(s.kind, s.namespace, s.mode) for s in WatchHub.current().stats()}
         assert feeds == {(kind, ns, "watch") for kind in ("pods", "events") for ns in pods}
-        denied = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("status") == 403]
-        # One refused LIST per kind at the cluster scope, then never again.
-        assert sorted((r["verb"], r["resource"], r["namespace"]) for r in denied) == [
-            ("list", "events", None),
-            ("list", "pods", None),
-        ]
-        # A later subscriber goes straight to its namespace's feed.
+        # One refused LIST per kind at the cluster scope, then a LIST and a WATCH per namespace.
+        await cluster_reaches(cluster, lambda c: watched(c, list(pods)), 30)
+        for kind in ("pods", "events"):
+            assert per_namespace(cluster, kind) == {
+                "cluster": [("list", "cluster", 403, None)],
+                **{ns: [("list", ns, 200, None), ("watch", ns, 200, listed)] for ns in pods},
+            }
+        # A later subscriber goes straight to its namespace's feed: subscribed before the watch can
+        # have delivered its new pod, then given it by that watch; when the feed's confirm_delay
+        # runs out, it has the pod and reads nothing. No request at all.
+        first = mark(cluster)
         identity = TryIdentity("scope", "late", "run-1")
         late = create_pod(cluster, pod_body(identity, "long:1"), namespace="ns-0")
-        sub = await WatchHub.current().subscribe(
-            ClusterConfig(kube_config_path=str(kubeconfig)),
-            "ns-0",
-            late["metadata"]["name"],
-            late["metadata"]["uid"],
-            label_selector=MANAGED_SELECTOR,
+        sub = Recorder(
+            await WatchHub.current().subscribe(
+                config,
+                "ns-0",
+                late["metadata"]["name"],
+                late["metadata"]["uid"],
+                label_selector=MANAGED_SELECTOR,
+            )
         )
-        assert await sub.wait(within=20)
-        assert cluster.request_counts()[("list", "pods")] == 1 + len(pods)
-        await sub.close()
+        created = int(late["metadata"]["resourceVersion"])
+        assert await sub.until(created) == [created]
+        held_hub.advance(HubSettings().confirm_delay)
+        await woken(held_hub)
+        assert [s.counts["get"] for s in WatchHub.current().stats() if s.kind == "pods"] == [0] * len(pods)
+        assert requests(cluster, first) == [("create", "pods", "ns-0", 201)]
+        await sub.sub.close()
         await close_all(subs)
 
 
 async def test_watches_never_starve_short_requests(hub_settings: Callable[..., HubSettings]) -> None:
     # One watch per namespace (as under a namespaced Role): 120 namespaces hold 240 watches, more
     # than the 100 connections a kubernetes_asyncio client pools by default.
-    hub_settings(scope="namespace")
-    with FakeCluster(LONG, time_scale=0.01) as cluster:
+    hold_hub(hub_settings, scope="namespace")
+    with FakeCluster(LONG, clock="manual") as cluster:
         pods = make_pods(cluster, 120)
+        listed = str(cluster.resource_version)
         config = ClusterConfig(kube_config_path=str(cluster.kubeconfig))
         subs = await subscribe_all(config, pods)
-        assert await delivered(subs, 30) == list(pods)
+        await delivered_as_created(subs, pods)
         await asyncio.to_thread(
-            cluster.wait_for, lambda c: len(c._call(lambda: list(c.store.watchers))) >= 2 * len(pods), 30
+            cluster.wait_for, lambda c: len(c._call(lambda: list(c.store.watchers))) == 2 * len(pods), 30
         )
+        await cluster_reaches(cluster, lambda c: watched(c, list(pods)), 30)
+        for kind in ("pods", "events"):
+            assert per_namespace(cluster, kind) == {
+                ns: [("list", ns, 200, None), ("watch", ns, 200, listed)] for ns in pods
+            }
         # A direct call (the last look, on_kill's DELETE) is answered while every watch is open.
+        first = mark(cluster)
         async with WatchHub.current().client(config) as kube:
-            name, _ = pods["ns-0"]
+            name = pods["ns-0"]["metadata"]["name"]
             pod = await asyncio.wait_for(kube.read_pod("ns-0", name), 5)
         assert pod["metadata"]["name"] == name
-        # A change in the last namespace still reaches its subscriber through its watch.
-        last = subs["ns-119"]
-        last.drain()
-        await asyncio.to_thread(cluster.disrupt, pods["ns-119"][0], "delete", "ns-119")
-        assert await last.wait(within=20)
+        assert requests(cluster, first) == [("get", "pods", "ns-0", 200)]
+        # A change in the last namespace still reaches its subscriber through its watch: its
+        # deletion, the one change (the pods stand still otherwise).
+        last = pods["ns-119"]["metadata"]["name"]
+        await asyncio.to_thread(cluster.disrupt, last, "delete", "ns-119")
+        deleting = version(cluster, last, "ns-119")
+        assert await subs["ns-119"].until(deleting) == [deleting]
+        assert (cluster.pod(last, "ns-119") or {})["metadata"].get("deletionTimestamp")
         await close_all(subs)
 
 

@@ -12,7 +12,6 @@ exactly which versions of the pod it delivered, against the simulator's history.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,11 +24,12 @@ from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.aio import AsyncKube
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
-from airflow_k8s_retry.kube.hub import PodSubscription, WatchHub
+from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
+from tests.support.feeds import Recorder
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 #: The pod is scheduled and started within half a simulated second, then runs for 30.
@@ -66,39 +66,6 @@ def still_trigger_clock(monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClo
     # Never advanced: no grace timer or direct read of the trigger's own adds a request.
     monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     return manual_clock
-
-
-class Recorder:
-    """Drains a subscription into the list of pod versions it was given."""
-
-    def __init__(self, sub: PodSubscription) -> None:
-        self.sub = sub
-        self.versions: list[int] = []
-        self._taken = 0
-
-    def _drain(self) -> None:
-        for change in self.sub.drain():
-            assert change.pod is not None, f"the pod was reported gone: {change}"
-            self.versions.append(int(change.pod["metadata"]["resourceVersion"]))
-
-    async def until(self, version: int, within: float = 30) -> list[int]:
-        """Wait until the subscription has given ``version``; return what it gave since the last
-        call (of this or :meth:`take`)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        self._drain()
-        while version not in self.versions:
-            assert await self.sub.wait(within=max(0.0, deadline - loop.time())), (
-                f"version {version} not delivered within {within} s; delivered: {self.versions}"
-            )
-            self._drain()
-        return self.take()
-
-    def take(self) -> list[int]:
-        """What the subscription has given since the last call, without waiting."""
-        self._drain()
-        taken, self._taken = self.versions[self._taken :], len(self.versions)
-        return taken
 
 
 @dataclass
