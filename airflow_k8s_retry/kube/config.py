@@ -346,7 +346,9 @@ def stop_plugins_started_since(since: float) -> int:
         try:
             if child.create_time() < since - 1 or _PLUGIN_MARKER not in child.environ():
                 continue
-            # What the plugin started goes with it (a shell script's commands, a CLI's helpers).
+            # What the plugin started goes with it (a shell script's commands, a CLI's helpers):
+            # stopped first, it starts nothing more while they are killed.
+            child.suspend()
             for process in [*child.children(recursive=True), child]:
                 with contextlib.suppress(psutil.Error):
                     process.kill()

@@ -295,12 +295,14 @@ def running(plugin: Path) -> list[psutil.Process]:
 
 
 async def gone(plugin: Path, within: float = 10) -> None:
-    """Wait until no process runs ``plugin``."""
+    """Wait until no process runs ``plugin``, then let the loop take in its pipes' ends (so that
+    their transports close before the test's loop does)."""
     async with asyncio.timeout(within):
         while True:
             if not running(plugin):
-                return
+                break
             await asyncio.sleep(0.05)  # processes have no event to await
+    await asyncio.sleep(0.2)
 
 
 def rotating_plugin(cluster: FakeCluster, tmp_path: Path) -> tuple[Path, Path]:
