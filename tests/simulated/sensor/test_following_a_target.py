@@ -30,6 +30,7 @@ from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.target import PROGRESS_EVERY, Target, TargetEvent
 from airflow_k8s_retry_testing import FakeCluster
 from tests.simulated.sensor.stepping import TaskLog, created, job_failed, made, phase, requests, run_until
+from tests.support.feeds import hold_hub
 from tests.support.lab import CONN_ID, use_cluster
 
 SCENARIO = {
@@ -41,8 +42,6 @@ SCENARIO = {
 }
 #: The hub's longest reconnect delay: advancing its clock this far ends any one backoff.
 BACKOFF_CAP = 0.2
-#: A server-side watch timeout the cluster's clock never reaches here: no watch ends by itself.
-WATCH_TIMEOUT = 600
 #: What the trigger's feeds ask while they watch: one LIST, then one WATCH.
 WATCHED = ["list 200", "watch 200"]
 EXIT_3 = "container 'main' failed with exit code 3, reason Error"
@@ -51,11 +50,7 @@ BACKOFF_LIMIT = "BackoffLimitExceeded: Job has reached the specified backoff lim
 
 @pytest.fixture
 def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
-    clock = ManualClock(1_000.0)
-    hub_settings(
-        clock=clock, watch_timeout=(WATCH_TIMEOUT, WATCH_TIMEOUT), backoff_base=0.05, backoff_cap=BACKOFF_CAP
-    )
-    return clock
+    return hold_hub(hub_settings, backoff_base=0.05, backoff_cap=BACKOFF_CAP)
 
 
 @pytest.fixture(autouse=True)

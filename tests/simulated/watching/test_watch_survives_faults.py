@@ -29,7 +29,7 @@ from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.feeds import Recorder
+from tests.support.feeds import Recorder, hold_hub
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 #: The pod is scheduled and started within half a simulated second, then runs for 30.
@@ -54,11 +54,7 @@ def cluster() -> Iterator[FakeCluster]:
 
 @pytest.fixture
 def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
-    clock = ManualClock(1_000.0)
-    hub_settings(
-        clock=clock, watch_timeout=(WATCH_TIMEOUT, WATCH_TIMEOUT), backoff_base=0.05, backoff_cap=BACKOFF_CAP
-    )
-    return clock
+    return hold_hub(hub_settings, backoff_base=0.05, backoff_cap=BACKOFF_CAP)
 
 
 @pytest.fixture(autouse=True)
