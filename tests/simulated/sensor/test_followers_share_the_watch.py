@@ -22,15 +22,14 @@ from airflow_k8s_retry.kube.hub import CollectionSubscription, WatchHub
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry_testing import FakeCluster
 from tests.simulated.sensor.stepping import made, requests
-from tests.simulated.sensor.test_following_a_target import WATCH_TIMEOUT, WATCHED, create, job, pod
+from tests.simulated.sensor.test_following_a_target import WATCHED, create, job, pod
+from tests.support.feeds import hold_hub
 from tests.support.lab import cluster_reaches
 
 
 @pytest.fixture
 def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
-    clock = ManualClock(1_000.0)
-    hub_settings(clock=clock, watch_timeout=(WATCH_TIMEOUT, WATCH_TIMEOUT))
-    return clock
+    return hold_hub(hub_settings)
 
 
 @pytest.fixture
