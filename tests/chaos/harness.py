@@ -464,6 +464,10 @@ class ChaosRun:
         # Generous: a task that never ends exceeds any bound, one slowed by a loaded machine should not.
         per_try = 3 * plan.fate.bound + (self.execution_timeout() or 0) + 1500
         self.bound = self.started + (plan.retries + 1) * per_try
+        # A trigger gets at least ``per_try`` from its first turn whatever the worker spent before
+        # it: at 1,000 simulated seconds per real one, a worker slowed by a loaded machine (its DAG
+        # parse, its create) would otherwise use up the task's bound before its trigger ran.
+        self.per_try = per_try
         self.dag_run = DagRun(self.dag_id, self.run_id, now_as_datetime(self.started))
         state: str | None = None
         try_number = 0
@@ -759,7 +763,7 @@ class ChaosRun:
                         t.cancel(tid, user_action=False)  # timeout: no on_kill
                 self.notes.append(f"trigger {tid}: deferral timed out")
                 return Deferral.timed_out()
-            if now >= self.bound:
+            if now >= max(self.bound, started_at + self.per_try):
                 self.hang = True
                 self.env.states.set(ti, "failed")  # the user gives up on it
                 self.api_server.mark_failed(ti, tid, deferral.classpath, deferral.trigger_kwargs)
@@ -943,7 +947,13 @@ def check(
     # 4. Every task ends within its bound, and spends its retries before it fails.
     found += _retries_skipped(run, state, run.tries_run)
     if run.hang:
-        found.append(Violation("hang", f"no verdict within {run.bound - run.started:.0f} sim s"))
+        found.append(
+            Violation(
+                "hang",
+                f"no verdict within {run.bound - run.started:.0f} sim s of the task's start "
+                f"nor {run.per_try:.0f} sim s of its trigger's first turn",
+            )
+        )
     elif state not in TERMINAL:
         found.append(Violation("not_terminal", f"the task ended in {state}"))
 
