@@ -24,10 +24,14 @@ COMPAT := .venv-compat
 # Airflow, the operator and sensor tests, and the trigger tests that touch Airflow (connections,
 # task state, serialization) or walk a pod's whole life. The newest minor runs the whole trigger
 # suite; `make test` runs the whole suite there anyway.
+# Memory growth on the older minors: the cases that use Airflow itself differently (a Variable
+# written, read by the next run, and deleted after a last try); the newest minor runs them all.
+MEMORY_TESTS_OLDER := test_an_oom_killed_task_succeeds_on_try_2_with_twice_the_memory_and_the_next_run_starts_there \
+  test_an_oom_kill_on_the_last_try_leaves_no_plan_behind
 COMPAT_TESTS_OLDER := tests/airflow/structure/test_example_dags.py \
   tests/airflow/structure/test_provider_is_registered.py \
   tests/airflow/end_to_end/test_example_dags_run.py tests/airflow/end_to_end/test_every_try_keeps_its_cause.py \
-  tests/airflow/end_to_end/test_memory_growth_under_airflow.py \
+  $(addprefix tests/airflow/end_to_end/test_memory_growth_under_airflow.py::,$(MEMORY_TESTS_OLDER)) \
   tests/unit/operator tests/simulated/operator tests/unit/sensor tests/simulated/sensor tests/airflow/sensor \
   tests/unit/watching/test_trigger_serializes_exactly.py \
   tests/unit/watching/test_cluster_config_resolves_connections.py \
@@ -84,10 +88,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 tests/unit
 
-# The whole suite runs on the newest minor; the older minors run test-compat's subset. Most of the
-# suite's time is spent waiting (grace periods, heartbeats, controllers, Airflow's start-ups), so
-# three streams run at once, balanced by their measured times: the main suite and the short soak;
-# the deployment tier; the cluster tier and the older minors' legs, one after the other. The
+# The whole suite runs on the newest minor; the older minors run test-compat's subset. Much of the
+# suite's time is spent waiting (grace periods, heartbeats, controllers), the rest mostly in Airflow's
+# start-ups (each `airflow dags test` costs about 10 s of CPU), so three streams run at once,
+# balanced by their measured times: the main suite; the deployment tier (two deployments side by
+# side) and the short soak; the cluster tier and the older minors' legs, one after the other. The
 # background streams' output (.test-logs/<stream>.log) is printed at the end, and any part failing
 # fails the target. Each pytest run writes a JUnit report under .test-logs/ with every test's time.
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
@@ -100,9 +105,9 @@ test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	  { $(MAKE) --no-print-directory -k test-stream-$$s > .test-logs/stream-$$s.log 2>&1; \
 	    echo $$? > .test-logs/stream-$$s.rc; } & \
 	done; \
-	  $(BIN)/pytest -m "not cluster and not deployment and not soak" --durations=25 --junitxml=.test-logs/main.xml; \
-	  main=$$?; $(MAKE) --no-print-directory test-soak-short; soak=$$?; wait; \
-	  status="main suite exit $$main, short soak exit $$soak"; failed=$$((main + soak)); \
+	  $(BIN)/pytest -m "not cluster and not deployment and not soak" -n 2 --dist loadfile --durations=25 \
+	    --junitxml=.test-logs/main.xml; \
+	  main=$$?; wait; status="main suite exit $$main"; failed=$$main; \
 	  for s in $(STREAMS); do \
 	    echo "== stream $$s (.test-logs/stream-$$s.log)"; cat .test-logs/stream-$$s.log; \
 	    rc=$$(cat .test-logs/stream-$$s.rc 2>/dev/null || echo 1); \
@@ -110,13 +115,14 @@ test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	  done; \
 	  echo "== $$status"; test "$$failed" = 0
 
-test-stream-deployment: test-deployment
+test-stream-deployment: test-deployment test-soak-short
 test-stream-legs: test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
 
-# The deployment tier alone: one Airflow deployment (PostgreSQL, Celery) for all its tests.
+# The deployment tier alone: two Airflow deployments (PostgreSQL, Celery), one per xdist worker,
+# each running the files of its half (tests/deployment/conftest.py HALVES).
 test-deployment: $(STAMP) tools
 	@echo "== deployment tier (PostgreSQL, CeleryExecutor, two schedulers and triggerers)"
-	$(BIN)/pytest -m deployment --durations=15 --junitxml=.test-logs/deployment.xml tests/deployment
+	$(BIN)/pytest -m deployment -n 2 --dist loadgroup --durations=15 --junitxml=.test-logs/deployment.xml tests/deployment
 
 # The cluster tier: tests marked `cluster`, against a real control plane the session starts.
 test-cluster: $(STAMP) controlplane

@@ -60,6 +60,34 @@ SCENARIO: dict[str, Any] = {
 }
 
 
+#: Under ``make test`` the tier runs on two pytest-xdist workers (``--dist loadgroup``), each with
+#: a deployment of its own: almost all of the tier's time is waiting on Airflow (heartbeats, the
+#: scheduler's loop, the workers' start-ups), so two deployments side by side halve it for little
+#: CPU. The files go to the two halves by their measured times (seconds, on an idle 2-core machine);
+#: a file named nowhere fails the run, so none runs unbalanced by accident.
+HALVES = {
+    "test_with_kill9_chaos.py": "a",  # 257
+    "test_a_database_outage.py": "a",  # 97
+    "test_pools_that_count_deferred_tasks.py": "a",  # 35
+    "test_triggerer_handover.py": "a",  # 34
+    "test_deferrable_false_needs_no_triggerer.py": "a",  # 8
+    "test_airflow_under_stress.py": "b",  # 204
+    "test_user_kill_while_deferred.py": "b",  # 114
+    "test_pool_slots_and_retries.py": "b",  # 67
+    "test_retry_policy_under_the_scheduler.py": "b",  # 44
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent != Path(__file__).parent:
+            continue
+        half = HALVES.get(item.path.name)
+        if half is None:
+            raise pytest.UsageError(f"{item.path.name}: add it to HALVES in {__file__} (the xdist halves)")
+        item.add_marker(pytest.mark.xdist_group(f"deployment-{half}"))
+
+
 @pytest.fixture(scope="package")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     root = Path(tmp_path_factory.mktemp("deployment"))

@@ -165,18 +165,42 @@ class Ran:
     variable: Any
 
 
+#: The case each test reads. Each ``airflow dags test`` costs seconds of CPU, so the fixture runs
+#: only the cases of the tests selected (``make test-compat`` selects a few on the older minors).
+CASE_OF_TEST = {
+    "test_an_oom_killed_task_succeeds_on_try_2_with_twice_the_memory_and_the_next_run_starts_there": "grows",
+    "test_growth_capped_by_the_largest_node_fails_at_once_naming_the_node": "capped",
+    "test_without_growth_every_retry_meets_the_same_kill": "untouched",
+    "test_only_an_oom_kill_grows_the_memory": "exit_code",
+    "test_an_oom_kill_on_the_last_try_leaves_no_plan_behind": "last_try",
+    "test_a_later_failure_of_a_grown_try_says_what_it_ran_with_and_keeps_the_size": "mixed",
+    "test_growth_applies_on_top_of_a_pod_template": "templated",
+}
+
+
 @pytest.fixture(scope="module")
 def ran(
-    tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    migrated_database: MigratedDatabase,
 ) -> Iterator[dict[str, Ran]]:
-    """Every scenario's first run, all at once (the runs overlap: together they take little more
-    than the longest), then every scenario's Variable."""
+    """The first run of every case a selected test reads, all at once (the runs overlap: together
+    they take little more than the longest), then each case's Variable."""
+    tests = {name for name in vars(request.module) if name.startswith("test_")}
+    assert tests == set(CASE_OF_TEST), f"CASE_OF_TEST must name each test once: {tests ^ set(CASE_OF_TEST)}"
+    selected = {
+        CASE_OF_TEST[item.originalname]
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module
+    }
     work = Path(tmp_path_factory.mktemp("memory-growth"))
     template = work / "pod.yaml"
     template.write_text(TEMPLATE)
     deployments: dict[str, Deployment] = {}
     try:
         for dag_id, case in CASES.items():
+            if dag_id not in selected:
+                continue
             resources = f"pod_template_file={str(template)!r}," if case.templated else SIZED
             cluster: dict[str, Any] = {"images": IMAGES}
             if case.nodes:
