@@ -92,12 +92,12 @@ unit: $(STAMP)
 # suite's time is spent waiting (grace periods, heartbeats, controllers), the rest mostly in Airflow's
 # start-ups (each `airflow dags test` costs about 10 s of CPU), so three streams run at once,
 # balanced by their measured times: the main suite; the deployment tier (two deployments side by
-# side) and the short soak; the cluster tier and the older minors' legs, one after the other. The
+# side), then the Airflow 3.2 leg; the cluster tier, the 3.1 leg and the short soak. The
 # background streams' output (.test-logs/<stream>.log) is printed at the end, and any part failing
 # fails the target. Each pytest run writes a JUnit report under .test-logs/ with every test's time.
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
 #: The background streams, each a test-stream-NAME target below.
-STREAMS := deployment legs
+STREAMS := deployment cluster
 
 test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	@mkdir -p .test-logs; rm -f .test-logs/stream-*.rc
@@ -115,8 +115,11 @@ test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	  done; \
 	  echo "== $$status"; test "$$failed" = 0
 
-test-stream-deployment: test-deployment test-soak-short
-test-stream-legs: test-cluster $(addprefix test-compat-,$(OLDER_MINORS))
+# Balanced by measured times on a loaded run (seconds): the deployment tier (600) and the 3.2 leg
+# (its Airflow start-ups cost the most CPU: 250-360); the cluster tier (420), the 3.1 leg (300) and
+# the short soak (150). The main suite (800 on two workers) runs in the foreground.
+test-stream-deployment: test-deployment test-compat-3.2
+test-stream-cluster: test-cluster test-compat-3.1 test-soak-short
 
 # The deployment tier alone: two Airflow deployments (PostgreSQL, Celery), one per xdist worker,
 # each running the files of its half (tests/deployment/conftest.py HALVES).
