@@ -43,7 +43,7 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
   tests/unit/watching tests/simulated/watching
 
 .PHONY: test lint unit demo bench bench-oom bench-stack bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
-  test-compat test-cluster test-deployment test-soak-short soak test-stream-deployment test-stream-legs
+  test-compat test-cluster test-deployment test-soak-short soak test-stream-deployment test-stream-cluster
 
 # The provider and, beside it, the simulator's own distribution (simulator/, the [testing] extra).
 SIM := ./simulator
