@@ -187,9 +187,13 @@ class Resources:
 
     # -- update / patch --------------------------------------------------------------------------
 
+    # Each write reads its body before the object: nothing may run between reading the object and
+    # writing it (a body that arrives late would otherwise bring back a pod removed meanwhile, as
+    # kube-apiserver's read-modify-write never does; it answers 404).
+
     async def patch(self, request: web.Request, info: RequestInfo) -> Obj:
-        current = self.get_object(info)
         document = await read_body(request)
+        current = self.get_object(info)
         content_type = request.content_type
         apply = PATCHES.get(content_type)
         if apply is None:
@@ -211,8 +215,8 @@ class Resources:
         return self.store_update(info, current, patched, wanted_rv)
 
     async def update(self, request: web.Request, info: RequestInfo) -> Obj:
-        current = self.get_object(info)
         new = await read_body(request)
+        current = self.get_object(info)
         if not isinstance(new, dict):
             raise ApiError(400, "the body of the request must be a JSON object")
         wanted_rv = (new.get("metadata") or {}).get("resourceVersion")
@@ -255,8 +259,8 @@ class Resources:
     # -- delete ----------------------------------------------------------------------------------
 
     async def delete(self, request: web.Request, info: RequestInfo) -> Obj:
-        current = self.get_object(info)
         options = await read_body(request)
+        current = self.get_object(info)
         if not isinstance(options, dict):
             raise ApiError(400, "DeleteOptions must be a JSON object")
         _check_preconditions(info, current, options.get("preconditions") or {})

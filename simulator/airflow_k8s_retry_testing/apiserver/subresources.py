@@ -111,9 +111,9 @@ class PodSubresources:
 
     async def evict(self, request: web.Request, info: RequestInfo) -> Obj:
         """The Eviction API: mark the pod as a disruption target, then delete it gracefully."""
+        body = await read_body(request)  # before the pod: see Resources.patch
         pod = self.get_object(info)
         admission.check_eviction(self.components.status.store, pod)
-        body = await read_body(request)
         options = (body.get("deleteOptions") if isinstance(body, dict) else None) or {}
         grace = options.get("gracePeriodSeconds")
         if grace is None:
