@@ -74,6 +74,26 @@ class Run:
     def deleted_names(self) -> list[str]:
         return [r["name"] for r in self.requests("delete", 200)]
 
+    def of_task(self, task_id: str) -> Run:
+        """This run as one task's: the audit records, live pods and pods of the pods it created only
+        (by name, or by UID for a create) (a scenario's DAG may hold several independent tasks; the
+        output and the database stay whole)."""
+        created = [
+            r
+            for r in self.audit
+            if r.get("kind") == "lifecycle"
+            and r.get("change") == "created"
+            and (r.get("labels") or {}).get("task_id") == task_id
+        ]
+        names, uids = {r["name"] for r in created}, {r["uid"] for r in created}
+        return Run(
+            scenario=self.scenario,
+            result=self.result,
+            audit=[r for r in self.audit if r.get("name") in names or r.get("uid") in uids],
+            live_pods=[n for n in self.live_pods if n in names],
+            all_pods=[p for p in self.all_pods if p["metadata"]["name"] in names],
+        )
+
 
 def run_scenario(scenario: Scenario, root: Path, database: MigratedDatabase, timeout: float) -> Run:
     work = root / scenario.dag_id

@@ -2,13 +2,14 @@
 against the simulator, and the metadata database and the simulator's audit log agree that every
 try got exactly one pod, every pod was deleted, and the task ended on the right try.
 
-All scenarios start together (three at a time) in one module fixture; each test then reads one
-scenario's outcome.
+The operator's cases are the tasks of one DAG, the sensor's DAG runs beside it; both run in one
+module fixture and each test reads its own task's share of the outcome.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,14 @@ from tests.support.scenarios import Run, Scenario, run_all
 
 FAST = 0.1  # real seconds per simulated second
 
-SCENARIOS = [
-    Scenario(
-        "e2e_not_found",
+# One DAG of independent tasks, each a case (Airflow runs them one after another under
+# ``airflow dags test``; one Airflow start-up serves them all), and one simulator whose scenario
+# gives each task an image of its own. Each test reads its task's share (``Run.of_task``).
+TASKS = {
+    "pull_missing": (
         """
         RetryingPodOperator(
-            task_id="pull",
+            task_id="pull_missing",
             image="notavalidimage",
             cmds=["true"],
             retries=3,
@@ -32,22 +35,20 @@ SCENARIOS = [
             failure_policy=FailurePolicy(grace={"image.not_found": 2}),
         )
         """,
-        {"time_scale": FAST, "images": {"notavalidimage": {"pull": "not_found"}}},
+        {"notavalidimage": {"pull": "not_found"}},
     ),
-    Scenario(
-        "e2e_invalid_name",
+    "pull_invalid": (
         """
         RetryingPodOperator(
-            task_id="pull",
+            task_id="pull_invalid",
             image="registry.example.com/Team/App:1",
             retries=3,
             retry_delay=timedelta(seconds=1),
         )
         """,
-        {"time_scale": FAST, "images": {"registry.example.com/Team/App:1": {"pull": "invalid_name"}}},
+        {"registry.example.com/Team/App:1": {"pull": "invalid_name"}},
     ),
-    Scenario(
-        "e2e_exit_code",
+    "run": (
         """
         RetryingPodOperator(
             task_id="run",
@@ -56,36 +57,21 @@ SCENARIOS = [
             retry_delay=timedelta(seconds=1),
         )
         """,
-        {
-            "time_scale": FAST,
-            "images": {
-                "example.com/app:broken": {"run": {"exit_code": 3, "duration_seconds": 2, "log": "boom"}}
-            },
-        },
+        {"example.com/app:broken": {"run": {"exit_code": 3, "duration_seconds": 2, "log": "boom"}}},
     ),
-    Scenario(
-        "e2e_rate_limit",
+    "pull_throttled": (
         """
-        RetryingPodOperator(task_id="pull", image="registry.example.com/team/report:1.4", retries=2)
+        RetryingPodOperator(task_id="pull_throttled", image="registry.example.com/team/report:1.4", retries=2)
         """,
-        {
-            "time_scale": FAST,
-            "images": {"registry.example.com/team/report:1.4": {"pull": "rate_limited", "for_seconds": 30}},
-        },
+        {"registry.example.com/team/report:1.4": {"pull": "rate_limited", "for_seconds": 30}},
     ),
-    Scenario(
-        "e2e_eviction",
+    "train": (
         """
         RetryingPodOperator(task_id="train", image="example.com/ml/train:2", retries=0)
         """,
-        {
-            "time_scale": FAST,
-            "images": {"example.com/ml/train:2": {"run": {"duration_seconds": 30}}},
-            "disruptions": [{"pod_name_prefix": "e2e-eviction-train-", "after_seconds": 10, "kind": "evict"}],
-        },
+        {"example.com/ml/train:2": {"run": {"duration_seconds": 30}}},
     ),
-    Scenario(
-        "e2e_xcom",
+    "count": (
         """
         RetryingPodOperator(
             task_id="count",
@@ -94,17 +80,9 @@ SCENARIOS = [
             execution_timeout=timedelta(seconds=60),
         )
         """,
-        {
-            "time_scale": FAST,
-            "images": {"example.com/counter:1": {"run": {"xcom": {"rows": 42}, "log": "42 rows"}}},
-        },
+        {"example.com/counter:1": {"run": {"xcom": {"rows": 42}, "log": "42 rows"}}},
     ),
-]
-
-
-SCENARIOS.append(
-    Scenario(
-        "e2e_execution_timeout",
+    "slow": (
         """
         RetryingPodOperator(
             task_id="slow",
@@ -113,9 +91,21 @@ SCENARIOS.append(
             execution_timeout=timedelta(seconds=8),
         )
         """,
-        {"time_scale": FAST, "images": {"example.com/slow:1": {"run": {"duration_seconds": 900}}}},
-    )
-)
+        {"example.com/slow:1": {"run": {"duration_seconds": 900}}},
+    ),
+}
+
+SCENARIOS = [
+    Scenario(
+        "e2e",
+        "\n".join(textwrap.dedent(body).strip() for body, _ in TASKS.values()),
+        {
+            "time_scale": FAST,
+            "images": {ref: how for _, images in TASKS.values() for ref, how in images.items()},
+            "disruptions": [{"pod_name_prefix": "e2e-train-", "after_seconds": 10, "kind": "evict"}],
+        },
+    ),
+]
 
 SENSOR_HEADER = """
 from __future__ import annotations
@@ -166,7 +156,7 @@ SCENARIOS.append(
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase) -> dict[str, Run]:
-    return run_all(SCENARIOS, Path(tmp_path_factory.mktemp("e2e")), migrated_database)
+    return run_all(SCENARIOS, Path(tmp_path_factory.mktemp("e2e")), migrated_database, timeout=480)
 
 
 def one_pod_per_try(run: Run, tries: int) -> None:
@@ -185,19 +175,20 @@ def one_pod_per_try(run: Run, tries: int) -> None:
 def reason_logged_for_each_try(run: Run, reason: str, tries: int) -> None:
     for n in range(1, tries + 1):
         # The report opens with the reason's fix hint, then the reason line.
-        pattern = rf"Pod \S+-t{n}: fix: {re.escape(hint_for(reason))}\n{re.escape(reason)}: "
+        [pod] = [r["name"] for r in run.created if r["labels"]["try_number"] == str(n)]
+        pattern = rf"Pod {re.escape(pod)}: fix: {re.escape(hint_for(reason))}\n{re.escape(reason)}: "
         assert re.search(pattern, run.result.output), f"try {n} does not log {reason}"
 
 
 def test_image_not_found_costs_one_pod_per_try_and_fails_after_the_last(runs):
-    run = runs["e2e_not_found"]
-    assert [(t.try_number, t.state) for t in run.result.tries("pull")] == [
+    run = runs["e2e"].of_task("pull_missing")
+    assert [(t.try_number, t.state) for t in run.result.tries("pull_missing")] == [
         (1, "failed"),
         (2, "failed"),
         (3, "failed"),
         (4, "failed"),
     ]
-    assert run.result.dag_run_state() == "failed"
+    assert run.result.dag_run_state() == "failed"  # it and the other failing tasks fail the run
     one_pod_per_try(run, 4)
     reason_logged_for_each_try(run, "image.not_found", 4)
     # Stamped before cleanup: one verdict patch per pod, each before that pod's delete.
@@ -208,14 +199,14 @@ def test_image_not_found_costs_one_pod_per_try_and_fails_after_the_last(runs):
 
 
 def test_an_invalid_image_name_fails_at_once_without_retrying(runs):
-    run = runs["e2e_invalid_name"]
-    assert [(t.try_number, t.state) for t in run.result.tries("pull")] == [(1, "failed")]
+    run = runs["e2e"].of_task("pull_invalid")
+    assert [(t.try_number, t.state) for t in run.result.tries("pull_invalid")] == [(1, "failed")]
     one_pod_per_try(run, 1)
     reason_logged_for_each_try(run, "image.invalid_name", 1)
 
 
 def test_a_non_zero_exit_is_retried_and_fails_after_the_last_try(runs):
-    run = runs["e2e_exit_code"]
+    run = runs["e2e"].of_task("run")
     assert [(t.try_number, t.state) for t in run.result.tries("run")] == [
         (1, "failed"),
         (2, "failed"),
@@ -227,8 +218,8 @@ def test_a_non_zero_exit_is_retried_and_fails_after_the_last_try(runs):
 
 
 def test_a_rate_limit_that_clears_inside_the_grace_succeeds_on_the_first_try(runs):
-    run = runs["e2e_rate_limit"]
-    assert [(t.try_number, t.state) for t in run.result.tries("pull")] == [(1, "success")]
+    run = runs["e2e"].of_task("pull_throttled")
+    assert [(t.try_number, t.state) for t in run.result.tries("pull_throttled")] == [(1, "success")]
     one_pod_per_try(run, 1)
     throttled = [
         r
@@ -243,7 +234,7 @@ def test_a_rate_limit_that_clears_inside_the_grace_succeeds_on_the_first_try(run
 
 
 def test_an_eviction_is_relaunched_inside_the_same_try(runs):
-    run = runs["e2e_eviction"]
+    run = runs["e2e"].of_task("train")
     assert [(t.try_number, t.state) for t in run.result.tries("train")] == [(1, "success")]
     created = run.created
     assert [r["labels"]["try_number"] for r in created] == ["1", "1"]
@@ -254,7 +245,7 @@ def test_an_eviction_is_relaunched_inside_the_same_try(runs):
 
 
 def test_xcom_comes_back_through_the_sidecar(runs):
-    run = runs["e2e_xcom"]
+    run = runs["e2e"].of_task("count")
     assert [(t.try_number, t.state) for t in run.result.tries("count")] == [(1, "success")], (
         run.result.output[-3000:]
     )
@@ -278,7 +269,7 @@ def test_the_sensor_waits_for_a_pod_it_did_not_create_and_leaves_it_alone(runs):
 
 
 def test_execution_timeout_ends_the_try_and_deletes_the_pod(runs):
-    run = runs["e2e_execution_timeout"]
+    run = runs["e2e"].of_task("slow")
     assert [(t.try_number, t.state) for t in run.result.tries("slow")] == [(1, "failed")]
     one_pod_per_try(run, 1)
     reason_logged_for_each_try(run, "execution.timeout", 1)
