@@ -7,6 +7,7 @@ image fails. If this breaks, the simulator (not this package) drifted from the r
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,12 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.sdk import DAG
 """
 
+MODES = {"plain": False, "deferrable": True}
 CLUSTER = {"time_scale": 0.1, "images": {"ghost.example.com/missing:1": {"pull": "not_found"}}}
 
 
-def kpo_dag(dag_id: str, deferrable: bool) -> Scenario:
-    body = f"""
+def tasks(mode: str, deferrable: bool) -> str:
+    return f"""
     common = dict(
         namespace="default",
         cmds=["sh", "-c", "echo conformance"],
@@ -37,29 +39,34 @@ def kpo_dag(dag_id: str, deferrable: bool) -> Scenario:
         retries=0,
         on_finish_action="delete_pod",
     )
-    good = KubernetesPodOperator(task_id="good_image", image="busybox:1.36", **common)
-    missing = KubernetesPodOperator(task_id="missing_image", image="ghost.example.com/missing:1", **common)
+    good = KubernetesPodOperator(task_id="good_image_{mode}", image="busybox:1.36", **common)
+    missing = KubernetesPodOperator(task_id="missing_image_{mode}", image="ghost.example.com/missing:1", **common)
     good >> missing
     """
-    return Scenario(dag_id, body, CLUSTER, header=KPO_HEADER)
 
 
-SCENARIOS = [kpo_dag("kpo_plain", deferrable=False), kpo_dag("kpo_deferrable", deferrable=True)]
+#: Both modes in one DAG (one Airflow start-up), each its own pair of tasks.
+SCENARIO = Scenario(
+    "kpo_conformance",
+    "\n".join(textwrap.dedent(tasks(mode, deferrable)).strip() for mode, deferrable in MODES.items()),
+    CLUSTER,
+    header=KPO_HEADER,
+)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase) -> dict[str, Run]:
-    return run_all(SCENARIOS, Path(tmp_path_factory.mktemp("kpo")), migrated_database, parallel=2)
+def run(tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase) -> Run:
+    return run_all([SCENARIO], Path(tmp_path_factory.mktemp("kpo")), migrated_database)[SCENARIO.dag_id]
 
 
-@pytest.mark.parametrize("dag_id", ["kpo_plain", "kpo_deferrable"])
-def test_kubernetes_pod_operator_succeeds_with_a_good_image_and_fails_with_a_missing_one(runs, dag_id):
-    run = runs[dag_id]
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_kubernetes_pod_operator_succeeds_with_a_good_image_and_fails_with_a_missing_one(run, mode):
     output = run.result.output[-5000:]
-    assert [(t.task_id, t.state) for t in run.result.tries()] == [
-        ("good_image", "success"),
-        ("missing_image", "failed"),
+    assert [(t.task_id, t.state) for t in run.result.tries() if t.task_id.endswith(f"_{mode}")] == [
+        (f"good_image_{mode}", "success"),
+        (f"missing_image_{mode}", "failed"),
     ], output
-    images = [p["spec"]["containers"][0]["image"] for p in run.all_pods]
-    assert images == ["busybox:1.36", "ghost.example.com/missing:1"]
+    pods = run.of_task(f"good_image_{mode}").all_pods + run.of_task(f"missing_image_{mode}").all_pods
+    assert [p["spec"]["containers"][0]["image"] for p in pods] == ["busybox:1.36", "ghost.example.com/missing:1"]
+    assert run.of_task(f"good_image_{mode}").live_pods == run.of_task(f"missing_image_{mode}").live_pods == []
     assert run.live_pods == []
