@@ -39,7 +39,7 @@ from airflow.sdk import ExceptionRetryPolicy, RetryAction, RetryDecision, RetryP
 
 from airflow_k8s_retry.retry_policy import Delay, PodFailureRetryPolicy
 
-IMAGE = "example.com/app:try{{ ti.try_number }}"
+IMAGE = "example.com/{{ ti.task_id }}:try{{ ti.try_number }}"
 
 
 class RaisingPolicy(RetryPolicy):
@@ -53,69 +53,52 @@ class NonsensePolicy(RetryPolicy):
 """
 )
 
-SCENARIOS = [
-    Scenario(
-        "policy_three_tries",
-        """
+#: The cases are independent tasks of one DAG (one Airflow start-up); each task's image is its own
+#: (``IMAGE``: named by the task and the try).
+SCENARIO = Scenario(
+    "policy",
+    """
+    RetryingPodOperator(
+        task_id="three_tries",
+        image=IMAGE,
+        retries=2,
+        retry_delay=timedelta(0),
+        failure_policy=FailurePolicy(grace={"image.rate_limited": 20}),
+        retry_policy=PodFailureRetryPolicy(
+            {"container.oom": timedelta(seconds=3), "image": Delay.fixed(6)}
+        ),
+    )
+    RetryingPodOperator(
+        task_id="defaults",
+        image=IMAGE,
+        retries=1,
+        name="evicted",
+        retry_delay=timedelta(hours=1),
+        relaunch_budget=0,
+    )
+    for name, policy in (("raising", RaisingPolicy()), ("nonsense", NonsensePolicy())):
         RetryingPodOperator(
-            task_id="run",
-            image=IMAGE,
-            retries=2,
-            retry_delay=timedelta(0),
-            failure_policy=FailurePolicy(grace={"image.rate_limited": 20}),
-            retry_policy=PodFailureRetryPolicy(
-                {"container.oom": timedelta(seconds=3), "image": Delay.fixed(6)}
-            ),
-        )
-        """,
-        {
-            "time_scale": FAST,
-            "images": {
-                "example.com/app:try1": {"run": {"oom": True, "duration_seconds": 1}},
-                "example.com/app:try2": {"pull": "rate_limited"},
-            },
-        },
-        header=HEADER,
-    ),
-    Scenario(
-        "policy_defaults",
-        """
-        RetryingPodOperator(
-            task_id="run",
+            task_id=name,
+            name=name,
             image=IMAGE,
             retries=1,
-            name="evicted",
-            retry_delay=timedelta(hours=1),
-            relaunch_budget=0,
+            retry_delay=timedelta(seconds=1),
+            retry_policy=policy,
         )
-        """,
-        {
-            "time_scale": FAST,
-            "images": {"example.com/app:try1": {"run": {"exit_code": 0, "duration_seconds": 600}}},
-            "disruptions": [{"pod_name_prefix": "evicted", "after_seconds": 5, "kind": "evict"}],
+    """,
+    {
+        "time_scale": FAST,
+        "images": {
+            "example.com/three_tries:try1": {"run": {"oom": True, "duration_seconds": 1}},
+            "example.com/three_tries:try2": {"pull": "rate_limited"},
+            "example.com/defaults:try1": {"run": {"exit_code": 0, "duration_seconds": 600}},
+            "example.com/raising:try1": {"run": {"exit_code": 3, "duration_seconds": 1}},
+            "example.com/nonsense:try1": {"run": {"exit_code": 3, "duration_seconds": 1}},
         },
-        header=HEADER,
-    ),
-    Scenario(
-        "policy_that_fails",
-        """
-        for name, policy in (("raising", RaisingPolicy()), ("nonsense", NonsensePolicy())):
-            RetryingPodOperator(
-                task_id=name,
-                name=name,
-                image=IMAGE,
-                retries=1,
-                retry_delay=timedelta(seconds=1),
-                retry_policy=policy,
-            )
-        """,
-        {
-            "time_scale": FAST,
-            "images": {"example.com/app:try1": {"run": {"exit_code": 3, "duration_seconds": 1}}},
-        },
-        header=HEADER,
-    ),
-]
+        "disruptions": [{"pod_name_prefix": "evicted", "after_seconds": 5, "kind": "evict"}],
+    },
+    header=HEADER,
+)
 
 
 @dataclass(frozen=True)
@@ -152,19 +135,18 @@ def _time(text: str) -> datetime:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase) -> dict[str, Run]:
-    return run_all(SCENARIOS, tmp_path_factory.mktemp("policy"), migrated_database, timeout=300)
+def run(tmp_path_factory: pytest.TempPathFactory, migrated_database: MigratedDatabase) -> Run:
+    return run_all([SCENARIO], tmp_path_factory.mktemp("policy"), migrated_database, timeout=480)["policy"]
 
 
-def test_every_failed_try_keeps_its_reason_and_its_delay_in_airflows_history(runs: dict[str, Run]) -> None:
-    run = runs["policy_three_tries"]
+def test_every_failed_try_keeps_its_reason_and_its_delay_in_airflows_history(run: Run) -> None:
     assert run.result.returncode == 0, run.result.output[-3000:]
-    rows = history(run.result.database, "policy_three_tries", "run")
+    rows = history(run.result.database, "policy", "three_tries")
     assert [(r.try_number, r.state) for r in rows] == [(1, "failed"), (2, "failed")]
     assert rows[0].retry_reason is not None and rows[0].retry_reason.startswith("container.oom: ")
     assert rows[1].retry_reason is not None and rows[1].retry_reason.startswith("image.rate_limited: ")
     assert [r.retry_delay_override for r in rows] == [3.0, 6.0]
-    try_number, state, start = current(run.result.database, "policy_three_tries", "run")
+    try_number, state, start = current(run.result.database, "policy", "three_tries")
     assert (try_number, state) == (3, "success")
     # The scheduler's retry-period check held each next try back for the cause's delay.
     second_start = rows[1].start
@@ -172,38 +154,33 @@ def test_every_failed_try_keeps_its_reason_and_its_delay_in_airflows_history(run
     assert (second_start - rows[0].end).total_seconds() >= 3.0
     assert (start - rows[1].end).total_seconds() >= 6.0
     assert run.live_pods == []
-    assert len(run.created) == 3
+    assert len(run.of_task("three_tries").created) == 3
 
 
-def test_the_default_policy_retries_a_lost_pod_at_once_whatever_the_retry_delay(runs: dict[str, Run]) -> None:
-    run = runs["policy_defaults"]
+def test_the_default_policy_retries_a_lost_pod_at_once_whatever_the_retry_delay(run: Run) -> None:
     assert run.result.returncode == 0, run.result.output[-3000:]
-    (row,) = history(run.result.database, "policy_defaults", "run")
+    (row,) = history(run.result.database, "policy", "defaults")
     assert row.retry_reason is not None and row.retry_reason.startswith("node.disruption: ")
     assert row.retry_delay_override == 0.0  # the task's own retry_delay is an hour
-    assert current(run.result.database, "policy_defaults", "run")[:2] == (2, "success")
+    assert current(run.result.database, "policy", "defaults")[:2] == (2, "success")
 
 
-def test_a_policy_that_raises_or_answers_nonsense_is_logged_and_the_defaults_decide(
-    runs: dict[str, Run],
-) -> None:
-    run = runs["policy_that_fails"]
+def test_a_policy_that_raises_or_answers_nonsense_is_logged_and_the_defaults_decide(run: Run) -> None:
     assert run.result.returncode == 0, run.result.output[-3000:]
     output = run.result.output
     assert "RaisingPolicy raised while evaluating the retry policy" in output
     assert "NonsensePolicy returned 'retry soon, please' instead of a RetryDecision" in output
     for task in ("raising", "nonsense"):
-        (row,) = history(run.result.database, "policy_that_fails", task)
+        (row,) = history(run.result.database, "policy", task)
         assert row.retry_reason is not None and row.retry_reason.startswith("container.exit_code: ")
-        assert current(run.result.database, "policy_that_fails", task)[:2] == (2, "success")
+        assert current(run.result.database, "policy", task)[:2] == (2, "success")
 
 
-def test_explain_lists_every_try_of_a_task_with_its_cause(runs: dict[str, Run]) -> None:
-    run = runs["policy_three_tries"]
+def test_explain_lists_every_try_of_a_task_with_its_cause(run: Run) -> None:
     home = run.result.database.parent
     env = AirflowHome(home, home / "dags").env()
     cli = str(Path(sys.executable).with_name("airflow-k8s-retry"))
-    args = [cli, "explain", "--dag-id", "policy_three_tries", "--task-id", "run", "--json"]
+    args = [cli, "explain", "--dag-id", "policy", "--task-id", "three_tries", "--json"]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=True)
     tries = json.loads(out.stdout)["tries"]
     assert [(t["try_number"], t["state"], t["reason"]) for t in tries] == [
@@ -211,7 +188,7 @@ def test_explain_lists_every_try_of_a_task_with_its_cause(runs: dict[str, Run]) 
         (2, "failed", "image.rate_limited"),
         (3, "success", None),
     ]
-    assert tries[0]["pod_name"] and tries[0]["pod_name"].startswith("policy-three-tries-run-")
+    assert tries[0]["pod_name"] and tries[0]["pod_name"].startswith("policy-three-tries-")
     text = subprocess.run(args[:-1], env=env, capture_output=True, text=True, timeout=120, check=True)
     assert "try 1  failed         container.oom: " in text.stdout
 
