@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+#: The lines ``airflow dags test`` logs as it starts and ends running a task instance.
+DAG_TEST_MARKER = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\S+)")
 
 
 def base_env(home: Path, dags_folder: Path) -> dict[str, str]:
@@ -91,6 +94,19 @@ class DagRunResult:
     output: str  # stdout and stderr together, in order
     seconds: float
     database: Path
+
+    def output_of(self, task_id: str) -> str:
+        """What ``dags test`` printed while it ran ``task_id`` (each of its tries and deferrals):
+        it runs one task at a time, between its ``[DAG TEST] starting`` and ``end task`` lines."""
+        kept: list[str] = []
+        inside = False
+        for line in self.output.splitlines(keepends=True):
+            marker = DAG_TEST_MARKER.search(line)
+            if marker:
+                inside = marker.group(1) == "starting" and marker.group(2) == task_id
+            if inside:
+                kept.append(line)
+        return "".join(kept)
 
     def tries(self, task_id: str | None = None) -> list[TryRecord]:
         """Every try of every task instance (history and current), ordered by task and try."""
@@ -182,11 +198,18 @@ class AirflowHome:
         return env
 
     def start_dag(
-        self, dag_id: str, *, kubeconfig: Path | None = None, extra_env: dict[str, str] | None = None
+        self,
+        dag_id: str,
+        *,
+        kubeconfig: Path | None = None,
+        extra_env: dict[str, str] | None = None,
+        only: str | None = None,
     ) -> subprocess.Popen[str]:
-        """Start ``airflow dags test DAG_ID``; wait on it with :meth:`finish`."""
+        """Start ``airflow dags test DAG_ID``; wait on it with :meth:`finish`. ``only``: run that
+        task alone, the others marked successful without running (``--mark-success-pattern``)."""
+        args = [] if only is None else ["--mark-success-pattern", f"(?!{re.escape(only)}$).*"]
         return subprocess.Popen(
-            [AIRFLOW, "dags", "test", dag_id],
+            [AIRFLOW, "dags", "test", dag_id, *args],
             env=self.env(kubeconfig, extra_env),
             cwd=self.home,
             stdout=subprocess.PIPE,
@@ -214,7 +237,8 @@ class AirflowHome:
         kubeconfig: Path | None = None,
         timeout: float = 180,
         extra_env: dict[str, str] | None = None,
+        only: str | None = None,
     ) -> DagRunResult:
         started = time.monotonic()
-        proc = self.start_dag(dag_id, kubeconfig=kubeconfig, extra_env=extra_env)
+        proc = self.start_dag(dag_id, kubeconfig=kubeconfig, extra_env=extra_env, only=only)
         return self.finish(dag_id, proc, started, timeout)

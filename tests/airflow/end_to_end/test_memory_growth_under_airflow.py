@@ -2,8 +2,10 @@
 on every supported minor (``make test-compat``).
 
 The simulator's container needs 3500Mi (``run.memory_needed``): with a smaller limit the kubelet
-OOM-kills it halfway through its run. Each scenario's pods are read back from the simulator (every
-pod ever created, with the resources it was created with) and the tries from Airflow's database.
+OOM-kills it halfway through its run. Each case is a task (its pods are read back from the
+simulator, every pod ever created with the resources it was created with, and its tries from
+Airflow's database); the cases that share the default nodes are the tasks of one DAG (one Airflow
+start-up), the node-capped case has a cluster and a DAG of its own.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ HEADER = (
 
 TASK = """
 RetryingPodOperator(
-    task_id="job",
+    task_id="{task_id}",
     image="{image}",
     retries={retries},
     retry_delay=timedelta(seconds=0),
@@ -71,14 +73,20 @@ spec:
 """
 
 
-def dag_file(dag_id: str, image: str, growth: str, retries: int, resources: str = SIZED) -> str:
-    body = TASK.format(
-        image=image, growth=f"memory_growth={growth}," if growth else "", retries=retries, resources=resources
-    )
+def dag_file(dag_id: str, tasks: dict[str, Case], template: Path) -> str:
+    bodies = []
+    for task_id, case in tasks.items():
+        resources = f"pod_template_file={str(template)!r}," if case.templated else SIZED
+        growth = f"memory_growth={case.growth}," if case.growth else ""
+        bodies.append(
+            TASK.format(
+                task_id=task_id, image=case.image, growth=growth, retries=case.retries, resources=resources
+            ).strip()
+        )
     return (
         HEADER
         + f"\nwith DAG(dag_id={dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1)):\n"
-        + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    ")
+        + textwrap.indent("\n".join(bodies) + "\n", "    ")
     )
 
 
@@ -92,35 +100,41 @@ class Deployment:
         dags.mkdir(parents=True)
         (dags / f"{dag_id}.py").write_text(dag)
         self.dag_id = dag_id
+        self.runs = 0
         self.home = AirflowHome.create(root / "home", dags_folder=dags, database=database)
         self.cluster = FakeCluster(scenario={"time_scale": 0.1, **cluster}, audit=root / "audit.jsonl")
 
-    def run(self) -> DagRunResult:
-        result = self.home.run_dag(self.dag_id, kubeconfig=self.cluster.kubeconfig, timeout=600)
-        (self.home.home / f"output-{len(self.limits())}.log").write_text(result.output)
+    def run(self, only: str | None = None) -> DagRunResult:
+        """Run the DAG (``only``: that task alone, the others marked successful unrun)."""
+        result = self.home.run_dag(self.dag_id, kubeconfig=self.cluster.kubeconfig, timeout=600, only=only)
+        self.runs += 1
+        (self.home.home / f"output-{self.runs}.log").write_text(result.output)
         return result
 
-    def limits(self) -> list[tuple[str, str]]:
-        """(memory limit, request) of the base container of every pod created so far, in order."""
+    def limits(self, task_id: str) -> list[tuple[str, str]]:
+        """(memory limit, request) of the base container of every pod of the task so far, in order."""
         out = []
         for pod in self.cluster.all_pods():
+            if pod["metadata"]["labels"].get("task_id") != task_id:
+                continue
             resources = pod["spec"]["containers"][0].get("resources") or {}
             out.append((resources["limits"]["memory"], resources["requests"]["memory"]))
         return out
 
-    def reasons(self) -> list[str]:
+    def reasons(self, task_id: str) -> list[str]:
         with sqlite3.connect(self.home.database) as db:
             rows = db.execute(
-                "select retry_reason from task_instance_history where dag_id = ? order by try_number",
-                (self.dag_id,),
+                "select retry_reason from task_instance_history where dag_id = ? and task_id = ? "
+                "order by try_number",
+                (self.dag_id, task_id),
             ).fetchall()
         return [r[0] or "" for r in rows]
 
-    def variable(self) -> Any:
+    def variable(self, task_id: str) -> Any:
         """The task's memory Variable as Airflow stores it: read from the metadata database and,
         encrypted as it is, decrypted with the home's Fernet key (Airflow wrote it to airflow.cfg on
         its first start), as Airflow's own ``Variable.get`` does; None when there is none."""
-        key = f"k8s_retry.memory.{self.dag_id}.job"
+        key = f"k8s_retry.memory.{self.dag_id}.{task_id}"
         with sqlite3.connect(self.home.database) as db:
             row = db.execute("select val, is_encrypted from variable where key = ?", (key,)).fetchone()
         if row is None:
@@ -136,7 +150,7 @@ class Deployment:
 
 @dataclass(frozen=True)
 class Case:
-    """One scenario: its own DAG, Airflow home and simulated cluster."""
+    """One case: a task (named as the case) of its deployment's DAG."""
 
     image: str
     growth: str
@@ -158,11 +172,28 @@ CASES = {
 
 @dataclass
 class Ran:
-    """A scenario's deployment after its DAG's first run: the run and the memory Variable after it."""
+    """A case after its DAG's first run: the run, what its task printed, its memory Variable after."""
 
+    task_id: str
     deployment: Deployment
     result: DagRunResult
     variable: Any
+
+    @property
+    def output(self) -> str:
+        return self.result.output_of(self.task_id)
+
+    @property
+    def limits(self) -> list[tuple[str, str]]:
+        return self.deployment.limits(self.task_id)
+
+    @property
+    def reasons(self) -> list[str]:
+        return self.deployment.reasons(self.task_id)
+
+    @property
+    def state(self) -> str | None:
+        return self.result.final_state(self.task_id)
 
 
 #: The case each test reads. Each ``airflow dags test`` costs seconds of CPU, so the fixture runs
@@ -184,8 +215,8 @@ def ran(
     tmp_path_factory: pytest.TempPathFactory,
     migrated_database: MigratedDatabase,
 ) -> Iterator[dict[str, Ran]]:
-    """The first run of every case a selected test reads, all at once (the runs overlap: together
-    they take little more than the longest), then each case's Variable."""
+    """The first run of every case a selected test reads: the cases on the default nodes as tasks of
+    one DAG, the node-capped case beside it (the two runs overlap), then each case's Variable."""
     tests = {name for name in vars(request.module) if name.startswith("test_")}
     assert tests == set(CASE_OF_TEST), f"CASE_OF_TEST must name each test once: {tests ^ set(CASE_OF_TEST)}"
     selected = {
@@ -196,24 +227,26 @@ def ran(
     work = Path(tmp_path_factory.mktemp("memory-growth"))
     template = work / "pod.yaml"
     template.write_text(TEMPLATE)
+    groups: dict[str, dict[str, Case]] = {}  # DAG id -> its cases (a case with nodes of its own alone)
+    for name, case in CASES.items():
+        if name in selected:
+            groups.setdefault(f"memory_{name}" if case.nodes else "memory", {})[name] = case
     deployments: dict[str, Deployment] = {}
     try:
-        for dag_id, case in CASES.items():
-            if dag_id not in selected:
-                continue
-            resources = f"pod_template_file={str(template)!r}," if case.templated else SIZED
+        for dag_id, cases in groups.items():
             cluster: dict[str, Any] = {"images": IMAGES}
-            if case.nodes:
-                cluster["nodes"] = list(case.nodes)
-            dag = dag_file(dag_id, case.image, case.growth, case.retries, resources)
+            nodes = [node for case in cases.values() for node in case.nodes]
+            if nodes:
+                cluster["nodes"] = nodes
+            dag = dag_file(dag_id, cases, template)
             deployments[dag_id] = d = Deployment(work / dag_id, migrated_database, dag_id, dag, cluster)
             d.cluster.start()
         with ThreadPoolExecutor(max_workers=len(deployments)) as pool:
-            results = list(pool.map(Deployment.run, deployments.values()))
-        variables = [d.variable() for d in deployments.values()]
+            results = dict(zip(deployments, pool.map(Deployment.run, deployments.values()), strict=True))
         yield {
-            dag_id: Ran(d, result, variable)
-            for (dag_id, d), result, variable in zip(deployments.items(), results, variables, strict=True)
+            name: Ran(name, deployments[dag_id], results[dag_id], deployments[dag_id].variable(name))
+            for dag_id, cases in groups.items()
+            for name in cases
         }
     finally:
         for d in deployments.values():
@@ -223,84 +256,83 @@ def ran(
 def test_an_oom_killed_task_succeeds_on_try_2_with_twice_the_memory_and_the_next_run_starts_there(
     ran: dict[str, Ran],
 ) -> None:
-    d, first = ran["grows"].deployment, ran["grows"].result
-    assert first.returncode == 0, first.output[-4000:]
-    assert [t.try_number for t in first.tries("job")] == [1, 2]
-    assert first.final_state("job") == "success"
-    assert d.limits() == [("2Gi", "1Gi"), ("4Gi", "2Gi")]
-    assert "Try 2: memory 4Gi for container base: container base try 1 was OOMKilled at 2Gi" in first.output
+    r = ran["grows"]
+    assert [t.try_number for t in r.result.tries("grows")] == [1, 2]
+    assert r.state == "success", r.output[-4000:]
+    assert r.limits == [("2Gi", "1Gi"), ("4Gi", "2Gi")]
+    assert "Try 2: memory 4Gi for container base: container base try 1 was OOMKilled at 2Gi" in r.output
     grown = "memory growth: try 2 asks for memory 4Gi (container base try 1 was OOMKilled at 2Gi)"
-    assert grown in first.output  # the try's failure, as raised and logged
+    assert grown in r.output  # the try's failure, as raised and logged
     if HAS_RETRY_POLICIES:  # and as Airflow 3.3 keeps the try's cause
-        reason = d.reasons()[0]
+        reason = r.reasons[0]
         assert reason.startswith("container.oom: ") and grown in reason
-    assert ran["grows"].variable["remembered"]["size"] == {"limit": "4Gi", "request": "2Gi"}
-    assert "next" not in ran["grows"].variable
-    # The next run's first try starts from the size that succeeded: one pod, no OOM kill.
-    second = d.run()
+    assert r.variable["remembered"]["size"] == {"limit": "4Gi", "request": "2Gi"}
+    assert "next" not in r.variable
+    # The next run's first try starts from the size that succeeded: one pod, no OOM kill (the DAG's
+    # other tasks are marked successful unrun).
+    second = r.deployment.run(only="grows")
     assert second.returncode == 0, second.output[-4000:]
-    assert d.limits()[2:] == [("4Gi", "2Gi")]
-    assert "Try 1: memory 4Gi for container base: succeeded in run " in second.output
+    assert r.limits[2:] == [("4Gi", "2Gi")]
+    assert "Try 1: memory 4Gi for container base: succeeded in run " in second.output_of("grows")
 
 
 def test_growth_capped_by_the_largest_node_fails_at_once_naming_the_node(ran: dict[str, Ran]) -> None:
-    d, result = ran["capped"].deployment, ran["capped"].result
-    assert result.returncode != 0
+    r = ran["capped"]
     # Try 2 got what the node could give (3Gi, not 4Gi), was OOM-killed again, and the task failed
     # then with two of its three retries unspent.
-    assert d.limits() == [("2Gi", "1Gi"), ("3Gi", "2Gi")]
-    assert [t.try_number for t in result.tries("job")] == [1, 2]
-    assert result.final_state("job") == "failed"
+    assert r.limits == [("2Gi", "1Gi"), ("3Gi", "2Gi")]
+    assert [t.try_number for t in r.result.tries("capped")] == [1, 2]
+    assert r.state == "failed"
     stopped = (
         "memory growth stopped: container base try 2 was OOMKilled at 3Gi, and the largest node's "
         "allocatable memory (small: 3Gi) allows no more than 3Gi"
     )
-    assert stopped in result.output
+    assert stopped in r.output
     capped = (
         "try 2 asks for memory 3Gi (container base try 1 was OOMKilled at 2Gi, capped by the largest node's"
     )
-    assert capped in (d.reasons()[0] if HAS_RETRY_POLICIES else result.output)
-    assert ran["capped"].variable is None  # nothing left behind
+    assert capped in (r.reasons[0] if HAS_RETRY_POLICIES else r.output)
+    assert r.variable is None  # nothing left behind
 
 
 def test_without_growth_every_retry_meets_the_same_kill(ran: dict[str, Ran]) -> None:
-    d, result = ran["untouched"].deployment, ran["untouched"].result
-    assert result.returncode != 0
-    assert d.limits() == [("2Gi", "1Gi")] * 4
-    assert [t.try_number for t in result.tries("job")] == [1, 2, 3, 4]
-    assert result.final_state("job") == "failed"
-    assert "memory growth" not in result.output.lower()
-    assert ran["untouched"].variable is None
+    r = ran["untouched"]
+    assert r.limits == [("2Gi", "1Gi")] * 4
+    assert [t.try_number for t in r.result.tries("untouched")] == [1, 2, 3, 4]
+    assert r.state == "failed"
+    assert "oomkilled" in r.output.lower()  # the task's own output: each try's kill is reported
+    assert "memory growth" not in r.output.lower()
+    assert r.variable is None
 
 
 def test_only_an_oom_kill_grows_the_memory(ran: dict[str, Ran]) -> None:
-    d, result = ran["exit_code"].deployment, ran["exit_code"].result
-    assert result.returncode == 0, result.output[-4000:]
-    assert d.limits() == [("2Gi", "1Gi"), ("2Gi", "1Gi")]
-    assert ran["exit_code"].variable is None
+    r = ran["exit_code"]
+    assert r.state == "success", r.output[-4000:]
+    assert r.limits == [("2Gi", "1Gi"), ("2Gi", "1Gi")]
+    assert r.variable is None
 
 
 def test_an_oom_kill_on_the_last_try_leaves_no_plan_behind(ran: dict[str, Ran]) -> None:
-    d, result = ran["last_try"].deployment, ran["last_try"].result
-    assert result.returncode != 0
-    assert d.limits() == [("2Gi", "1Gi"), ("3Gi", "1536Mi")]  # 3Gi is still below the 3500Mi needed
-    assert result.final_state("job") == "failed"
-    assert "try 3 asks for memory" not in result.output
-    assert ran["last_try"].variable is None
+    r = ran["last_try"]
+    assert r.limits == [("2Gi", "1Gi"), ("3Gi", "1536Mi")]  # 3Gi is still below the 3500Mi needed
+    assert r.state == "failed"
+    assert "try 2 asks for memory 3Gi" in r.output
+    assert "try 3 asks for memory" not in r.output
+    assert r.variable is None
 
 
 def test_a_later_failure_of_a_grown_try_says_what_it_ran_with_and_keeps_the_size(ran: dict[str, Ran]) -> None:
-    d, result = ran["mixed"].deployment, ran["mixed"].result
-    assert result.returncode == 0, result.output[-4000:]
+    r = ran["mixed"]
+    assert r.state == "success", r.output[-4000:]
     # Try 2 ran at 4Gi and failed with exit code 3; try 3 keeps 4Gi (only an OOM kill grows it).
-    assert d.limits() == [("2Gi", "1Gi"), ("4Gi", "2Gi"), ("4Gi", "2Gi")]
+    assert r.limits == [("2Gi", "1Gi"), ("4Gi", "2Gi"), ("4Gi", "2Gi")]
     said = "this try ran with memory 4Gi for container base: container base try 1 was OOMKilled at 2Gi"
-    assert said in (d.reasons()[1] if HAS_RETRY_POLICIES else result.output)
-    assert ran["mixed"].variable is None
+    assert said in (r.reasons[1] if HAS_RETRY_POLICIES else r.output)
+    assert r.variable is None
 
 
 def test_growth_applies_on_top_of_a_pod_template(ran: dict[str, Ran]) -> None:
-    d, result = ran["templated"].deployment, ran["templated"].result
-    assert result.returncode == 0, result.output[-4000:]
-    assert d.limits() == [("2Gi", "1Gi"), ("4Gi", "2Gi")]
-    assert ran["templated"].variable is None
+    r = ran["templated"]
+    assert r.state == "success", r.output[-4000:]
+    assert r.limits == [("2Gi", "1Gi"), ("4Gi", "2Gi")]
+    assert r.variable is None
