@@ -353,6 +353,27 @@ def _pace(clock: Any, scale: float) -> Any:
 # -- one run ---------------------------------------------------------------------------------------
 
 
+@dataclass
+class TurnClock:
+    """Simulated seconds of the harness's turns while a trigger runs, a turn counting at most
+    ``cap``: the simulated clock follows the wall clock (1 s = 1,000 sim s), so a harness the
+    machine starves of CPU for a real second would see a thousand simulated ones pass with nothing
+    able to answer. A trigger that never answers still reaches any bound, turn by turn."""
+
+    cap: float
+    last: float
+    waited: float = 0.0
+
+    def tick(self, now: float) -> float:
+        self.waited += min(max(now - self.last, 0.0), self.cap)
+        self.last = now
+        return self.waited
+
+
+#: Real seconds one harness turn counts at most toward a hang (a turn normally takes 5 ms).
+TURN_CAP_REAL = 0.05
+
+
 class ChaosRun:
     def __init__(self, env: Environment, plan: Plan) -> None:
         self.env = env
@@ -698,6 +719,7 @@ class ChaosRun:
         # is a hundred simulated ones. (A trigger cancelled before its first turn gets no on_kill
         # from Airflow; docs/reliability.md lists that as a limit.)
         started_at: float | None = None
+        turns = TurnClock(cap=TURN_CAP_REAL / self.env.time_scale, last=0.0)
         while True:
             now = self.clock.now()
             self.advance()
@@ -705,10 +727,13 @@ class ChaosRun:
                 if not any(t.started(tid) for t in running_on):
                     if now >= self.bound:
                         started_at = now  # never started: the bound below ends the run
+                        turns.waited = self.per_try
                     else:
                         time.sleep(0.001)
                         continue
                 started_at = now if started_at is None else started_at
+                turns.last = started_at
+            waited = turns.tick(now)
             if handover is not None and now >= started_at + handover[1]:
                 kind = handover[0]
                 handover = None
@@ -763,7 +788,7 @@ class ChaosRun:
                         t.cancel(tid, user_action=False)  # timeout: no on_kill
                 self.notes.append(f"trigger {tid}: deferral timed out")
                 return Deferral.timed_out()
-            if now >= max(self.bound, started_at + self.per_try):
+            if now >= self.bound and waited >= self.per_try:
                 self.hang = True
                 self.env.states.set(ti, "failed")  # the user gives up on it
                 self.api_server.mark_failed(ti, tid, deferral.classpath, deferral.trigger_kwargs)
@@ -951,7 +976,8 @@ def check(
             Violation(
                 "hang",
                 f"no verdict within {run.bound - run.started:.0f} sim s of the task's start "
-                f"nor {run.per_try:.0f} sim s of its trigger's first turn",
+                f"nor {run.per_try:.0f} sim s of its trigger's first turn (a turn of the harness "
+                f"counting at most {TURN_CAP_REAL * 1000:.0f} ms of the wall clock)",
             )
         )
     elif state not in TERMINAL:

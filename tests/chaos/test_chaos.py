@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.chaos.harness import Environment, Result, run_seed
+from tests.chaos.harness import Environment, Result, TurnClock, run_seed
 from tests.chaos.known import diagnose
 
 #: defect -> seeds that showed it before its fix (replayed on the fixed code: no violation).
@@ -110,3 +110,9 @@ def test_a_kill_inside_a_hand_over_still_deletes_the_pod() -> None:
     assert "triggerer=kill9@+17s user=mark_failed@+18s" in result.plan
     assert any("the kill came before its first turn on triggerer B" in n for n in result.notes), result.notes
     assert not broken(result), result.explain()
+
+
+def test_a_turn_the_machine_starved_counts_at_most_its_cap_toward_a_hang() -> None:
+    # Turns 5 sim s apart count whole; a turn a real second late (1,000 sim s) counts 50.
+    turns = TurnClock(cap=50.0, last=100.0)
+    assert [turns.tick(t) for t in (105.0, 110.0, 1110.0, 1115.0)] == [5.0, 10.0, 60.0, 65.0]
