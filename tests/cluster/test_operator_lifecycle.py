@@ -1,8 +1,8 @@
 """The operator's whole lifecycle under real Airflow (``airflow dags test``) on the real control
 plane: one pod per try, the verdict, the cleanup by UID, Airflow's retries.
 
-The DAGs (the operator's cases as tasks of one, the sensor's example, the least-privilege run) run
-at once, each in its own Airflow home; the images' fates are those of ``tests/cluster/scenario.yaml``.
+The three DAGs run at once, each in its own Airflow home; the images' fates are those of
+``tests/cluster/scenario.yaml``.
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.pods import PodClient
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.paths import REPO
-from tests.support.scenarios import DAG_HEADER, Scenario
+from tests.support.scenarios import Scenario
 
-#: The cases are independent tasks of one DAG (one Airflow start-up): this package's operator on a
-#: pod that exits 0, one that exits 3, a missing image, and the cncf provider's own deferrable
-#: KubernetesPodOperator on a good and a missing image.
-LIFECYCLE = Scenario(
-    "cluster_lifecycle",
+SUCCESS = Scenario(
+    "cluster_success",
     """
     RetryingPodOperator(
         task_id="work",
@@ -31,11 +28,25 @@ LIFECYCLE = Scenario(
         retry_delay=timedelta(seconds=1),
         execution_timeout=timedelta(minutes=5),
     )
+    """,
+    {},
+)
+EXIT_CODE = Scenario(
+    "cluster_exit_code",
+    """
     RetryingPodOperator(
-        task_id="exit_3",
+        task_id="work",
         image="registry.example.com/app:exit-3",
         retries=1,
+        retry_delay=timedelta(seconds=1),
+        execution_timeout=timedelta(minutes=5),
     )
+    """,
+    {},
+)
+NOT_FOUND = Scenario(
+    "cluster_not_found",
+    """
     RetryingPodOperator(
         task_id="pull",
         image="docker.io/library/notavalidimage-airflow-k8s-retry:0",
@@ -44,6 +55,12 @@ LIFECYCLE = Scenario(
         failure_policy=FailurePolicy(grace={"image.not_found": 5}),
         execution_timeout=timedelta(minutes=5),
     )
+    """,
+    {},
+)
+KPO = Scenario(
+    "cluster_kpo_deferrable",
+    """
     common = dict(
         namespace="default",
         cmds=["sh", "-c", "echo conformance"],
@@ -60,7 +77,14 @@ LIFECYCLE = Scenario(
     good >> missing
     """,
     {},
-    header=DAG_HEADER + "from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator\n",
+    header="""
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import DAG
+""",
 )
 #: The shipped example DAG of the sensor, as it is.
 SENSOR_EXAMPLE = REPO / "dags" / "06_sensor.py"
@@ -77,7 +101,7 @@ LEAST_PRIVILEGE = Scenario(
     """,
     {},
 )
-DAGS = (LIFECYCLE,)
+DAGS = (SUCCESS, EXIT_CODE, NOT_FOUND, KPO)
 
 
 def least_privilege_kubeconfig(kubeconfig: Path, target: Path) -> Path:
@@ -141,39 +165,37 @@ def runs(
     }
 
 
-def live_pods(kubeconfig: Path, dag_id: str, task_id: str | None = None) -> list[str]:
+def live_pods(kubeconfig: Path, dag_id: str) -> list[str]:
     client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig))))
-    selector = f"dag_id={dag_id}" + (f",task_id={task_id}" if task_id else "")
     return [
         p["metadata"]["name"]
-        for p in client.list_pods("default", selector)
+        for p in client.list_pods("default", f"dag_id={dag_id}")
         if not p["metadata"].get("deletionTimestamp")
     ]
 
 
 def test_a_pod_that_exits_zero_is_one_successful_try(runs: dict[str, DagRunResult], kubeconfig: Path):
-    result = runs[LIFECYCLE.dag_id]
+    result = runs[SUCCESS.dag_id]
     assert [(t.try_number, t.state) for t in result.tries("work")] == [(1, "success")], result.output[-3000:]
-    assert live_pods(kubeconfig, LIFECYCLE.dag_id, "work") == []
+    assert live_pods(kubeconfig, SUCCESS.dag_id) == []
 
 
 def test_a_non_zero_exit_spends_each_try_on_one_pod(runs: dict[str, DagRunResult], kubeconfig: Path):
-    result = runs[LIFECYCLE.dag_id]
-    tries = [(t.try_number, t.state) for t in result.tries("exit_3")]
+    result = runs[EXIT_CODE.dag_id]
+    tries = [(t.try_number, t.state) for t in result.tries("work")]
     assert tries == [(1, "failed"), (2, "failed")], result.output[-3000:]
-    output = result.output_of("exit_3")
-    assert output.count("container.exit_code") >= 2
-    assert "exit code 3" in output
-    assert live_pods(kubeconfig, LIFECYCLE.dag_id, "exit_3") == []
+    assert result.output.count("container.exit_code") >= 2
+    assert "exit code 3" in result.output
+    assert live_pods(kubeconfig, EXIT_CODE.dag_id) == []
 
 
 def test_a_missing_image_costs_one_pod_per_try(runs: dict[str, DagRunResult], kubeconfig: Path):
-    result = runs[LIFECYCLE.dag_id]
+    result = runs[NOT_FOUND.dag_id]
     tries = [(t.try_number, t.state) for t in result.tries("pull")]
     assert tries == [(1, "failed"), (2, "failed")], result.output[-3000:]
     for n in (1, 2):
-        assert f"-t{n}: image." in result.output_of("pull"), f"try {n} logs an image reason code"
-    assert live_pods(kubeconfig, LIFECYCLE.dag_id, "pull") == []
+        assert f"-t{n}: image." in result.output, f"try {n} logs an image reason code"
+    assert live_pods(kubeconfig, NOT_FOUND.dag_id) == []
 
 
 def test_the_sensor_example_waits_for_a_pod_it_did_not_create(
@@ -193,7 +215,7 @@ def test_the_sensor_example_waits_for_a_pod_it_did_not_create(
 def test_the_cncf_kubernetes_pod_operator_conforms(runs: dict[str, DagRunResult]):
     """The provider's own deferrable KubernetesPodOperator on the same cluster: a good image
     succeeds, a missing one fails (the control plane, not this package, is what is checked)."""
-    result = runs[LIFECYCLE.dag_id]
+    result = runs[KPO.dag_id]
     assert result.final_state("good_image") == "success", result.output[-3000:]
     assert result.final_state("missing_image") == "failed", result.output[-3000:]
 
