@@ -40,7 +40,9 @@ def tasks(mode: str, deferrable: bool) -> str:
         on_finish_action="delete_pod",
     )
     good = KubernetesPodOperator(task_id="good_image_{mode}", image="busybox:1.36", **common)
-    missing = KubernetesPodOperator(task_id="missing_image_{mode}", image="ghost.example.com/missing:1", **common)
+    missing = KubernetesPodOperator(
+        task_id="missing_image_{mode}", image="ghost.example.com/missing:1", **common
+    )
     good >> missing
     """
 
@@ -67,6 +69,9 @@ def test_kubernetes_pod_operator_succeeds_with_a_good_image_and_fails_with_a_mis
         (f"missing_image_{mode}", "failed"),
     ], output
     pods = run.of_task(f"good_image_{mode}").all_pods + run.of_task(f"missing_image_{mode}").all_pods
-    assert [p["spec"]["containers"][0]["image"] for p in pods] == ["busybox:1.36", "ghost.example.com/missing:1"]
+    assert [p["spec"]["containers"][0]["image"] for p in pods] == [
+        "busybox:1.36",
+        "ghost.example.com/missing:1",
+    ]
     assert run.of_task(f"good_image_{mode}").live_pods == run.of_task(f"missing_image_{mode}").live_pods == []
     assert run.live_pods == []

@@ -269,7 +269,9 @@ def test_cluster_arguments_sync_mode_zero_skip_and_partial_results_as_kpo(runs):
     for side in ("kpo", "rpo"):
         entry = runs[side]
         result = entry["result"]
-        group = {task: state for task, state in states(entry).items() if task in ("local", "zero_skip", "half")}
+        group = {
+            task: state for task, state in states(entry).items() if task in ("local", "zero_skip", "half")
+        }
         assert group == {"local": "success", "zero_skip": "skipped", "half": "failed"}, side
         assert "loading in sync mode" in result.output, side
         for key, value in (("done", 7), ("left", 3), ("return_value", {"done": 7, "left": 3})):

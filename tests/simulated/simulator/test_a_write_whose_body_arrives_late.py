@@ -48,7 +48,9 @@ def running_pod_under_deletion(cluster: FakeCluster) -> dict[str, Any]:
     return pod
 
 
-def held_request(cluster: FakeCluster, method: str, path: str, body: bytes, content_type: str) -> socket.socket:
+def held_request(
+    cluster: FakeCluster, method: str, path: str, body: bytes, content_type: str
+) -> socket.socket:
     """Send a request's headers only, and return once the simulator has taken the request in."""
     before = sum(cluster.request_counts().values())
     sock = socket.create_connection(("127.0.0.1", cluster.port))
@@ -75,7 +77,9 @@ def answer(sock: socket.socket, body: bytes) -> int:
 
 
 def stamp(pod: dict[str, Any]) -> tuple[bytes, str]:
-    return json.dumps({"metadata": {"annotations": {"stamp": "late"}}}).encode(), "application/merge-patch+json"
+    return json.dumps(
+        {"metadata": {"annotations": {"stamp": "late"}}}
+    ).encode(), "application/merge-patch+json"
 
 
 def replace(pod: dict[str, Any]) -> tuple[bytes, str]:
