@@ -44,6 +44,7 @@ class Kubelet:
         self.status = status
         self.scheduler = scheduler
         self.first_pull: dict[str, float] = {}  # normalized image -> loop time of first attempt
+        self.pullers: dict[str, list[str]] = {}  # normalized image -> pods that pulled it, in order
 
     # -- starting a pod ---------------------------------------------------------------------------
 
@@ -148,8 +149,13 @@ class Kubelet:
         clock = status.clock
         now = clock.loop.time()
         first = self.first_pull.setdefault(full, now)
-        failing = behaviour.pull != "ok" and (
-            behaviour.for_seconds is None or (now - first) < behaviour.for_seconds * clock.scale
+        pullers = self.pullers.setdefault(full, [])
+        if run.uid not in pullers:
+            pullers.append(run.uid)
+        failing = (
+            behaviour.pull != "ok"
+            and (behaviour.for_seconds is None or (now - first) < behaviour.for_seconds * clock.scale)
+            and (behaviour.for_pods is None or pullers.index(run.uid) < behaviour.for_pods)
         )
         if failing:
             status.after(run, PULL_FAIL_SECONDS, self.pull_failed, run, c, behaviour.pull)

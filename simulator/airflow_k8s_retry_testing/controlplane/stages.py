@@ -72,6 +72,11 @@ def check_supported(scenario: Scenario, where: str = "scenario") -> None:
             f"not {scenario.kubernetes_version}; drop the key or set it to '1.{KUBERNETES_MINOR}'"
         )
     for ref, behaviour in scenario.images.items():
+        if behaviour.for_pods is not None:
+            raise UnsupportedScenario(
+                f"{where}.images[{ref!r}].for_pods: the control plane's registry outages end by "
+                "time only; use for_seconds, or run it on FakeCluster"
+            )
         if behaviour.run.xcom is not None:
             raise UnsupportedScenario(
                 f"{where}.images[{ref!r}].run.xcom: reading the XCom sidecar needs exec, and KWOK's "

@@ -23,6 +23,7 @@ from tests.support.paths import REPO
         ({"autoscaler": {}}, "scenario.autoscaler"),
         ({"images": {"a:1": {"run": {"xcom": {"rows": 3}}}}}, "run.xcom"),
         ({"kubernetes_version": "1.30"}, "scenario.kubernetes_version"),
+        ({"images": {"a:1": {"pull": "rate_limited", "for_pods": 1}}}, "for_pods"),
     ],
 )
 def test_what_the_real_backend_cannot_do_fails_with_the_key(scenario: dict[str, Any], key: str):
@@ -40,9 +41,19 @@ def test_the_tier_scenario_becomes_kwok_stages():
     assert expected <= set(names)
 
 
+def demo_without_07() -> Scenario:
+    """The demo's scenario as the cluster tier plays it: without 07's image, whose outage ends by
+    pods (``for_pods``), which only FakeCluster plays (the tier runs 01-05)."""
+    data = yaml.safe_load((REPO / "demo" / "scenario.yaml").read_text())
+    with pytest.raises(UnsupportedScenario, match="for_pods"):
+        check_supported(Scenario.from_dict(data))
+    del data["images"]["registry.example.com/team/export:2"]
+    return Scenario.from_dict(data)
+
+
 def test_the_demo_scenario_runs_on_the_real_backend():
     """An outage that ends (``for_seconds``) and container logs (``run.log``) are played there."""
-    scenario = Scenario.load(REPO / "demo" / "scenario.yaml")
+    scenario = demo_without_07()
     check_supported(scenario)
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(kwok_config(scenario))]
     report = sorted(scenario.images).index("registry.example.com/team/report:1.4")
@@ -54,7 +65,7 @@ def test_the_demo_scenario_runs_on_the_real_backend():
 def test_kwok_is_never_given_an_exec_target():
     """KWOK's only exec runs the client's command on this machine (the XCom sidecar's
     ``kill -s SIGINT 1`` would reach this machine's PID 1): no Exec in its config or its CRDs."""
-    scenario = Scenario.load(REPO / "demo" / "scenario.yaml")
+    scenario = demo_without_07()
     kinds = {d["kind"] for d in yaml.safe_load_all(kwok_config(scenario))}
     assert kinds == {"Stage"}
     assert not [crd for crd in KWOK_CRDS if "exec" in crd.lower() or "attach" in crd.lower()]

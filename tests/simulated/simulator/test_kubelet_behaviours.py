@@ -18,6 +18,7 @@ SCENARIO: dict[str, Any] = {
         "ghost:1": {"pull": "not_found"},
         "private/app:1": {"pull": "unauthorized"},
         "popular:1": {"pull": "rate_limited", "for_seconds": 15},
+        "first-pod-limited:1": {"pull": "rate_limited", "for_pods": 1},
         "bad-ref:1": {"pull": "invalid_name"},
         "oom:1": {"run": {"oom": True, "duration_seconds": 1, "log": "allocating"}},
         "fails:1": {"run": {"exit_code": 3, "duration_seconds": 1, "log": "boom"}},
@@ -418,3 +419,16 @@ def test_a_test_ends_a_running_container_when_it_chooses(sim: FakeCluster, api: 
     assert "terminated:Error" in lifecycle(sim, "held")
     with pytest.raises(RuntimeError, match="its first main container of default/held is not running"):
         sim.exit_container("held")
+
+
+def test_an_outage_for_one_pod_fails_its_pulls_and_no_later_pods(sim: FakeCluster, api: Any) -> None:
+    api.create_namespaced_pod("default", pod_body("first", "first-pod-limited:1"))
+    assert sim.wait_for(pod_is("first", lambda p: waiting_reason(p) == "ImagePullBackOff"), 5)
+    api.create_namespaced_pod("default", pod_body("second", "first-pod-limited:1"))
+    assert sim.wait_for(pod_is("second", lambda p: phase(p) == "Succeeded"), 5)
+    assert ("Normal", "Pulled") in [(t, r) for t, r, _ in events_of(sim, "second")]
+    # The second pod's pull put the image on the (only) node: the first pod's next try finds it
+    # there, as a kubelet with imagePullPolicy IfNotPresent does, and runs.
+    assert sim.wait_for(pod_is("first", lambda p: phase(p) == "Succeeded"), 10)
+    messages = [m for _, reason, m in events_of(sim, "first") if reason == "Pulled"]
+    assert messages == ['Container image "first-pod-limited:1" already present on machine']

@@ -29,6 +29,7 @@ def test_every_documented_key_is_read() -> None:
                 "ghost:1": {"pull": "not_found"},
                 "slow:1": {"pull": "rate_limited", "for_seconds": 30, "run": {"exit_code": 3, "log": "x"}},
                 "big:1": {"run": {"oom": True, "duration_seconds": 2}},
+                "limited:1": {"pull": "rate_limited", "for_pods": 2},
             },
             "secrets": ["db", {"name": "api", "namespace": "jobs", "data": {"token": "t"}}],
             "configmaps": ["settings"],
@@ -39,6 +40,7 @@ def test_every_documented_key_is_read() -> None:
     )
     assert scenario.images["ghost:1"].pull == "not_found"
     assert scenario.images["slow:1"].for_seconds == 30
+    assert scenario.images["limited:1"].for_pods == 2 and scenario.images["slow:1"].for_pods is None
     assert scenario.images["slow:1"].run.exit_code == 3
     assert scenario.images["big:1"].run.exit_code == 137  # OOM kills with SIGKILL
     assert [s.name for s in scenario.secrets] == ["db", "api"]
@@ -58,6 +60,8 @@ def test_every_documented_key_is_read() -> None:
         ({"images": {"x": {"run": {"exit_code": "one"}}}}, "images['x'].run.exit_code"),
         ({"images": {"x": {"run": {"exit_code": 300}}}}, "images['x'].run.exit_code"),
         ({"images": {"x": {"for_seconds": -1}}}, "images['x'].for_seconds"),
+        ({"images": {"x": {"for_pods": 0}}}, "images['x'].for_pods"),
+        ({"images": {"x": {"for_pods": 1.5}}}, "images['x'].for_pods"),
         ({"disruptions": [{"kind": "explode"}]}, "disruptions[0].kind"),
         ({"disruptions": [{"kind": "evict", "after_seconds": "soon"}]}, "disruptions[0].after_seconds"),
         ({"faults": [{"verb": "get", "status": 404}]}, "faults[0].status"),
