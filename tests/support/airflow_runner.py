@@ -43,6 +43,10 @@ def base_env(home: Path, dags_folder: Path) -> dict[str, str]:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            # A DAG file imports this package, the cncf provider and the Kubernetes client: on a
+            # loaded machine, with several Airflow processes starting at once, that took over the
+            # default 30 s, and `dags test` found no DAG.
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
             "PYTHONUNBUFFERED": "1",
         }
     )
