@@ -52,8 +52,8 @@ SCENARIO: dict[str, Any] = {
         # deployment_capacity: six pods of 60 s for triggerers that run two triggers each (all six
         # tasks defer long before the first pod ends, however slowly they launch).
         "example.com/capacity/job:1": {"run": {"duration_seconds": 600, "log": "done"}},
-        # deployment_scheduler_restart: ends while no scheduler runs.
-        "example.com/restart/app:1": {"run": {"duration_seconds": 100, "log": "done"}},
+        # deployment_scheduler_restart: runs until the test ends it, once no scheduler runs.
+        "example.com/restart/app:1": {"run": {"duration_seconds": 1_000_000, "log": "done"}},
         # deployment_api_timeout: ends while the api-server is frozen.
         "example.com/api-timeout/app:1": {"run": {"duration_seconds": 100, "log": "done"}},
     },

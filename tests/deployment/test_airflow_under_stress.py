@@ -69,11 +69,20 @@ def test_a_pod_that_ends_while_every_scheduler_is_down_is_judged_once_they_retur
     [pod] = dep.pods_of(dag_id)
     dep.stop(*SCHEDULERS)
     try:
-        # The pod ends and its trigger fires with no scheduler to resume the task: it stays
-        # scheduled, and the pod waits for the worker that will judge it.
+        # The pod ends (the test ends it: a scripted end could come before the schedulers are
+        # down on a loaded machine) and its trigger fires with no scheduler to resume the task: it
+        # stays scheduled, and the pod waits for the worker that will judge it.
+        name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
+        dep.wait(
+            lambda: ((dep.cluster.pod(name, namespace) or {}).get("status") or {}).get("phase") == "Running",
+            60,
+            "the pod to run",
+            lambda: dep.cluster.pod(name, namespace),
+        )
+        dep.cluster.exit_container(name, 0, namespace=namespace)
         dep.wait(
             lambda: dep.task_states(dag_id, run_id)[task_id][1] == "scheduled",
-            100 * SCALE + 60,
+            60,
             "the trigger to fire",
             lambda: dep.task_states(dag_id, run_id),
         )
