@@ -10,10 +10,12 @@ says nothing about the package.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from tests.chaos.harness import Environment, Result, TurnClock, run_seed
+from tests.chaos.harness import Environment, Result, TurnClock, _deleted_under_the_worker, run_seed
 from tests.chaos.known import diagnose
 
 #: defect -> seeds that showed it before its fix (replayed on the fixed code: no violation).
@@ -116,3 +118,28 @@ def test_a_turn_the_machine_starved_counts_at_most_its_cap_toward_a_hang() -> No
     # Turns 5 sim s apart count whole; a turn a real second late (1,000 sim s) counts 50.
     turns = TurnClock(cap=50.0, last=100.0)
     assert [turns.tick(t) for t in (105.0, 110.0, 1110.0, 1115.0)] == [5.0, 10.0, 60.0, 65.0]
+
+
+def test_a_delete_after_the_users_kill_of_the_try_is_not_one_under_the_worker() -> None:
+    # Seed 14 on a loaded machine: the verdict fired, the worker acted on it, the user killed the
+    # try, and the kill's listener deleted the pod before the harness noted the try's end.
+    pod = {"metadata": {"uid": "u1", "name": "p-t4"}}
+    run = SimpleNamespace(
+        verdicts=[(4, "u1", "retry", "container.oom")],
+        verdict_at={"u1": 10.0},
+        try_ended={4: 20.0},
+        user_killed_at={4: 12.0},
+    )
+
+    def audit(delete_at: float) -> list[dict[str, Any]]:
+        return [
+            {"kind": "request", "verb": "create", "resource": "pods", "user_agent": "worker", "t": 1.0},
+            {
+                "kind": "request", "verb": "delete", "resource": "pods", "status": 200,
+                "user_agent": "listener", "name": "p-t4", "t": delete_at,
+            },
+        ]  # fmt: skip
+
+    assert _deleted_under_the_worker(run, audit(13.0), [pod]) == []  # type: ignore[arg-type]
+    [found] = _deleted_under_the_worker(run, audit(11.0), [pod])  # type: ignore[arg-type]
+    assert found.kind == "deleted_under_the_worker"  # before the kill: the worker was acting on it
