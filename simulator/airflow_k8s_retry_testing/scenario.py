@@ -223,14 +223,9 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class ImageBehaviour:
-    """How the kubelet treats one image reference.
-
-    ``pull`` holds for ``for_seconds`` counted from the first pull attempt of this image anywhere
-    in the cluster (a registry outage is global), then pulls succeed; ``None`` means forever.
-    ``for_pods``: it holds only for the first that many pods to pull the image (every pull of
-    theirs), and later pods pull it fine: an outage that ends between two tries however late a
-    loaded machine runs them. With both, a pull fails only while both hold.
-    """
+    """How the kubelet treats one image reference: ``pull`` holds for ``for_seconds`` from the first
+    pull of it anywhere (a registry outage is global) and for the first ``for_pods`` pods to pull it
+    (each None: no end); a pull fails while both hold."""
 
     pull: str = "ok"
     for_seconds: float | None = None
@@ -246,22 +241,18 @@ class ImageBehaviour:
     def from_dict(cls, data: object, where: str) -> ImageBehaviour:
         data = _mapping(data if data is not None else {}, where)
         _check_keys(data, ("pull", "for_seconds", "for_pods", "run"), where)
-        for_raw = data.get("for_seconds")
-        for_seconds = None if for_raw is None else _real(for_raw, f"{where}.for_seconds")
-        pods_raw = data.get("for_pods")
-        for_pods = None if pods_raw is None else _int(pods_raw, f"{where}.for_pods", minimum=1)
+        seconds, pods = data.get("for_seconds"), data.get("for_pods")
+        ends = {
+            "for_seconds": None if seconds is None else _real(seconds, f"{where}.for_seconds"),
+            "for_pods": None if pods is None else _int(pods, f"{where}.for_pods", minimum=1),
+        }
         run = RunSpec.from_dict(data.get("run", {}), f"{where}.run")
-        return _build(
-            cls, where, pull=data.get("pull", "ok"), for_seconds=for_seconds, for_pods=for_pods, run=run
-        )
+        return _build(cls, where, pull=data.get("pull", "ok"), run=run, **ends)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pull": self.pull, "run": self.run.to_dict()}
-        if self.for_seconds is not None:
-            out["for_seconds"] = self.for_seconds
-        if self.for_pods is not None:
-            out["for_pods"] = self.for_pods
-        return out
+        ends = {"for_seconds": self.for_seconds, "for_pods": self.for_pods}
+        return out | {key: value for key, value in ends.items() if value is not None}
 
 
 @dataclass(frozen=True)
