@@ -397,9 +397,10 @@ class ChaosRun:
         self.killed_by_user = False
         self.tries_run = 0
         self.try_ended: dict[int, float] = {}
-        #: When the user killed a try while its worker ran (the audit log's clock): from then on the
-        #: kill's own cleanup (the api-server's listener) may delete the pod.
-        self.user_killed_at: dict[int, float] = {}
+        #: When a try's worker stopped acting on it (the audit log's clock): the user killed the try
+        #: or the worker died; from then on Airflow's own cleanup (the api-server's listener, the
+        #: failure callback) may delete the pod.
+        self.worker_done_at: dict[int, float] = {}
         self.last_error: str = ""  # how the last try that raised ended (type: message)
         self.hang = False
         self._trigger_ids = 0
@@ -569,7 +570,7 @@ class ChaosRun:
             # (its event in next_kwargs when it runs its resumed method).
             self.env.states.set(ti, "failed")
             self.killed_by_user = True
-            self.user_killed_at.setdefault(try_number, time.time())
+            self.worker_done_at.setdefault(try_number, time.time())
             next_method, next_kwargs = call[1] if call[0] == "resume" else (None, None)
             self.api_server.mark_failed_waiting(ti, next_method, next_kwargs, self.namespace)
 
@@ -590,6 +591,7 @@ class ChaosRun:
             outcome, value = self.call_worker(w, op, context, call)
             if outcome == "died":
                 self.interrupted_tries.add(try_number)
+                self.worker_done_at.setdefault(try_number, time.time())
                 self.notes.append(f"try {try_number}: worker died {value}")
                 if self.killed_by_user:
                     return "failed"
@@ -1042,9 +1044,9 @@ def _deleted_under_the_worker(
             and r.get("user_agent") in agents
             and r.get("name") in fired
             and fired_at[r["name"]] <= r["t"] < run.try_ended.get(fired[r["name"]][0], float("inf"))
-            # A delete after the user killed the try is the kill's own (the worker is being killed,
-            # not acting on the pod); on a loaded machine it can land before the try's end is noted.
-            and r["t"] < run.user_killed_at.get(fired[r["name"]][0], float("inf"))
+            # A delete after the user killed the try or its worker died is Airflow's cleanup (no
+            # worker acts on the pod); on a loaded machine it can land before the try's end is noted.
+            and r["t"] < run.worker_done_at.get(fired[r["name"]][0], float("inf"))
         ):
             try_number, reason = fired[r["name"]]
             found.append(

@@ -128,7 +128,7 @@ def test_a_delete_after_the_users_kill_of_the_try_is_not_one_under_the_worker() 
         verdicts=[(4, "u1", "retry", "container.oom")],
         verdict_at={"u1": 10.0},
         try_ended={4: 20.0},
-        user_killed_at={4: 12.0},
+        worker_done_at={4: 12.0},
     )
 
     def audit(delete_at: float) -> list[dict[str, Any]]:
