@@ -78,13 +78,7 @@ class Run:
         """This run as one task's: the audit records, live pods and pods of the pods it created only
         (by name, or by UID for a create) (a scenario's DAG may hold several independent tasks; the
         output and the database stay whole)."""
-        created = [
-            r
-            for r in self.audit
-            if r.get("kind") == "lifecycle"
-            and r.get("change") == "created"
-            and (r.get("labels") or {}).get("task_id") == task_id
-        ]
+        created = [r for r in self.created if (r.get("labels") or {}).get("task_id") == task_id]
         names, uids = {r["name"] for r in created}, {r["uid"] for r in created}
         return Run(
             scenario=self.scenario,

@@ -44,7 +44,7 @@ class Kubelet:
         self.status = status
         self.scheduler = scheduler
         self.first_pull: dict[str, float] = {}  # normalized image -> loop time of first attempt
-        self.pullers: dict[str, list[str]] = {}  # normalized image -> pods that pulled it, in order
+        self.pullers: dict[str, dict[str, int]] = {}  # image with for_pods -> pod UID -> its rank
 
     # -- starting a pod ---------------------------------------------------------------------------
 
@@ -149,18 +149,20 @@ class Kubelet:
         clock = status.clock
         now = clock.loop.time()
         first = self.first_pull.setdefault(full, now)
-        pullers = self.pullers.setdefault(full, [])
-        if run.uid not in pullers:
-            pullers.append(run.uid)
         failing = (
             behaviour.pull != "ok"
             and (behaviour.for_seconds is None or (now - first) < behaviour.for_seconds * clock.scale)
-            and (behaviour.for_pods is None or pullers.index(run.uid) < behaviour.for_pods)
+            and (behaviour.for_pods is None or self.puller_rank(full, run.uid) < behaviour.for_pods)
         )
         if failing:
             status.after(run, PULL_FAIL_SECONDS, self.pull_failed, run, c, behaviour.pull)
         else:
             status.after(run, PULL_SECONDS, self.pulled, run, c)
+
+    def puller_rank(self, image: str, uid: str) -> int:
+        """Among the pods that pulled ``image``, in the order of their first pull: this pod's place."""
+        ranks = self.pullers.setdefault(image, {})
+        return ranks.setdefault(uid, len(ranks))
 
     def invalid_image(self, run: PodRun, c: ContainerRun) -> None:
         message = (

@@ -13,6 +13,7 @@ from airflow_k8s_retry_testing.controlplane import COMPONENTS, ControlPlane, Con
 from airflow_k8s_retry_testing.controlplane.cluster import KWOK_CRDS
 from airflow_k8s_retry_testing.controlplane.stages import UnsupportedScenario, check_supported, kwok_config
 from airflow_k8s_retry_testing.scenario import Scenario
+from tests.cluster.examples import cluster_scenario
 from tests.support.paths import REPO
 
 
@@ -41,19 +42,13 @@ def test_the_tier_scenario_becomes_kwok_stages():
     assert expected <= set(names)
 
 
-def demo_without_07() -> Scenario:
-    """The demo's scenario as the cluster tier plays it: without 07's image, whose outage ends by
-    pods (``for_pods``), which only FakeCluster plays (the tier runs 01-05)."""
-    data = yaml.safe_load((REPO / "demo" / "scenario.yaml").read_text())
-    with pytest.raises(UnsupportedScenario, match="for_pods"):
-        check_supported(Scenario.from_dict(data))
-    del data["images"]["registry.example.com/team/export:2"]
-    return Scenario.from_dict(data)
-
-
 def test_the_demo_scenario_runs_on_the_real_backend():
-    """An outage that ends (``for_seconds``) and container logs (``run.log``) are played there."""
-    scenario = demo_without_07()
+    """An outage that ends (``for_seconds``) and container logs (``run.log``) are played there; 07's
+    outage, which ends by pods (``for_pods``), is refused, and the cluster tier plays the demo's
+    scenario without it (``cluster_scenario``; the tier runs 01-05)."""
+    with pytest.raises(UnsupportedScenario, match="for_pods"):
+        check_supported(Scenario.load(REPO / "demo" / "scenario.yaml"))
+    scenario = cluster_scenario()
     check_supported(scenario)
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(kwok_config(scenario))]
     report = sorted(scenario.images).index("registry.example.com/team/report:1.4")
@@ -65,7 +60,7 @@ def test_the_demo_scenario_runs_on_the_real_backend():
 def test_kwok_is_never_given_an_exec_target():
     """KWOK's only exec runs the client's command on this machine (the XCom sidecar's
     ``kill -s SIGINT 1`` would reach this machine's PID 1): no Exec in its config or its CRDs."""
-    scenario = demo_without_07()
+    scenario = cluster_scenario()
     kinds = {d["kind"] for d in yaml.safe_load_all(kwok_config(scenario))}
     assert kinds == {"Stage"}
     assert not [crd for crd in KWOK_CRDS if "exec" in crd.lower() or "attach" in crd.lower()]
