@@ -39,6 +39,7 @@ per phase.
 
     python -m bench.stack --plan quick        # about 15 minutes on 2 cores
     python -m bench.stack --plan full         # about 65 minutes
+    python -m bench.stack --plan paced        # about 60 minutes: the failure phase paced, scale at 1,000
 
 Results go to ``bench/results/stack/`` (``results-PLAN.json``, ``RESULTS-PLAN.md``, plots).
 """
@@ -47,6 +48,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -117,6 +120,12 @@ class Sizes:
     scale: tuple[int, ...]  # deferred tasks at each step of the scale phase
     scale_chunk: int  # tasks per scale DAG
     scale_window: float  # seconds measured at each step
+    #: Paced plans: at most this many failure-phase tasks in flight at once (a pool counting
+    #: deferred tasks), a retry ahead of any task not started yet; 0 runs every task at once.
+    lanes: int = 0
+    failure_retries: int = 1  # retries of the exit 1 and OOM tasks (each retry is a turnaround)
+    kinds: tuple[str, ...] = ("failure", "pull", "success", "seed")  # the turnaround part's phases
+    scale_operators: tuple[str, ...] = SCALE_OPERATORS
 
 
 PLANS = {
@@ -142,7 +151,28 @@ PLANS = {
         scale_chunk=100,
         scale_window=120,
     ),
+    # The machinery's own cost: the failure phase paced to the worker slots (8 tasks in flight, a
+    # retry first), so no retry waits for a slot; 51 turnarounds of exit 1 and OOM (17 tasks, 3
+    # retries each) and 50 evictions per operator; then 1,000 deferred tasks, ours without live logs
+    # against the deferrable KPO (``--scale-operators``).
+    "paced": Sizes(
+        exits=17,
+        ooms=17,
+        evictions=50,
+        pulls=0,
+        successes=0,
+        seed_retry_delay=300,
+        scale=(1000,),
+        scale_chunk=100,
+        scale_window=120,
+        lanes=8,
+        failure_retries=3,
+        kinds=("failure",),
+        scale_operators=("rpo_quiet", "kpo_deferrable"),
+    ),
 }
+#: The pool that paces a paced plan's failure phase.
+PACING_POOL = "stack_paced"
 
 
 #: Each operator's mark in its pods' names (``name``): the disruptor tells them apart by name.
@@ -169,6 +199,7 @@ def plan(sizes: Sizes) -> dict[str, Any]:
 
     def tasks(kind: str, op: str, count: int, retries: int, delay: int = 0) -> list[dict[str, Any]]:
         ns = namespace(op, kind)
+        paced = {"pool": PACING_POOL} if sizes.lanes and kind in FAILURES else {}
         return [
             {
                 "task_id": f"{kind}_{i:04d}",
@@ -177,6 +208,7 @@ def plan(sizes: Sizes) -> dict[str, Any]:
                 "namespace": ns,
                 "retries": retries,
                 "retry_delay": delay,
+                **paced,
             }
             for i in range(count)
         ]
@@ -189,7 +221,23 @@ def plan(sizes: Sizes) -> dict[str, Any]:
     for op in OPERATORS:
         dag(f"stack_{op}_warmup", op, "warmup", tasks("ok", op, 1, 0))
         counts = {"exit": sizes.exits, "oom": sizes.ooms, "evict": sizes.evictions}
-        dag(f"stack_{op}_failure", op, "failure", [t for k in FAILURES for t in tasks(k, op, counts[k], 1)])
+        # An evicted task's rerun succeeds: one retry is all it can use.
+        retries = {"exit": sizes.failure_retries, "oom": sizes.failure_retries, "evict": 1}
+        failing = [t for k in FAILURES for t in tasks(k, op, counts[k], retries[k])]
+        if sizes.lanes:
+            # Paced: the kinds taken in turn, each task weighing less than the one before; the
+            # scheduler starts the heaviest first, so a retry (of a task started before) goes ahead
+            # of every task not started yet.
+            failing = [
+                t
+                for group in itertools.zip_longest(
+                    *([t for t in failing if t["task_id"].startswith(k + "_")] for k in FAILURES)
+                )
+                for t in group
+                if t is not None
+            ]
+            failing = [{**t, "priority_weight": len(failing) - i} for i, t in enumerate(failing)]
+        dag(f"stack_{op}_failure", op, "failure", failing)
         dag(f"stack_{op}_pull", op, "pull", tasks("pull", op, sizes.pulls, 1))
         dag(f"stack_{op}_success", op, "success", tasks("ok", op, sizes.successes, 0))
     for op in DEFERRABLE:
@@ -208,7 +256,7 @@ def plan(sizes: Sizes) -> dict[str, Any]:
             "namespace": namespace(op, "ratelimit"),
         }
         dag(f"stack_{op}_ratelimit", op, "ratelimit", [throttled])
-    for op in SCALE_OPERATORS:
+    for op in sizes.scale_operators:
         everything = tasks("scale", op, max(sizes.scale), 0)
         for k in range(0, len(everything), sizes.scale_chunk):
             dag(
@@ -220,7 +268,7 @@ def plan(sizes: Sizes) -> dict[str, Any]:
     for d in dags:  # the warm-up's tasks run in a namespace of their own
         if d["kind"] == "warmup":
             d["tasks"] = [{**t, "namespace": namespace(d["operator"], "warmup")} for t in d["tasks"]]
-    return {"dags": dags}
+    return {"dags": [d for d in dags if d["tasks"]]}
 
 
 def namespaces_of(the_plan: dict[str, Any]) -> list[str]:
@@ -401,8 +449,8 @@ def bench(
     workdir: Path,
     log: Any = print,
     only: set[str] | None = None,
-    kinds: tuple[str, ...] = ("failure", "pull", "success", "seed"),
-    scale_operators: tuple[str, ...] = SCALE_OPERATORS,
+    kinds: tuple[str, ...] | None = None,
+    scale_operators: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Run the plan's phases (``only`` picks some: ``turnaround``, ``scale``) and return the raw
     figures (``bench.stack_report.summarize`` makes the rows)."""
@@ -411,6 +459,10 @@ def bench(
     from tests.support.deployment import running_deployment
 
     wanted = only or {"turnaround", "scale"}
+    sizes = dataclasses.replace(
+        sizes, kinds=kinds or sizes.kinds, scale_operators=scale_operators or sizes.scale_operators
+    )
+    kinds, scale_operators = sizes.kinds, sizes.scale_operators
     the_plan = plan(sizes)
     workdir.mkdir(parents=True, exist_ok=True)
     plan_file = workdir / "plan.json"
@@ -450,6 +502,12 @@ def bench(
             time.sleep(60)
             idle = dep.database.statements() / (time.time() - idle_from)
             log(f"Airflow up; idle deployment: {idle:.1f} statements/s")
+            if sizes.lanes:
+                dep.api(
+                    "POST",
+                    "/api/v2/pools",
+                    {"name": PACING_POOL, "slots": sizes.lanes, "include_deferred": True},
+                )
             warm = run_phase(dep, cluster, "warm-up", [f"stack_{op}_warmup" for op in OPERATORS], 900)
             log(f"warm-up: {warm.seconds:.0f} s, {warm.states}")
             if "turnaround" in wanted:
@@ -511,9 +569,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", choices=("turnaround", "scale"), default=None, help="run one part of the plan"
     )
-    parser.add_argument("--kinds", default="failure,pull,success,seed", help="the turnaround part's phases")
     parser.add_argument(
-        "--scale-operators", default=",".join(SCALE_OPERATORS), help="the scale part's operators"
+        "--kinds", default=None, help="the turnaround part's phases (default: the plan's, e.g. failure,pull)"
+    )
+    parser.add_argument(
+        "--scale-operators", default=None, help="the scale part's operators (default: the plan's)"
     )
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -529,8 +589,8 @@ def main(argv: list[str] | None = None) -> int:
             workdir.absolute(),
             log=lambda m: print(m, flush=True),
             only=only,
-            kinds=tuple(args.kinds.split(",")),
-            scale_operators=tuple(args.scale_operators.split(",")),
+            kinds=tuple(args.kinds.split(",")) if args.kinds else None,
+            scale_operators=tuple(args.scale_operators.split(",")) if args.scale_operators else None,
         )
     import datetime
     import subprocess

@@ -29,6 +29,8 @@ def _operator(kind: str, task: dict[str, Any]) -> Any:
         "retries": task["retries"],
         "retry_delay": timedelta(seconds=task["retry_delay"]),
     }
+    if "pool" in task:  # a paced plan: a pool counting deferred tasks, a retry first
+        common.update(pool=task["pool"], priority_weight=task["priority_weight"], weight_rule="absolute")
     if kind in ("rpo", "rpo_quiet"):
         from airflow_k8s_retry.operators import RetryingPodOperator
 

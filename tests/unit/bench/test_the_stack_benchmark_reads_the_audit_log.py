@@ -197,3 +197,28 @@ def test_each_target_says_met_or_missed():
         ("at 1000 deferred tasks (RetryingPodOperator) at least 100x fewer API requests per second", "met"),
         ("at 1000 deferred tasks (RetryingPodOperator) at least 20x less triggerer CPU", "missed"),
     ]
+
+
+def test_the_paced_plan_puts_its_failing_tasks_in_one_pool_a_retry_first():
+    sizes = PLANS["paced"]
+    dags = plan(sizes)["dags"]
+    failing = [d for d in dags if d["kind"] == "failure"]
+    assert sorted(d["operator"] for d in failing) == ["kpo", "kpo_deferrable", "rpo"]
+    for d in failing:
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for t in d["tasks"]:
+            by_kind.setdefault(t["task_id"].rsplit("_", 1)[0], []).append(t)
+        assert {k: len(v) for k, v in by_kind.items()} == {"exit": 17, "oom": 17, "evict": 50}
+        # 51 turnarounds of exit 1 and of OOM: three retries of each task.
+        assert {t["retries"] for t in by_kind["exit"] + by_kind["oom"]} == {3}
+        assert {t["retries"] for t in by_kind["evict"]} == {1}
+        assert {t["pool"] for t in d["tasks"]} == {"stack_paced"}
+        # The scheduler starts the heaviest first: the kinds in turn, each task lighter than the
+        # one before, so a retry outweighs every task not started yet.
+        assert [t["priority_weight"] for t in d["tasks"]] == list(range(84, 0, -1))
+        assert [t["task_id"] for t in d["tasks"][:4]] == ["exit_0000", "oom_0000", "evict_0000", "exit_0001"]
+    # No empty DAG (no pull, success or seed phase), and the scale phase only for its operators.
+    assert all(d["tasks"] for d in dags)
+    assert {d["kind"] for d in dags} == {"warmup", "failure", "seed", "ratelimit", "scale"}
+    assert {d["operator"] for d in dags if d["kind"] == "scale"} == {"rpo_quiet", "kpo_deferrable"}
+    assert all("pool" not in t for d in dags if d["kind"] != "failure" for t in d["tasks"])
