@@ -556,7 +556,7 @@ def bench(
         audit = read_audit(cluster.audit, since=idle_from)
     from bench.stack_report import summarize
 
-    return summarize(sizes, the_plan, phases, tries, audit, idle, worker_seconds, seed_runs)
+    return summarize(sizes, the_plan, phases, tries, audit, idle, worker_seconds, seed_runs, logs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,6 +143,111 @@ def turnarounds(
 
 # -- Airflow's task logs -----------------------------------------------------------------------
 
+#: The stages of a retry turnaround, in order (``turnaround_stages``).
+STAGES = ("detected", "worker resumed", "try ended", "next try started", "next pod created")
+
+
+def turnaround_stages(
+    pods: dict[str, PodSeen], logs: Path, dag_id: str, kind: str | None = None
+) -> list[dict[str, float | None]]:
+    """Where each turnaround (:func:`turnarounds`, no grace) went, from the audit log and the task
+    logs, in seconds per stage of :data:`STAGES`:
+
+    * ``detected``: from the failure to the trigger's event (None without a trigger: the worker
+      that waits on the pod finds it);
+    * ``worker resumed``: from the event to the first line of the worker that resumes the try;
+    * ``try ended``: from there to the try's last line (without a trigger, from the failure); for a
+      pod relaunched in the same try, to the relaunch's create (and no stage after it);
+    * ``next try started``: from the try's end to the first line of the next try's worker
+      (the scheduler, the executor and the process's start);
+    * ``next pod created``: from there to the next pod's create.
+
+    A turnaround whose logs cannot be found is left out."""
+    by_task: dict[str, list[PodSeen]] = {}
+    for pod in pods.values():
+        if pod.dag_id == dag_id and (kind is None or kind_of(pod.task_id) == kind):
+            by_task.setdefault(pod.task_id, []).append(pod)
+    out = []
+    for task_id, its in by_task.items():
+        its.sort(key=lambda p: p.created)
+        attempts = _attempt_logs(logs, dag_id, task_id)
+        for pod, nxt in itertools.pairwise(its):
+            stages = _stages(pod, nxt, attempts) if pod.failed is not None else None
+            if stages is not None:
+                out.append(stages)
+    return out
+
+
+@dataclass
+class _Attempt:
+    stretches: list[tuple[float, float]]
+    fired: list[float]  # the trigger events of the try, in order
+
+
+def _attempt_logs(logs: Path, dag_id: str, task_id: str) -> dict[int, _Attempt]:
+    out: dict[int, _Attempt] = {}
+    for path in (logs / f"dag_id={dag_id}").glob(f"run_id=*/task_id={task_id}/attempt=*.log*"):
+        number, _, rest = path.name.removeprefix("attempt=").partition(".log")
+        if not number.isdigit():
+            continue
+        attempt = out.setdefault(int(number), _Attempt([], []))
+        lines = path.read_text(errors="replace").splitlines()
+        if not rest:
+            attempt.stretches = _stretches(lines)
+            continue
+        for line in lines:  # attempt=N.log.trigger.M.log: one trigger's lines
+            try:
+                entry = json.loads(line)
+                if entry.get("event") == "Trigger fired event":
+                    attempt.fired.append(stamp_seconds(entry["timestamp"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    for attempt in out.values():
+        attempt.fired.sort()
+    return out
+
+
+def _stages(pod: PodSeen, nxt: PodSeen, attempts: dict[int, _Attempt]) -> dict[str, float | None] | None:
+    failed = pod.failed
+    this = attempts.get(pod.try_number)
+    if failed is None or this is None:
+        return None
+    # The worker that acts on the failure: the one running at it (a try waiting in its worker), or
+    # the first to start after it (a deferred try's resume).
+    stretch = next((s for s in this.stretches if s[1] >= failed), None)
+    if stretch is None:
+        return None
+    fired = [t for t in this.fired if failed - 1.0 <= t <= stretch[0]]
+    detected: float | None = None
+    resumed: float | None = None
+    if stretch[0] < failed:  # no trigger: the worker waiting on the pod found the failure
+        acting_from = failed
+    else:
+        acting_from = stretch[0]
+        if fired:
+            detected, resumed = fired[0] - failed, stretch[0] - fired[0]
+        else:
+            # A relaunch's trigger writes the same trigger log as the first pod's and replaces it:
+            # the event's line is gone, so this stage runs from the failure.
+            resumed = stretch[0] - failed
+    stages: dict[str, float | None] = {"detected": detected, "worker resumed": resumed}
+    if nxt.try_number == pod.try_number:  # relaunched in the same try
+        stages.update(
+            {"try ended": nxt.created - acting_from, "next try started": None, "next pod created": None}
+        )
+    else:
+        following = attempts.get(nxt.try_number)
+        if following is None or not following.stretches:
+            return None
+        stages.update(
+            {
+                "try ended": stretch[1] - acting_from,
+                "next try started": following.stretches[0][0] - stretch[1],
+                "next pod created": nxt.created - following.stretches[0][0],
+            }
+        )
+    return {k: None if v is None else round(v, 3) for k, v in stages.items()}
+
 
 def logged_worker_seconds(logs: Path, dag_id: str) -> float:
     """Seconds the DAG's tries held a worker, from their task logs: each stretch from a ``Pre

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.phases import percentile
-from bench.stack_measure import PULL_GRACE, Audit, kind_of, turnarounds
+from bench.stack_measure import PULL_GRACE, STAGES, Audit, kind_of, turnaround_stages, turnarounds
 
 LABELS = {
     "rpo": "RetryingPodOperator",
@@ -47,9 +47,11 @@ def summarize(
     idle: float,
     worker_seconds: dict[str, float],
     seed_runs: dict[str, dict[str, Any]],
+    logs: Path | None = None,
 ) -> dict[str, Any]:
     """The run's rows: per kind of try (``rows``), per scale step (``scale``), and the seed's and
-    rate-limit DAGs (``seed``)."""
+    rate-limit DAGs (``seed``); with ``logs`` (Airflow's task logs), where each failure phase's
+    turnarounds went (``stages_p50``)."""
     from dataclasses import asdict
 
     by_dag = {d["dag_id"]: d for d in the_plan["dags"]}
@@ -84,6 +86,9 @@ def summarize(
                     "turnarounds": turn,
                     "turnaround_p50": percentile(turn, 50),
                     "turnaround_p99": percentile(turn, 99),
+                    "stages_p50": stage_medians(audit, logs, dag_id, kind)
+                    if logs and kind != "pull"
+                    else None,
                     "requests_per_try": _per(audit.count(ns), len(its)),
                     # An evicted task reruns and succeeds: in another try (the cncf operator) or
                     # in the same try (ours); its requests per task compare the two.
@@ -125,6 +130,17 @@ def summarize(
         "seed": seeds,
         "phases": [phase.summary() for phase in phases],
     }
+
+
+def stage_medians(audit: Audit, logs: Path, dag_id: str, kind: str) -> dict[str, float | None]:
+    """The median of each stage of the kind's turnarounds (``turnaround_stages``), None for a
+    stage none of them has."""
+    stages = turnaround_stages(audit.pods, logs, dag_id, kind)
+    out: dict[str, float | None] = {}
+    for stage in STAGES:
+        values = [x[stage] for x in stages if x[stage] is not None]
+        out[stage] = percentile(values, 50) if values else None
+    return out
 
 
 def _scale_row(
@@ -292,6 +308,28 @@ def report(result: dict[str, Any], plan_name: str) -> str:
             f"| {_fmt(r['worker_cpu_per_try'])} / {_fmt(r['worker_seconds_per_try'])} | {r['seconds']} "
             f"| {r['load_mean']} / {r['load_max']} | {_fmt(r['apiserver_cpu'])} / {_fmt(r['etcd_cpu'])} |"
         )
+    staged = [r for r in result["rows"] if r.get("stages_p50")]
+    if staged:
+        lines += [
+            "",
+            "## Where the turnaround goes",
+            "",
+            "Each stage's median over the kind's turnarounds, in seconds (`turnaround_stages` in",
+            "`bench/stack_measure.py`), from the audit log and the task logs: the failure to the trigger's",
+            "event (detected); to the first line of the worker that resumes the try (worker resumed); to",
+            "the try's last line, or for a relaunch in the same try to the relaunch's create (try ended);",
+            "to the first line of the next try's worker (next try started); to the next pod's create.",
+            "Without a trigger the worker waiting on the pod finds the failure: try ended runs from the",
+            "failure. A relaunch's trigger replaces the first pod's trigger log, so for an evicted pod of",
+            "ours worker resumed runs from the failure.",
+            "",
+            "| operator | kind | " + " | ".join(STAGES) + " | turnaround p50 |",
+            "|---|---|" + "---|" * (len(STAGES) + 1),
+        ]
+        for r in staged:
+            cells = " | ".join(_fmt(r["stages_p50"][k]) for k in STAGES)
+            label = f"{LABELS[r['operator']]} | {KIND_LABELS[r['kind']]}"
+            lines.append(f"| {label} | {cells} | {_fmt(r['turnaround_p50'])} |")
     if result.get("scale"):
         lines += [
             "",
@@ -382,12 +420,14 @@ def plot(result: dict[str, Any], folder: Path, name: str) -> None:
         plt.close(fig)
 
 
-def recount(result: dict[str, Any], audit: Audit) -> dict[str, Any]:
+def recount(result: dict[str, Any], audit: Audit, logs: Path | None = None) -> dict[str, Any]:
     """``result``'s request figures counted again from its run's audit log (kept with
-    ``--workdir``), as :func:`summarize` counts them now."""
+    ``--workdir``), as :func:`summarize` counts them now; with ``logs``, the turnarounds' stages."""
     from bench.stack import namespace
 
     for r in result["rows"]:
+        if logs is not None and r["kind"] != "pull" and r["phase"] == "failure":
+            r["stages_p50"] = stage_medians(audit, logs, f"stack_{r['operator']}_{r['phase']}", r["kind"])
         ns = r.get("namespace") or namespace(r["operator"], r["kind"])
         r["namespace"] = ns
         r["requests_per_try"] = _per(audit.count(ns), r["tries"])
@@ -415,12 +455,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", help="results-PLAN.json of the run")
     parser.add_argument("audit", help="the run's audit log: WORKDIR/kube/audit.log")
     parser.add_argument("--name", required=True, help="the results' name, e.g. full")
+    parser.add_argument("--logs", default=None, help="the run's task logs: WORKDIR/airflow/home/logs")
     args = parser.parse_args(argv)
     path = Path(args.results)
     result = json.loads(path.read_text())
     # The benchmark's own set-up requests (its namespaces' ServiceAccounts) come minutes before.
     first = min(p["started"] for p in result["phases"]) - 60
-    result = recount(result, read_audit(Path(args.audit), since=first))
+    result = recount(
+        result, read_audit(Path(args.audit), since=first), Path(args.logs) if args.logs else None
+    )
     path.write_text(json.dumps(result, indent=1) + "\n")
     (path.parent / f"RESULTS-{args.name}.md").write_text(report(result, args.name.split("-")[0]))
     plot(result, path.parent, args.name)

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.stack import PLANS, plan
-from bench.stack_measure import PULL_GRACE, logged_worker_seconds, read_audit, session_usage, turnarounds
+from bench.stack_measure import (
+    PULL_GRACE,
+    PodSeen,
+    logged_worker_seconds,
+    read_audit,
+    session_usage,
+    turnaround_stages,
+    turnarounds,
+)
 from bench.stack_report import targets
 
 
@@ -222,3 +230,89 @@ def test_the_paced_plan_puts_its_failing_tasks_in_one_pool_a_retry_first():
     assert {d["kind"] for d in dags} == {"warmup", "failure", "seed", "ratelimit", "scale"}
     assert {d["operator"] for d in dags if d["kind"] == "scale"} == {"rpo_quiet", "kpo_deferrable"}
     assert all("pool" not in t for d in dags if d["kind"] != "failure" for t in d["tasks"])
+
+
+def write_log(folder: Path, name: str, lines: list[tuple[str, str]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps({"timestamp": f"2026-12-05T10:00:{t}Z", "event": e}) + "\n" for t, e in lines)
+    (folder / name).write_text(text)
+
+
+def seconds(stamp: str) -> float:
+    from bench.stack_measure import stamp_seconds
+
+    return stamp_seconds(f"2026-12-05T10:00:{stamp}Z")
+
+
+def test_each_turnaround_splits_into_its_stages_from_the_task_logs(tmp_path: Path):
+    task = tmp_path / "dag_id=stack_rpo_failure" / "run_id=r" / "task_id=exit_0000"
+    write_log(
+        task,
+        "attempt=1.log",
+        [
+            ("00.000", "::group::Pre Execute"),
+            ("01.000", "Pausing task as DEFERRED."),
+            ("13.000", "::group::Pre Execute"),
+            ("14.500", "Task failed with exception"),
+        ],
+    )
+    write_log(
+        task, "attempt=1.log.trigger.4.log", [("10.000", "starting"), ("11.250", "Trigger fired event")]
+    )
+    write_log(task, "attempt=2.log", [("15.000", "::group::Pre Execute"), ("16.000", "Pausing")])
+    # Waiting in its worker (no trigger): the failure is found by the worker running at it.
+    kpo = tmp_path / "dag_id=stack_kpo_failure" / "run_id=r" / "task_id=exit_0000"
+    write_log(kpo, "attempt=1.log", [("00.000", "::group::Pre Execute"), ("11.500", "Task failed")])
+    write_log(kpo, "attempt=2.log", [("13.000", "::group::Pre Execute")])
+    # Relaunched in the same try, its first trigger's log replaced by the relaunch's.
+    evict = tmp_path / "dag_id=stack_rpo_failure" / "run_id=r" / "task_id=evict_0000"
+    write_log(
+        evict,
+        "attempt=1.log",
+        [
+            ("00.000", "::group::Pre Execute"),
+            ("01.000", "Pausing"),
+            ("07.000", "::group::Pre Execute"),
+            ("08.000", "Pausing"),
+        ],
+    )
+    write_log(evict, "attempt=1.log.trigger.4.log", [("18.000", "Trigger fired event")])
+    pods = {
+        "a": PodSeen("stack_rpo_failure", "exit_0000", 1, "ns", "a", seconds("00.500"), seconds("11.000")),
+        "b": PodSeen("stack_rpo_failure", "exit_0000", 2, "ns", "b", seconds("16.250")),
+        "c": PodSeen("stack_kpo_failure", "exit_0000", 1, "ns", "c", seconds("00.500"), seconds("11.000")),
+        "d": PodSeen("stack_kpo_failure", "exit_0000", 2, "ns", "d", seconds("14.000")),
+        "e": PodSeen("stack_rpo_failure", "evict_0000", 1, "ns", "e", seconds("00.500"), seconds("05.000")),
+        "f": PodSeen("stack_rpo_failure", "evict_0000", 1, "ns", "f", seconds("07.500")),
+    }
+    assert turnaround_stages(pods, tmp_path, "stack_rpo_failure", "exit") == [
+        {
+            "detected": 0.25,
+            "worker resumed": 1.75,
+            "try ended": 1.5,
+            "next try started": 0.5,
+            "next pod created": 1.25,
+        }
+    ]
+    assert turnaround_stages(pods, tmp_path, "stack_kpo_failure") == [
+        {
+            "detected": None,
+            "worker resumed": None,
+            "try ended": 0.5,
+            "next try started": 1.5,
+            "next pod created": 1.0,
+        }
+    ]
+    assert turnaround_stages(pods, tmp_path, "stack_rpo_failure", "evict") == [
+        {
+            "detected": None,
+            "worker resumed": 2.0,
+            "try ended": 0.5,
+            "next try started": None,
+            "next pod created": None,
+        }
+    ]
+    # Each turnaround's stages add up to it.
+    assert turnarounds(pods, "stack_rpo_failure", "exit") == [5.25]
+    assert turnarounds(pods, "stack_kpo_failure") == [3.0]
+    assert turnarounds(pods, "stack_rpo_failure", "evict") == [2.5]
