@@ -187,7 +187,7 @@ bench-oom: $(STAMP)
 # The whole stack (bench/stack.py): RetryingPodOperator against the cncf KubernetesPodOperator
 # (deferrable, and not) in one real Airflow deployment (PostgreSQL, Celery, two schedulers and
 # triggerers) on the real control plane; results in bench/results/stack/. PLAN=quick (about 15
-# minutes), full (about 65) or paced (about 60: the failure phase paced to the worker slots, so
+# minutes), full (about 65) or paced (about 75: the failure phase paced to the worker slots, so
 # the retry turnaround is the machinery's own; 1,000 deferred tasks without live logs).
 PLAN ?= quick
 bench-stack: $(STAMP) tools controlplane

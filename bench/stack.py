@@ -39,7 +39,7 @@ per phase.
 
     python -m bench.stack --plan quick        # about 15 minutes on 2 cores
     python -m bench.stack --plan full         # about 65 minutes
-    python -m bench.stack --plan paced        # about 60 minutes: the failure phase paced, scale at 1,000
+    python -m bench.stack --plan paced        # about 75 minutes: the failure phase paced, scale at 1,000
 
 Results go to ``bench/results/stack/`` (``results-PLAN.json``, ``RESULTS-PLAN.md``, plots).
 """
