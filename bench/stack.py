@@ -316,6 +316,7 @@ class Phase:
     rss: dict[str, float] = field(default_factory=dict)  # role -> most MiB resident seen
     deferred: tuple[int, int] = (0, 0)  # scale steps: deferred tasks at the window's start and end
     ramp: float = 0.0  # scale steps: seconds from triggering the step's DAGs to all tasks deferred
+    failed: int = 0  # scale steps: tasks that ended failed instead of staying deferred, at the window's end
     top: list[tuple[int, str]] = field(default_factory=list)  # the statements run most often
 
     @property
@@ -337,6 +338,7 @@ class Phase:
             "rss": self.rss,
             "deferred": list(self.deferred),
             "ramp_seconds": round(self.ramp, 1),
+            "failed": self.failed,
             "top_statements": self.top,
         }
 
@@ -395,10 +397,28 @@ def tries_of(dep: Any, dag_id: str) -> list[tuple[str, int, str | None]]:
 
 
 def deferred_count(dep: Any, op: str) -> int:
+    return scale_states(dep, op).get("deferred", 0)
+
+
+def scale_states(dep: Any, op: str) -> dict[str, int]:
+    """How many of the operator's scale tasks are in each state (``none`` for no state yet)."""
     rows = dep.query(
-        "select count(*) from task_instance where dag_id like ? and state = 'deferred'", f"stack_{op}_scale_%"
+        "select coalesce(state, 'none'), count(*) from task_instance where dag_id like ? group by 1",
+        f"stack_{op}_scale_%",
     )
-    return int(rows[0][0])
+    return {str(state): int(n) for state, n in rows}
+
+
+#: States a scale task passes through on its way to deferral (or to an end before it).
+ON_THE_WAY = frozenset({"none", "scheduled", "queued", "running", "up_for_retry", "restarting"})
+
+
+def ramp_over(states: dict[str, int], level: int) -> bool:
+    """A step's ramp is over once ``level`` tasks are deferred, or once no task of it is on its
+    way any more (some ended before deferring, or fell out of deferral and ended: the step is
+    measured at the deferred tasks it has, and its ended ones are reported)."""
+    on_the_way = sum(n for state, n in states.items() if state in ON_THE_WAY)
+    return states.get("deferred", 0) >= level or (on_the_way == 0 and sum(states.values()) >= level)
 
 
 def scale_phase(dep: Any, cluster: RealCluster, sizes: Sizes, op: str, log: Any) -> list[Phase]:
@@ -413,7 +433,7 @@ def scale_phase(dep: Any, cluster: RealCluster, sizes: Sizes, op: str, log: Any)
         ramp = time.time()
         for dag_id in chunks[len(runs) : level // sizes.scale_chunk]:
             runs[dag_id] = dep.trigger_dag(dag_id)
-        dep.wait(lambda n=level: deferred_count(dep, op) >= n, 3600, f"{level} deferred tasks of {op}")
+        dep.wait(lambda n=level: ramp_over(scale_states(dep, op), n), 3600, f"{level} deferred tasks of {op}")
         ramped = time.time() - ramp
         time.sleep(15)  # the last triggers' first watches and reads settle
         step = Phase(f"{op} scale {level}", list(runs))
@@ -425,11 +445,13 @@ def scale_phase(dep: Any, cluster: RealCluster, sizes: Sizes, op: str, log: Any)
             meter.sample()
             time.sleep(5)
         meter.stop()
-        step.deferred = (at_start, deferred_count(dep, op))
+        states = scale_states(dep, op)
+        step.deferred = (at_start, states.get("deferred", 0))
+        step.failed = states.get("failed", 0)
         step.ramp = ramped
         steps.append(step)
         log(
-            f"{step.name}: deferred {step.deferred}, CPU {step.summary()['cpu']}, "
+            f"{step.name}: deferred {step.deferred}, failed {step.failed}, CPU {step.summary()['cpu']}, "
             f"load {step.summary()['load_mean']}"
         )
     for dag_id, run_id in runs.items():

@@ -160,6 +160,7 @@ def _scale_row(
         "ended": phase.ended,
         "tasks": sum(len(by_dag[d]["tasks"]) for d in phase.dag_ids),
         "deferred": p["deferred"],
+        "failed": p.get("failed", 0),
         "ramp_seconds": p["ramp_seconds"],
         "window_seconds": round(seconds, 1),
         "requests_per_second": round(audit.count(ns, phase.started, phase.ended) / seconds, 2),
@@ -337,7 +338,9 @@ def report(result: dict[str, Any], plan_name: str) -> str:
             "",
             "Deferred tasks whose pods run on; at each step, once every task is deferred, a window of",
             "the figures below (CPU in cores, memory the most resident seen, each role's processes with",
-            "their children). Ramp: from triggering the step's DAGs to every task deferred.",
+            "their children). Ramp: from triggering the step's DAGs to every task deferred, or to",
+            "none on its way any more: a step whose tasks failed instead is measured at the deferred",
+            "tasks it has, its failed ones in brackets.",
             "",
             "| operator | deferred tasks | ramp (s) | window (s) | API requests/s "
             "| kube-apiserver / etcd cores | triggerer cores / MiB | scheduler cores / MiB "
@@ -347,8 +350,9 @@ def report(result: dict[str, Any], plan_name: str) -> str:
         for s in result["scale"]:
             c, m = s["cores"], s["rss_mib"]
             run = f" ({s['run']})" if s.get("run") else ""
+            fell = f" ({s['failed']} failed)" if s.get("failed") else ""
             lines.append(
-                f"| {LABELS[s['operator']]}{run} | {s['deferred'][0]} | {s['ramp_seconds']} "
+                f"| {LABELS[s['operator']]}{run} | {s['deferred'][0]}{fell} | {s['ramp_seconds']} "
                 f"| {s['window_seconds']} "
                 f"| {s['requests_per_second']} | {c['kube-apiserver']} / {c['etcd']} "
                 f"| {c['triggerer']} / {m.get('triggerer', 0):.0f} "

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.stack import PLANS, plan
+from bench.stack import PLANS, plan, ramp_over
 from bench.stack_measure import (
     PULL_GRACE,
     PodSeen,
@@ -316,3 +316,17 @@ def test_each_turnaround_splits_into_its_stages_from_the_task_logs(tmp_path: Pat
     assert turnarounds(pods, "stack_rpo_failure", "exit") == [5.25]
     assert turnarounds(pods, "stack_kpo_failure") == [3.0]
     assert turnarounds(pods, "stack_rpo_failure", "evict") == [2.5]
+
+
+def test_a_scale_step_whose_tasks_fail_before_deferring_is_measured_at_what_it_has():
+    # On its way: not over, however many are deferred short of the level.
+    assert not ramp_over({"deferred": 600, "scheduled": 300, "running": 100}, 1000)
+    assert not ramp_over({"deferred": 534, "failed": 306, "queued": 160}, 1000)
+    assert not ramp_over({"deferred": 10, "none": 90}, 100)
+    # Every task deferred: over.
+    assert ramp_over({"deferred": 1000}, 1000)
+    assert ramp_over({"deferred": 1000, "running": 3}, 1000)
+    # None on its way any more, some failed: over, at the deferred ones it has.
+    assert ramp_over({"deferred": 534, "failed": 466}, 1000)
+    # Not every task of the level exists yet (its DAG runs not created): not over.
+    assert not ramp_over({"deferred": 400}, 500)
