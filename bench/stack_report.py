@@ -279,6 +279,15 @@ def report(result: dict[str, Any], plan_name: str) -> str:
         "after another in the same deployment, after an unmeasured warm-up; every argument at its",
         f"default but the image, the namespace, `retries` and `retry_delay`. Pods run {RUN_SECONDS} s,",
         "then exit 1, are OOM-killed or exit 0; evicted pods are evicted 5 s after their create.",
+        *(
+            [
+                f"Paced: the failing tasks in a pool of {result['sizes']['lanes']} slots that counts",
+                'deferred tasks, each lighter (`priority_weight`, `weight_rule="absolute"`) than the one',
+                "before, so a retry goes ahead of every task not started and no retry waits for a slot.",
+            ]
+            if result.get("sizes", {}).get("lanes")
+            else []
+        ),
         "",
         "Retry turnaround: from the API server's first write showing a pod failed (for an eviction,",
         "the eviction's request) to the create of the task's next pod (`retry_delay=0`): the next",
