@@ -223,20 +223,14 @@ def plan(sizes: Sizes) -> dict[str, Any]:
         counts = {"exit": sizes.exits, "oom": sizes.ooms, "evict": sizes.evictions}
         # An evicted task's rerun succeeds: one retry is all it can use.
         retries = {"exit": sizes.failure_retries, "oom": sizes.failure_retries, "evict": 1}
-        failing = [t for k in FAILURES for t in tasks(k, op, counts[k], retries[k])]
+        per_kind = [tasks(k, op, counts[k], retries[k]) for k in FAILURES]
+        failing = [t for its in per_kind for t in its]
         if sizes.lanes:
             # Paced: the kinds taken in turn, each task weighing less than the one before; the
             # scheduler starts the heaviest first, so a retry (of a task started before) goes ahead
             # of every task not started yet.
-            failing = [
-                t
-                for group in itertools.zip_longest(
-                    *([t for t in failing if t["task_id"].startswith(k + "_")] for k in FAILURES)
-                )
-                for t in group
-                if t is not None
-            ]
-            failing = [{**t, "priority_weight": len(failing) - i} for i, t in enumerate(failing)]
+            turns = [t for group in itertools.zip_longest(*per_kind) for t in group if t is not None]
+            failing = [{**t, "priority_weight": len(turns) - i} for i, t in enumerate(turns)]
         dag(f"stack_{op}_failure", op, "failure", failing)
         dag(f"stack_{op}_pull", op, "pull", tasks("pull", op, sizes.pulls, 1))
         dag(f"stack_{op}_success", op, "success", tasks("ok", op, sizes.successes, 0))

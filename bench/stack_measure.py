@@ -128,17 +128,23 @@ def turnarounds(
     """Seconds from each pod showing its failure to the create of the task's next pod (the next
     try's, or a relaunch in the same try); with ``pull_grace`` (``PULL_GRACE[operator]``), from the
     end of the operator's grace."""
+    return sorted(
+        round(nxt.created - pod.failed - pull_grace, 3)
+        for its in pods_by_task(pods, dag_id, kind).values()
+        for pod, nxt in itertools.pairwise(its)
+        if pod.failed is not None
+    )
+
+
+def pods_by_task(pods: dict[str, PodSeen], dag_id: str, kind: str | None = None) -> dict[str, list[PodSeen]]:
+    """The DAG's pods (of one kind of try) by task, each task's in the order of their create."""
     by_task: dict[str, list[PodSeen]] = {}
     for pod in pods.values():
         if pod.dag_id == dag_id and (kind is None or kind_of(pod.task_id) == kind):
             by_task.setdefault(pod.task_id, []).append(pod)
-    out = []
     for its in by_task.values():
         its.sort(key=lambda p: p.created)
-        for pod, nxt in itertools.pairwise(its):
-            if pod.failed is not None:
-                out.append(round(nxt.created - pod.failed - pull_grace, 3))
-    return sorted(out)
+    return by_task
 
 
 # -- Airflow's task logs -----------------------------------------------------------------------
@@ -163,13 +169,8 @@ def turnaround_stages(
     * ``next pod created``: from there to the next pod's create.
 
     A turnaround whose logs cannot be found is left out."""
-    by_task: dict[str, list[PodSeen]] = {}
-    for pod in pods.values():
-        if pod.dag_id == dag_id and (kind is None or kind_of(pod.task_id) == kind):
-            by_task.setdefault(pod.task_id, []).append(pod)
     out = []
-    for task_id, its in by_task.items():
-        its.sort(key=lambda p: p.created)
+    for task_id, its in pods_by_task(pods, dag_id, kind).items():
         attempts = _attempt_logs(logs, dag_id, task_id)
         for pod, nxt in itertools.pairwise(its):
             stages = _stages(pod, nxt, attempts) if pod.failed is not None else None

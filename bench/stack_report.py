@@ -87,7 +87,7 @@ def summarize(
                     "turnaround_p50": percentile(turn, 50),
                     "turnaround_p99": percentile(turn, 99),
                     "stages_p50": stage_medians(audit, logs, dag_id, kind)
-                    if logs and kind != "pull"
+                    if logs and staged(kind, turn)
                     else None,
                     "requests_per_try": _per(audit.count(ns), len(its)),
                     # An evicted task reruns and succeeds: in another try (the cncf operator) or
@@ -130,6 +130,12 @@ def summarize(
         "seed": seeds,
         "phases": [phase.summary() for phase in phases],
     }
+
+
+def staged(kind: str, turns: list[float]) -> bool:
+    """Whether a row's turnarounds are split into stages: a kind with turnarounds, but a failed
+    pull (its turnaround counts from the end of each operator's grace, its stages would not)."""
+    return bool(turns) and kind != "pull"
 
 
 def stage_medians(audit: Audit, logs: Path, dag_id: str, kind: str) -> dict[str, float | None]:
@@ -439,7 +445,7 @@ def recount(result: dict[str, Any], audit: Audit, logs: Path | None = None) -> d
     from bench.stack import namespace
 
     for r in result["rows"]:
-        if logs is not None and r["kind"] != "pull" and r["phase"] == "failure":
+        if logs is not None and staged(r["kind"], r["turnarounds"]):
             r["stages_p50"] = stage_medians(audit, logs, f"stack_{r['operator']}_{r['phase']}", r["kind"])
         ns = r.get("namespace") or namespace(r["operator"], r["kind"])
         r["namespace"] = ns
