@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class Clock(Protocol):
@@ -129,6 +132,22 @@ class ManualClock:
                 loop = waiter.get_loop()
                 if not loop.is_closed():
                     loop.call_soon_threadsafe(_resolve, waiter)
+
+
+async def within(clock: Clock, work: Awaitable[T], seconds: float) -> T:
+    """``work``'s result, or :class:`TimeoutError` once ``seconds`` have passed on ``clock`` (``work``
+    is then cancelled): ``asyncio.wait_for`` on the clock the caller's other timers run on."""
+    task = asyncio.ensure_future(work)
+    timer = asyncio.ensure_future(clock.sleep_until(clock.now() + seconds))
+    try:
+        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in (timer, task):
+            future.cancel()
+        await asyncio.wait({timer, task})  # both off the clock's sleepers before returning
+    if task.cancelled():
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    return task.result()
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

@@ -32,7 +32,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_k8s_retry import metrics
 from airflow_k8s_retry.classification.model import History, Outcome, Verdict
 from airflow_k8s_retry.kube import snapshot
-from airflow_k8s_retry.kube.clock import Clock, WallClock
+from airflow_k8s_retry.kube.clock import Clock, WallClock, within
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
@@ -74,8 +74,9 @@ __all__ = [
 ]
 
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
-#: How long ``on_kill`` may spend reading the task state before it gives up and keeps the pod.
-_STATE_LOOKUP_TIMEOUT = 10.0
+#: How long ``on_kill`` waits for the task state before it keeps the pod: a busy supervisor answers
+#: late (seen: over 10 s on a loaded machine); inside Airflow's 30 s ``on_kill_timeout``.
+_STATE_LOOKUP_TIMEOUT = 25.0
 #: Pauses between looks at the task state after the trigger fired, until its event was accepted: 30 s.
 _FIRED_BACKOFF = (5.0, 5.0, 5.0, 15.0)
 #: Seconds between looks while the task instance waits for a worker (a pool, ``parallelism``).
@@ -546,7 +547,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         pod may be deleted; other lookup errors are raised."""
         lookup = type(self).task_state_lookup
         try:
-            state: str | None = await asyncio.wait_for(lookup(identity), _STATE_LOOKUP_TIMEOUT)
+            state: str | None = await within(self.clock, lookup(identity), _STATE_LOOKUP_TIMEOUT)
         except TaskInstanceGone as exc:
             return None, f"Task instance is gone ({exc})"
         return state, killed_why(state)

@@ -132,6 +132,12 @@ async def on_clock(clock: ManualClock, work: set[asyncio.Future[Any]]) -> list[f
         sleeper = asyncio.ensure_future(clock.wait_for_sleeper(later_than=clock.now(), within=30))
         done, _ = await asyncio.wait({sleeper, *work}, return_when=asyncio.FIRST_COMPLETED)
         if sleeper in done:
+            # A timer that bounds a wait (the state lookup's) is cancelled as soon as the wait is
+            # answered, a few loop turns later: only a sleeper still there after them is a pause.
+            for _ in range(5):
+                await asyncio.sleep(0)
+            if sleeper.result() not in clock.deadlines:
+                continue
             pauses.append(sleeper.result() - clock.now())
             clock.set(sleeper.result())
         else:
@@ -244,6 +250,49 @@ async def test_a_repeated_cancellation_during_the_lookup_still_deletes_the_pod(
     await asyncio.wait_for(work, 30)
     assert since_the_stop(cluster) == [READ, DELETED]
     gone_once_stopped(cluster, name)
+
+
+class LookupOnTheClock(StateLookup):
+    """A state lookup a busy supervisor answers ``after`` seconds of the trigger's clock (never, if
+    None)."""
+
+    def __init__(self, state: str, after: float | None) -> None:
+        super().__init__(state)
+        self.after = after
+
+    async def __call__(self, identity: TryIdentity) -> str | None:
+        self.asked.append(identity)
+        if self.after is None:
+            await asyncio.Event().wait()
+        else:
+            clock = PodStateTrigger.clock
+            await clock.sleep_until(clock.now() + self.after)
+        return self.state
+
+
+@pytest.mark.parametrize(
+    ("after", "pauses", "deleted"),
+    [(20.0, [20.0], True), (None, [trigger_module._STATE_LOOKUP_TIMEOUT], False)],
+    ids=["answered after 20 s", "never answered"],
+)
+async def test_a_slow_state_lookup_is_waited_for_on_the_triggers_clock(
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    after: float | None,
+    pauses: list[float],
+    deleted: bool,
+) -> None:
+    # On a loaded machine the triggerer's supervisor answered after more than 10 s; the kill waits
+    # its bound (25 s) on the trigger's clock, then keeps the pod for the api-server's listener.
+    lookup = LookupOnTheClock("failed", after)
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup)
+    assert await on_kill_on_the_clock(trigger) == pauses
+    assert len(lookup.asked) == 1
+    assert since_the_stop(cluster) == ([READ, DELETED] if deleted else [])
+    if deleted:
+        gone_once_stopped(cluster, name)
+    else:
+        assert cluster.pod(name) is not None
 
 
 @pytest.mark.parametrize("state", ["failed", "success", "skipped", "upstream_failed", "removed", None])
