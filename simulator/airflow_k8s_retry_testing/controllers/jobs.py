@@ -112,18 +112,7 @@ class JobController:
         if owner is None:
             return
         meta = pod["metadata"]
-        state = self._tracking(owner)
-        uid = str(meta.get("uid"))
-        phase = (pod.get("status") or {}).get("phase")
-        if phase == "Succeeded":
-            state.succeeded.add(uid)
-        elif (
-            (phase == "Failed" or type_ == "DELETED")
-            and uid not in state.succeeded
-            and uid not in state.failed
-        ):
-            state.failed.add(uid)
-            state.last_failure = self.clock.loop.time()
+        self._count(self._tracking(owner), pod, deleted=type_ == "DELETED")
         for job in self.store.items("jobs", meta.get("namespace", "")):
             if job["metadata"]["uid"] == owner:
                 self.sync(job["metadata"]["namespace"], job["metadata"]["name"])
@@ -136,6 +125,10 @@ class JobController:
             return
         state = self._tracking(job["metadata"]["uid"])
         pods = self._pods(job)
+        # The pods as stored now, not only as their change callbacks (still queued, on a busy loop)
+        # have told so far: a pod that ended unseen would otherwise be neither active nor counted.
+        for pod in pods:
+            self._count(state, pod)
         active = _active(pods)
         terminating = [p for p in pods if p["metadata"].get("deletionTimestamp")]
         status = copy.deepcopy(job.get("status") or {})
@@ -156,6 +149,16 @@ class JobController:
             updated = copy.deepcopy(job)
             updated["status"] = status
             self.store.put("jobs", updated, "MODIFIED")
+
+    def _count(self, state: _Tracking, pod: Obj, *, deleted: bool = False) -> None:
+        """Count a pod that ended (``deleted``: gone before it finished counts as failed), once."""
+        uid = str(pod["metadata"].get("uid"))
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Succeeded":
+            state.succeeded.add(uid)
+        elif (phase == "Failed" or deleted) and uid not in state.succeeded and uid not in state.failed:
+            state.failed.add(uid)
+            state.last_failure = self.clock.loop.time()
 
     def _tracking(self, job_uid: str) -> _Tracking:
         state = self.tracking.get(job_uid)

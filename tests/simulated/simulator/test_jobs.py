@@ -4,6 +4,7 @@ reasons and messages of Kubernetes 1.31+ (texts from pkg/controller/job)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -115,6 +116,36 @@ def test_a_job_completes_when_enough_pods_succeed(cluster: FakeCluster, batch: c
     status = batch.read_namespaced_job("etl", "default").status
     assert (status.succeeded, status.failed) == (2, 0) and status.completion_time is not None
     assert len(cluster.pods()) == 2
+
+
+def test_pods_that_succeed_in_one_turn_are_both_counted_before_the_job_scales() -> None:
+    # A busy loop runs two kubelet status writes before the controller's callbacks for either: the
+    # first callback's sync sees both pods ended but had counted one success, and made a third pod.
+    with FakeCluster(SCENARIO, clock="manual") as cluster:
+        api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+        try:
+            client.BatchV1Api(api).create_namespaced_job(
+                "default", job("etl", "long:1", completions=2, parallelism=2)
+            )
+        finally:
+            api.close()
+        cluster.advance(5)
+        pods = cluster.pods()
+        assert [p["status"]["phase"] for p in pods] == ["Running", "Running"]
+
+        def both_succeed() -> None:
+            for pod in pods:
+                ended = copy.deepcopy(pod)
+                ended["status"]["phase"] = "Succeeded"
+                cluster.store.put("pods", ended, "MODIFIED")
+
+        cluster._call(both_succeed)
+        cluster.advance(1)
+        assert conditions(cluster, "etl")[-1][0] == "Complete"
+        events = [e["reason"] for e in cluster.events() if e["involvedObject"]["kind"] == "Job"]
+        assert events.count("SuccessfulCreate") == 2, events
+        [found] = cluster.jobs()
+        assert (found["status"]["succeeded"], found["status"]["failed"]) == (2, 0)
 
 
 def test_active_deadline_seconds_fails_the_job_and_stops_its_pods(
