@@ -78,7 +78,7 @@ TASKS = {
             image="example.com/counter:1",
             do_xcom_push=True,
             # A deadline set but not reached: the trigger carries it, and the run's own bound
-            # (480 s) comes first however busy the machine (60 s was reached on a loaded one).
+            # (480 s) comes first however busy the machine (60 s was likely reached on a loaded one).
             execution_timeout=timedelta(seconds=900),
         )
         """,
