@@ -514,6 +514,27 @@ class ApiServer:
 # -- a triggerer ---------------------------------------------------------------------------------
 
 
+class LoopPing:
+    """Whether an event loop (in another thread) has run what was ready on it since the last
+    :meth:`ping`: it answers each ping after the callbacks queued before it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._sent = self._answered = 0
+
+    def ping(self) -> None:
+        self._sent += 1
+        sent = self._sent
+        with contextlib.suppress(RuntimeError):  # a closed loop answers no more
+            self._loop.call_soon_threadsafe(self._answer, sent)
+
+    def _answer(self, sent: int) -> None:
+        self._answered = max(self._answered, sent)
+
+    def answered(self) -> bool:
+        return self._answered == self._sent
+
+
 class Triggerer:
     """One triggerer process: its own thread and event loop (so its own watch hub)."""
 
@@ -528,6 +549,7 @@ class Triggerer:
         self._loop = asyncio.new_event_loop()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._started: set[int] = set()
+        self.ping = LoopPing(self._loop)
         self._thread = threading.Thread(target=self._serve, name=f"triggerer-{name}", daemon=True)
         self._thread.start()
         self.alive = True

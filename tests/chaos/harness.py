@@ -29,6 +29,7 @@ from tests.chaos.airflow_model import (
     CrashPlan,
     DagRun,
     Deferral,
+    LoopPing,
     TaskInstance,
     TaskStates,
     Triggerer,
@@ -268,6 +269,7 @@ class Environment:
             {"time_scale": self.time_scale, "nodes": [{"name": "chaos-node", "cpu": "64"}]}
         )
         self.cluster.start()
+        self.ping = LoopPing(self.cluster._loop)  # the simulator's loop (its own thread)
         self._kubeconfig_before = getattr(self, "_kubeconfig_before", os.environ.get("KUBECONFIG"))
         os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig)
         self.runs = 0
@@ -356,22 +358,28 @@ def _pace(clock: Any, scale: float) -> Any:
 @dataclass
 class TurnClock:
     """Simulated seconds of the harness's turns while a trigger runs, a turn counting at most
-    ``cap``: the simulated clock follows the wall clock (1 s = 1,000 sim s), so a harness the
-    machine starves of CPU for a real second would see a thousand simulated ones pass with nothing
-    able to answer. A trigger that never answers still reaches any bound, turn by turn."""
+    ``cap``, and only when ``counts``: the simulated clock follows the wall clock (1 s = 1,000 sim
+    s), so a harness the machine starves of CPU for a real second would see a thousand simulated
+    ones pass with nothing able to answer; and a turn in which the trigger's loop (or the
+    simulator's) had no time to run what was ready on it is not one the trigger could have used.
+    A trigger that never answers still reaches any bound, turn by turn."""
 
     cap: float
     last: float
     waited: float = 0.0
 
-    def tick(self, now: float) -> float:
-        self.waited += min(max(now - self.last, 0.0), self.cap)
+    def tick(self, now: float, counts: bool = True) -> float:
+        if counts:
+            self.waited += min(max(now - self.last, 0.0), self.cap)
         self.last = now
         return self.waited
 
 
 #: Real seconds one harness turn counts at most toward a hang (a turn normally takes 5 ms).
 TURN_CAP_REAL = 0.05
+#: A trigger whose loop never gets to answer is blocked, a hang too: past this many times the
+#: bound of simulated time since its first turn, counted or not, the run ends as one.
+BLOCKED_LOOP_FACTOR = 10
 
 
 class ChaosRun:
@@ -739,7 +747,12 @@ class ChaosRun:
                         continue
                 started_at = now if started_at is None else started_at
                 turns.last = started_at
-            waited = turns.tick(now)
+            # A turn counts if both loops the verdict needs ran what was ready on them since the
+            # last turn's ping (the holder's, the simulator's); then both are pinged again.
+            waited = turns.tick(now, holder.ping.answered() and self.env.ping.answered())
+            holder.ping.ping()
+            self.env.ping.ping()
+            blocked = now >= started_at + BLOCKED_LOOP_FACTOR * self.per_try
             if handover is not None and now >= started_at + handover[1]:
                 kind = handover[0]
                 handover = None
@@ -794,7 +807,7 @@ class ChaosRun:
                         t.cancel(tid, user_action=False)  # timeout: no on_kill
                 self.notes.append(f"trigger {tid}: deferral timed out")
                 return Deferral.timed_out()
-            if now >= self.bound and waited >= self.per_try:
+            if (now >= self.bound and waited >= self.per_try) or blocked:
                 self.hang = True
                 self.env.states.set(ti, "failed")  # the user gives up on it
                 self.api_server.mark_failed(ti, tid, deferral.classpath, deferral.trigger_kwargs)

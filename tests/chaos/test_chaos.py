@@ -9,12 +9,14 @@ says nothing about the package.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from tests.chaos.airflow_model import LoopPing
 from tests.chaos.harness import Environment, Result, TurnClock, _deleted_under_the_worker, run_seed
 from tests.chaos.known import diagnose
 
@@ -118,6 +120,46 @@ def test_a_turn_the_machine_starved_counts_at_most_its_cap_toward_a_hang() -> No
     # Turns 5 sim s apart count whole; a turn a real second late (1,000 sim s) counts 50.
     turns = TurnClock(cap=50.0, last=100.0)
     assert [turns.tick(t) for t in (105.0, 110.0, 1110.0, 1115.0)] == [5.0, 10.0, 60.0, 65.0]
+
+
+def test_a_turn_in_which_a_loop_had_no_time_to_run_does_not_count_toward_a_hang() -> None:
+    # Seed 0 in a loaded make test: a hang after 2,100 counted sim s while the trigger's loop was
+    # starved. A turn counts only once the loops answered the last turn's ping.
+    loop = asyncio.new_event_loop()
+    try:
+        ping = LoopPing(loop)
+        assert ping.answered()  # nothing asked yet
+        ping.ping()
+        assert not ping.answered()  # the loop has not run since
+        turns = TurnClock(cap=50.0, last=100.0)
+        assert turns.tick(105.0, ping.answered()) == 0.0
+        loop.call_soon(loop.stop)
+        loop.run_forever()  # the loop gets a turn: the ping is answered
+        assert ping.answered()
+        assert turns.tick(110.0, ping.answered()) == 5.0
+    finally:
+        loop.close()
+
+
+def test_a_trigger_that_never_gives_a_verdict_is_a_hang(
+    results: dict[int, Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check the ping-gated turns must keep: a trigger idle on its loop, waiting for nothing that
+    # will come, reaches the bound turn by turn. (``results`` first: the module's runs are done.)
+    from airflow_k8s_retry.triggers import PodStateTrigger
+
+    async def waits_forever(self: PodStateTrigger) -> Any:
+        await asyncio.Event().wait()
+        yield  # an async generator, as run() is
+
+    monkeypatch.setattr(PodStateTrigger, "run", waits_forever)
+    env = Environment()
+    try:
+        result = run_seed(env, 1)  # a missing image, retries=3, a triggerer killed at +114 s
+    finally:
+        env.close()
+    assert [v.kind for v in result.violations] == ["hang"], result.explain()
+    assert any("no verdict within the task's bound" in n for n in result.notes), result.notes
 
 
 def test_a_delete_after_the_users_kill_of_the_try_is_not_one_under_the_worker() -> None:
