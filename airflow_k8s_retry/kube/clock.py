@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -135,17 +135,21 @@ class ManualClock:
 
 
 async def within(clock: Clock, work: Awaitable[T], seconds: float) -> T:
-    """``work``'s result, or :class:`TimeoutError` once ``seconds`` have passed on ``clock`` (``work``
-    is then cancelled): ``asyncio.wait_for`` on the clock the caller's other timers run on."""
-    task = asyncio.ensure_future(work)
-    timer = asyncio.ensure_future(clock.sleep_until(clock.now() + seconds))
+    """``work``'s result, or :class:`TimeoutError` once ``seconds`` have passed on ``clock``:
+    ``asyncio.wait_for`` on the clock the caller's other timers run on. ``work`` is cancelled (and
+    awaited) when the time is up or the caller is cancelled."""
+    started: list[asyncio.Future[Any]] = []
     try:
-        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        task = asyncio.ensure_future(work)
+        started.append(task)
+        started.append(asyncio.ensure_future(clock.sleep_until(clock.now() + seconds)))
+        done, _ = await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for future in (timer, task):
+        for future in started:
             future.cancel()
-        await asyncio.wait({timer, task})  # both off the clock's sleepers before returning
-    if task.cancelled():
+        if started:
+            await asyncio.wait(started)  # both off the clock's sleepers before returning
+    if task not in done:
         raise TimeoutError(f"no answer within {seconds:g} s")
     return task.result()
 

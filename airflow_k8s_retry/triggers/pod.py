@@ -74,9 +74,6 @@ __all__ = [
 ]
 
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
-#: How long ``on_kill`` waits for the task state before it keeps the pod: a busy supervisor answers
-#: late (seen: over 10 s on a loaded machine); inside Airflow's 30 s ``on_kill_timeout``.
-_STATE_LOOKUP_TIMEOUT = 25.0
 #: Pauses between looks at the task state after the trigger fired, until its event was accepted: 30 s.
 _FIRED_BACKOFF = (5.0, 5.0, 5.0, 15.0)
 #: Seconds between looks while the task instance waits for a worker (a pool, ``parallelism``).
@@ -125,6 +122,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     clock: ClassVar[Clock] = WallClock()
     #: How ``on_kill`` reads the task instance's state; replace in tests.
     task_state_lookup: ClassVar[TaskStateLookup] = staticmethod(airflow_task_state)
+    #: Seconds of :attr:`clock` ``on_kill`` waits for that state before it keeps the pod: a loaded
+    #: triggerer's supervisor answered after over 10 s; inside Airflow's 30 s ``on_kill_timeout``.
+    state_lookup_timeout: ClassVar[float] = 25.0
     #: After firing, check that the task resumed, else delete the pod (off for ``deferrable=False``).
     after_firing_check: bool = True
 
@@ -522,8 +522,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             from airflow_k8s_retry.connection import aresolve_cluster_config
 
             config = await aresolve_cluster_config(self.kubernetes_conn_id, self.cluster)
-        # Nothing else deletes a killed task's pod: API errors (a flapping authorizer's 403 too)
-        # are retried with backoff, well inside Airflow's 30 s for on_kill.
+        # Nothing else may delete a killed task's pod: API errors (a flapping authorizer's 403 too)
+        # are retried with backoff; the work is shielded, so it outlives Airflow's on_kill bound.
         for attempt, pause in enumerate((*KILL_BACKOFF, None)):
             try:
                 async with WatchHub.current().client(config) as kube:
@@ -547,7 +547,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         pod may be deleted; other lookup errors are raised."""
         lookup = type(self).task_state_lookup
         try:
-            state: str | None = await within(self.clock, lookup(identity), _STATE_LOOKUP_TIMEOUT)
+            state: str | None = await within(self.clock, lookup(identity), type(self).state_lookup_timeout)
         except TaskInstanceGone as exc:
             return None, f"Task instance is gone ({exc})"
         return state, killed_why(state)

@@ -328,6 +328,10 @@ def _pace(clock: Any, scale: float) -> Any:
 
     saved_clock = PodStateTrigger.__dict__.get("clock")
     PodStateTrigger.clock = clock
+    # The model answers the task-state lookup in real time (a thread hop), as Airflow's supervisor
+    # does: its bound is 25 real seconds, not 25 simulated ones (25 ms).
+    saved_lookup_timeout = PodStateTrigger.__dict__["state_lookup_timeout"]
+    PodStateTrigger.state_lookup_timeout = saved_lookup_timeout / scale
     # The worker's backoff between API retries: a second is a simulated second, as the cluster's.
     saved_sleep = RetryingPodOperator.__dict__["retry_sleep"]
     RetryingPodOperator.retry_sleep = staticmethod(lambda seconds: time.sleep(seconds * scale))
@@ -348,6 +352,7 @@ def _pace(clock: Any, scale: float) -> Any:
             yield
     finally:
         PodStateTrigger.clock = saved_clock
+        PodStateTrigger.state_lookup_timeout = saved_lookup_timeout
         RetryingPodOperator.retry_sleep = saved_sleep
         Retry.get_retry_after = saved_retry_after  # type: ignore[method-assign]
 
@@ -734,6 +739,7 @@ class ChaosRun:
         # from Airflow; docs/reliability.md lists that as a limit.)
         started_at: float | None = None
         turns = TurnClock(cap=TURN_CAP_REAL / self.env.time_scale, last=0.0)
+        all_turns = TurnClock(cap=turns.cap, last=0.0)  # every turn, answered or not (capped)
         while True:
             now = self.clock.now()
             self.advance()
@@ -746,13 +752,13 @@ class ChaosRun:
                         time.sleep(0.001)
                         continue
                 started_at = now if started_at is None else started_at
-                turns.last = started_at
+                turns.last = all_turns.last = started_at
             # A turn counts if both loops the verdict needs ran what was ready on them since the
             # last turn's ping (the holder's, the simulator's); then both are pinged again.
             waited = turns.tick(now, holder.ping.answered() and self.env.ping.answered())
             holder.ping.ping()
             self.env.ping.ping()
-            blocked = now >= started_at + BLOCKED_LOOP_FACTOR * self.per_try
+            blocked = all_turns.tick(now) >= BLOCKED_LOOP_FACTOR * self.per_try
             if handover is not None and now >= started_at + handover[1]:
                 kind = handover[0]
                 handover = None
@@ -814,7 +820,10 @@ class ChaosRun:
                 for t in running_on:
                     if t.alive:
                         t.cancel(tid, user_action=True)
-                self.notes.append(f"trigger {tid}: no verdict within the task's bound")
+                self.notes.append(
+                    f"trigger {tid}: no verdict within the task's bound"
+                    + (" (its loop or the simulator's never answered)" if blocked else "")
+                )
                 self.killed_by_user = True
                 return None
             try:

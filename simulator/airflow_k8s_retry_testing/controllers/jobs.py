@@ -154,7 +154,7 @@ class JobController:
         """Count a pod that ended (``deleted``: gone before it finished counts as failed), once."""
         uid = str(pod["metadata"].get("uid"))
         phase = (pod.get("status") or {}).get("phase")
-        if phase == "Succeeded":
+        if phase == "Succeeded" and uid not in state.failed:
             state.succeeded.add(uid)
         elif (phase == "Failed" or deleted) and uid not in state.succeeded and uid not in state.failed:
             state.failed.add(uid)
