@@ -112,7 +112,8 @@ class JobController:
         if owner is None:
             return
         meta = pod["metadata"]
-        self._count(self._tracking(owner), pod, deleted=type_ == "DELETED")
+        if type_ == "DELETED":  # gone from the store: only its event tells; sync counts the rest
+            self._count(self._tracking(owner), pod, deleted=True)
         for job in self.store.items("jobs", meta.get("namespace", "")):
             if job["metadata"]["uid"] == owner:
                 self.sync(job["metadata"]["namespace"], job["metadata"]["name"])

@@ -139,10 +139,9 @@ async def on_clock(clock: ManualClock, work: set[asyncio.Future[Any]]) -> list[f
                 await asyncio.sleep(0)
                 if sleeper.result() not in clock.deadlines:
                     break
-            if sleeper.result() not in clock.deadlines:
-                continue
-            pauses.append(sleeper.result() - clock.now())
-            clock.set(sleeper.result())
+            else:
+                pauses.append(sleeper.result() - clock.now())
+                clock.set(sleeper.result())
         else:
             sleeper.cancel()
             await asyncio.gather(sleeper, return_exceptions=True)
