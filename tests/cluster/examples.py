@@ -1,16 +1,18 @@
 """The example DAGs (dags/01-05) started on a control plane of their own when the cluster tier
 begins, and read back by ``test_the_example_dags.py`` at its end.
 
-The runs mostly wait (graces, retry delays, pods' run times), and so do the tier's other tests,
-so they overlap instead of adding up: the session fixture ``example_runs`` (tests/cluster/
+They run one after another in one Airflow interpreter (``AirflowHome.start_dags``). The runs
+mostly wait (graces, retry delays, pods' run times), and so do the tier's other tests, so they
+overlap instead of adding up: the session fixture ``example_runs`` (tests/cluster/
 conftest.py) starts them with the first cluster test whenever the example module is selected.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -62,8 +64,10 @@ class ExampleRuns:
     control_plane: ControlPlane
     owned: bool  # started here (not make cluster-up's), so stopped here
     recorder: PodRecorder
-    pool: ThreadPoolExecutor
-    futures: dict[str, Future[DagRunResult]] = field(default_factory=dict)
+    home: AirflowHome
+    proc: subprocess.Popen[str]  # ``airflow dags test`` of each example in turn, in one interpreter
+    started: float
+    done: dict[str, DagRunResult] | None = None
 
     @classmethod
     def start(cls, work: Path, database: MigratedDatabase) -> ExampleRuns:
@@ -81,25 +85,23 @@ class ExampleRuns:
             cp, owned = ControlPlane(work / "controlplane", found, scenario), True
             cp.start()
         recorder = PodRecorder(cp.kubeconfig).__enter__()
-        runs = cls(cp, owned, recorder, ThreadPoolExecutor(max_workers=len(EXAMPLES)))
-
-        def run(dag_id: str) -> DagRunResult:
-            home = AirflowHome.create(work / dag_id, dags_folder=DAGS, database=database)
-            result = home.run_dag(dag_id, kubeconfig=cp.kubeconfig, timeout=600)
-            (work / dag_id / "airflow-output.log").write_text(result.output)
-            return result
-
-        runs.futures = {dag_id: runs.pool.submit(run, dag_id) for dag_id in EXAMPLES}
-        return runs
+        home = AirflowHome.create(work / "home", dags_folder=DAGS, database=database)
+        proc = home.start_dags(EXAMPLES, kubeconfig=cp.kubeconfig)
+        return cls(cp, owned, recorder, home, proc, time.monotonic())
 
     def results(self) -> dict[str, DagRunResult]:
         """Every run's result, once all have ended; the recorder stops then."""
-        results = {dag_id: future.result() for dag_id, future in self.futures.items()}
+        if self.done is None:
+            runs = self.home.finish_dags(EXAMPLES, self.proc, self.started, timeout=900)
+            self.done = {r.dag_id: r for r in runs}
+            (self.home.home / "airflow-output.log").write_text("".join(r.output for r in self.done.values()))
         self.recorder.__exit__(None, None, None)
-        return results
+        return self.done
 
     def stop(self) -> None:
-        self.pool.shutdown(wait=True)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
         self.recorder.__exit__(None, None, None)
         if self.owned:
             self.control_plane.stop()

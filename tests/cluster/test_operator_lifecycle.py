@@ -1,8 +1,8 @@
 """The operator's whole lifecycle under real Airflow (``airflow dags test``) on the real control
 plane: one pod per try, the verdict, the cleanup by UID, Airflow's retries.
 
-The three DAGs run at once, each in its own Airflow home; the images' fates are those of
-``tests/cluster/scenario.yaml``.
+The DAGs run one after another in one Airflow interpreter (the least-privilege DAG beside them,
+in a home of its own); the images' fates are those of ``tests/cluster/scenario.yaml``.
 """
 
 from __future__ import annotations
@@ -147,22 +147,27 @@ def least_privilege_kubeconfig(kubeconfig: Path, target: Path) -> Path:
 def runs(
     tmp_path_factory: pytest.TempPathFactory, kubeconfig: Path, migrated_database: MigratedDatabase
 ) -> dict[str, DagRunResult]:
+    """Every DAG run; those with the admin kubeconfig in one Airflow interpreter, one after another
+    (``AirflowHome.start_dags``), beside the least-privilege DAG's own run."""
     root = tmp_path_factory.mktemp("lifecycle")
-    started = {}
-    files = {dag.dag_id: dag.dag_file() for dag in DAGS}
-    files["06_sensor"] = SENSOR_EXAMPLE.read_text()
-    files[LEAST_PRIVILEGE.dag_id] = LEAST_PRIVILEGE.dag_file()
     restricted = least_privilege_kubeconfig(kubeconfig, root / "least-privilege.kubeconfig")
-    for dag_id, text in files.items():
-        dags = root / dag_id / "dags"
-        dags.mkdir(parents=True)
-        (dags / f"{dag_id}.py").write_text(text)
-        home = AirflowHome.create(root / dag_id / "home", dags_folder=dags, database=migrated_database)
-        config = restricted if dag_id == LEAST_PRIVILEGE.dag_id else kubeconfig
-        started[dag_id] = (home, home.start_dag(dag_id, kubeconfig=config), time.monotonic())
-    return {
-        dag_id: home.finish(dag_id, proc, t0, timeout=600) for dag_id, (home, proc, t0) in started.items()
+    batches = {
+        "admin": ({dag.dag_id: dag.dag_file() for dag in DAGS} | {"06_sensor": SENSOR_EXAMPLE.read_text()}),
+        "restricted": {LEAST_PRIVILEGE.dag_id: LEAST_PRIVILEGE.dag_file()},
     }
+    started = {}
+    for name, files in batches.items():
+        dags = root / name / "dags"
+        dags.mkdir(parents=True)
+        for dag_id, text in files.items():
+            (dags / f"{dag_id}.py").write_text(text)
+        home = AirflowHome.create(root / name / "home", dags_folder=dags, database=migrated_database)
+        config = restricted if name == "restricted" else kubeconfig
+        started[name] = (home, list(files), home.start_dags(list(files), kubeconfig=config), time.monotonic())
+    results: dict[str, DagRunResult] = {}
+    for home, dag_ids, proc, t0 in started.values():
+        results |= {r.dag_id: r for r in home.finish_dags(dag_ids, proc, t0, timeout=900)}
+    return results
 
 
 def live_pods(kubeconfig: Path, dag_id: str) -> list[str]:

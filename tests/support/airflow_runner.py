@@ -2,8 +2,9 @@
 
 End-to-end tests, the demo and the benchmarks all need the same thing: a fresh metadata database,
 a dags folder, a ``kubernetes_default`` connection pointing at a kubeconfig (usually the
-simulator's), one ``airflow dags test`` subprocess per DAG run, and afterwards the tries and states
-from the metadata database. ``airflow db migrate`` costs seconds, so it runs once per template
+simulator's), an ``airflow dags test`` subprocess per DAG run (or one interpreter running
+``airflow dags test`` for several DAGs in turn: :meth:`AirflowHome.run_dags`), and afterwards the
+tries and states from the metadata database. ``airflow db migrate`` costs seconds, so it runs once per template
 and every home starts from a copy of the migrated database file.
 
 Example::
@@ -24,10 +25,14 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+#: Runs ``airflow dags test`` for several DAGs in one interpreter (:meth:`AirflowHome.run_dags`).
+BATCH = Path(__file__).with_name("dags_test_batch.py")
+BATCH_MARKER = re.compile(r"^\[DAGS TEST BATCH\] (start|end) (\S+)(?: status=(-?\d+) seconds=([\d.]+))?$")
 #: The lines ``airflow dags test`` logs as it starts and ends running a task instance.
 DAG_TEST_MARKER = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\S+)")
 
@@ -233,6 +238,62 @@ class AirflowHome:
                 f"airflow dags test {dag_id} ran over {timeout} s:\n{output[-5000:]}"
             ) from None
         return DagRunResult(dag_id, proc.returncode, output, time.monotonic() - started, self.database)
+
+    def start_dags(
+        self,
+        dag_ids: Sequence[str],
+        *,
+        kubeconfig: Path | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """Start ``airflow dags test`` for each of ``dag_ids`` in turn, in one interpreter (Airflow
+        starts once: see ``dags_test_batch.py``); wait on it with :meth:`finish_dags`."""
+        return subprocess.Popen(
+            [sys.executable, str(BATCH), *dag_ids],
+            env=self.env(kubeconfig, extra_env),
+            cwd=self.home,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def finish_dags(
+        self, dag_ids: Sequence[str], proc: subprocess.Popen[str], started: float, timeout: float
+    ) -> list[DagRunResult]:
+        """Each run's result, in order: its own part of the output, its command's exit status and time."""
+        batch = self.finish("dags test " + " ".join(dag_ids), proc, started, timeout)
+        results: list[DagRunResult] = []
+        lines: list[str] = []
+        for line in batch.output.splitlines(keepends=True):
+            marker = BATCH_MARKER.match(line.rstrip("\n"))
+            if marker is None:
+                lines.append(line)
+            elif marker.group(1) == "start":
+                lines = []
+            else:
+                status, seconds = int(marker.group(3)), float(marker.group(4))
+                results.append(DagRunResult(marker.group(2), status, "".join(lines), seconds, self.database))
+        if [r.dag_id for r in results] != list(dag_ids) or batch.returncode != 0:
+            raise RuntimeError(
+                f"dags test of {list(dag_ids)} ended with exit {batch.returncode} after running "
+                f"{[r.dag_id for r in results]}:\n{batch.output[-5000:]}"
+            )
+        return results
+
+    def run_dags(
+        self,
+        dag_ids: Sequence[str],
+        *,
+        kubeconfig: Path | None = None,
+        timeout: float = 600,
+        extra_env: dict[str, str] | None = None,
+    ) -> list[DagRunResult]:
+        """``airflow dags test`` of each DAG (a DAG named twice runs twice), one after another, in
+        one interpreter; the results in order. Each run mostly waits, and each Airflow process costs
+        10-20 s of CPU to start."""
+        started = time.monotonic()
+        proc = self.start_dags(dag_ids, kubeconfig=kubeconfig, extra_env=extra_env)
+        return self.finish_dags(dag_ids, proc, started, timeout)
 
     def run_dag(
         self,

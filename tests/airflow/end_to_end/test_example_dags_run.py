@@ -1,15 +1,15 @@
 """The example DAGs in dags/, run end to end as ``make demo`` runs them, do what their docstrings say.
 
-Every DAG runs under real Airflow (``airflow dags test``) against one simulator with the demo's
-scenario, all at once (the run takes as long as the longest DAG), and the metadata database, the
-pods' verdict stamps and the simulator's audit log are read back: how many tries each task took and
-how it ended, how many pods each try cost, why each pod failed, and that nothing is left running.
+Every DAG runs under real Airflow (``airflow dags test``, one DAG after another in one interpreter:
+``AirflowHome.run_dags``) against one simulator with the demo's scenario, and the metadata
+database, the pods' verdict stamps and the simulator's audit log are read back: how many tries
+each task took and how it ended, how many pods each try cost, why each pod failed, and that
+nothing is left running.
 ``make test-compat`` runs this on every supported Airflow version.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,13 +63,9 @@ def outcome(tmp_path_factory: pytest.TempPathFactory, migrated_database: Migrate
     work = Path(tmp_path_factory.mktemp("examples"))
     dag_ids = sorted(p.stem for p in DAGS.glob("[0-9][0-9]_*.py"))
     with FakeCluster(scenario=SCENARIO, audit=work / "audit.jsonl") as cluster:
-
-        def run(dag_id: str) -> DagRunResult:
-            home = AirflowHome.create(work / dag_id, dags_folder=DAGS, database=migrated_database)
-            return home.run_dag(dag_id, kubeconfig=cluster.kubeconfig, timeout=600)
-
-        with ThreadPoolExecutor(max_workers=len(dag_ids)) as pool:
-            results = dict(zip(dag_ids, pool.map(run, dag_ids), strict=True))
+        home = AirflowHome.create(work / "home", dags_folder=DAGS, database=migrated_database)
+        results = {r.dag_id: r for r in home.run_dags(dag_ids, kubeconfig=cluster.kubeconfig, timeout=900)}
+        (work / "airflow-output.log").write_text("".join(r.output for r in results.values()))
         cluster.wait_for(
             lambda c: not any(p["metadata"].get("deletionTimestamp") for p in c.pods()), timeout=15
         )

@@ -104,8 +104,8 @@ def site(migrated_database: MigratedDatabase, tmp_path_factory: pytest.TempPathF
     (dags / "failures.py").write_text(DAGS)
     home = AirflowHome.create(root / "home", dags_folder=dags, database=migrated_database)
     with FakeCluster(scenario=CLUSTER) as cluster:
-        for dag_id in ("failures_a", "failures_a", "failures_b"):
-            result = home.run_dag(dag_id, kubeconfig=cluster.kubeconfig, timeout=240)
+        runs = ("failures_a", "failures_a", "failures_b")
+        for result in home.run_dags(runs, kubeconfig=cluster.kubeconfig, timeout=600):
             assert result.returncode in (0, 1), result.output[-3000:]
     port = free_port()
     passwords = root / "passwords.json"
