@@ -4,8 +4,8 @@ End-to-end tests, the demo and the benchmarks all need the same thing: a fresh m
 a dags folder, a ``kubernetes_default`` connection pointing at a kubeconfig (usually the
 simulator's), an ``airflow dags test`` subprocess per DAG run (or one interpreter running
 ``airflow dags test`` for several DAGs in turn: :meth:`AirflowHome.run_dags`), and afterwards the
-tries and states from the metadata database. ``airflow db migrate`` costs seconds, so it runs once per template
-and every home starts from a copy of the migrated database file.
+tries and states from the metadata database. ``airflow db migrate`` costs seconds, so it runs once
+per template and every home starts from a copy of the migrated database file.
 
 Example::
 
