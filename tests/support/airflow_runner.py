@@ -217,8 +217,13 @@ class AirflowHome:
         """Start ``airflow dags test DAG_ID``; wait on it with :meth:`finish`. ``only``: run that
         task alone, the others marked successful without running (``--mark-success-pattern``)."""
         args = [] if only is None else ["--mark-success-pattern", f"(?!{re.escape(only)}$).*"]
+        return self._start([AIRFLOW, "dags", "test", dag_id, *args], kubeconfig, extra_env)
+
+    def _start(
+        self, command: list[str], kubeconfig: Path | None, extra_env: dict[str, str] | None
+    ) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [AIRFLOW, "dags", "test", dag_id, *args],
+            command,
             env=self.env(kubeconfig, extra_env),
             cwd=self.home,
             stdout=subprocess.PIPE,
@@ -248,20 +253,13 @@ class AirflowHome:
     ) -> subprocess.Popen[str]:
         """Start ``airflow dags test`` for each of ``dag_ids`` in turn, in one interpreter (Airflow
         starts once: see ``dags_test_batch.py``); wait on it with :meth:`finish_dags`."""
-        return subprocess.Popen(
-            [sys.executable, str(BATCH), *dag_ids],
-            env=self.env(kubeconfig, extra_env),
-            cwd=self.home,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        return self._start([sys.executable, str(BATCH), *dag_ids], kubeconfig, extra_env)
 
     def finish_dags(
         self, dag_ids: Sequence[str], proc: subprocess.Popen[str], started: float, timeout: float
     ) -> list[DagRunResult]:
         """Each run's result, in order: its own part of the output, its command's exit status and time."""
-        batch = self.finish("dags test " + " ".join(dag_ids), proc, started, timeout)
+        batch = self.finish(" ".join(dag_ids), proc, started, timeout)
         results: list[DagRunResult] = []
         lines: list[str] = []
         for line in batch.output.splitlines(keepends=True):
