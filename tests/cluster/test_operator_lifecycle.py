@@ -151,21 +151,21 @@ def runs(
     (``AirflowHome.start_dags``), beside the least-privilege DAG's own run."""
     root = tmp_path_factory.mktemp("lifecycle")
     restricted = least_privilege_kubeconfig(kubeconfig, root / "least-privilege.kubeconfig")
-    batches = {
-        "admin": ({dag.dag_id: dag.dag_file() for dag in DAGS} | {"06_sensor": SENSOR_EXAMPLE.read_text()}),
-        "restricted": {LEAST_PRIVILEGE.dag_id: LEAST_PRIVILEGE.dag_file()},
+    admin = {dag.dag_id: dag.dag_file() for dag in DAGS} | {"06_sensor": SENSOR_EXAMPLE.read_text()}
+    batches = {  # name: (its kubeconfig, its DAG files)
+        "admin": (kubeconfig, admin),
+        "restricted": (restricted, {LEAST_PRIVILEGE.dag_id: LEAST_PRIVILEGE.dag_file()}),
     }
-    started = {}
-    for name, files in batches.items():
+    started = []
+    for name, (config, files) in batches.items():
         dags = root / name / "dags"
         dags.mkdir(parents=True)
         for dag_id, text in files.items():
             (dags / f"{dag_id}.py").write_text(text)
         home = AirflowHome.create(root / name / "home", dags_folder=dags, database=migrated_database)
-        config = restricted if name == "restricted" else kubeconfig
-        started[name] = (home, list(files), home.start_dags(list(files), kubeconfig=config), time.monotonic())
+        started.append((home, list(files), home.start_dags(list(files), kubeconfig=config), time.monotonic()))
     results: dict[str, DagRunResult] = {}
-    for home, dag_ids, proc, t0 in started.values():
+    for home, dag_ids, proc, t0 in started:
         results |= {r.dag_id: r for r in home.finish_dags(dag_ids, proc, t0, timeout=900)}
     return results
 

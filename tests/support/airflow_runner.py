@@ -29,10 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support import dags_test_batch
+
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 #: Runs ``airflow dags test`` for several DAGs in one interpreter (:meth:`AirflowHome.run_dags`).
-BATCH = Path(__file__).with_name("dags_test_batch.py")
-BATCH_MARKER = re.compile(r"^\[DAGS TEST BATCH\] (start|end) (\S+)(?: status=(-?\d+) seconds=([\d.]+))?$")
+BATCH = Path(dags_test_batch.__file__)
+#: The lines it prints around each DAG's run (``dags_test_batch.START`` and ``END``).
+BATCH_MARKER = re.compile(
+    rf"^({re.escape(dags_test_batch.START)}|{re.escape(dags_test_batch.END)}) (\S+)"
+    r"(?: status=(-?\d+) seconds=([\d.]+))?$"
+)
 #: The lines ``airflow dags test`` logs as it starts and ends running a task instance.
 DAG_TEST_MARKER = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\S+)")
 
@@ -266,7 +272,7 @@ class AirflowHome:
             marker = BATCH_MARKER.match(line.rstrip("\n"))
             if marker is None:
                 lines.append(line)
-            elif marker.group(1) == "start":
+            elif marker.group(1) == dags_test_batch.START:
                 lines = []
             else:
                 status, seconds = int(marker.group(3)), float(marker.group(4))
