@@ -22,7 +22,8 @@ import tempfile
 import time
 from typing import Any
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-k8s-retry-bench-"))
+if "AIRFLOW_HOME" not in os.environ:  # a throw-away home (mkdtemp only when none is set)
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-k8s-retry-bench-")
 
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.hub import WATCH_SCOPE_ENV, PodSubscription, WatchHub

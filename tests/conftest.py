@@ -11,14 +11,13 @@ test file outside a tier folder stops the collection.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
 
-os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-k8s-retry-home-")
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+from tests.support.airflow_home import use_throwaway_airflow_home
+
+use_throwaway_airflow_home(replace=True)
 
 TESTS = Path(__file__).resolve().parent
 #: The tiers, cheapest first; pyproject.toml registers each as a marker with the same words.

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -24,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.soak.section import section_of
+from tests.support.airflow_home import use_throwaway_airflow_home
 
 _ENV: Any = None
 
 
 def _airflow_home() -> None:
     """A throw-away AIRFLOW_HOME (never the user's own), as the test suite uses."""
-    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-k8s-retry-chaos-"))
-    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    use_throwaway_airflow_home("airflow-k8s-retry-chaos-")
 
 
 def _init(logs: str) -> None:

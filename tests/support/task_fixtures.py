@@ -9,8 +9,6 @@ between this package and Airflow's task runner.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,8 +17,9 @@ from typing import Any, Literal
 
 import pytest
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-k8s-retry-home-"))
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+from tests.support.airflow_home import use_throwaway_airflow_home
+
+use_throwaway_airflow_home()
 
 
 @dataclass

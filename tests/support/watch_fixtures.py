@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-# Airflow reads its home when first imported; point it somewhere disposable before any test module
-# imports the trigger (which imports Airflow).
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-k8s-retry-watching-"))
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 import pytest
 
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
+from tests.support.airflow_home import use_throwaway_airflow_home
+
+# Airflow reads its home when first imported; point it somewhere disposable before any test module
+# imports the trigger (which imports Airflow; the modules above do not).
+use_throwaway_airflow_home("airflow-k8s-retry-watching-")
 
 KUBECONFIG_TEMPLATE = """\
 apiVersion: v1
