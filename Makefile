@@ -97,8 +97,8 @@ unit: $(STAMP)
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Much of the
 # suite's time is spent waiting (grace periods, heartbeats, controllers), the rest mostly in Airflow's
 # start-ups (each `airflow dags test` costs about 10 s of CPU), so three streams run at once,
-# balanced by their measured times: the main suite; the deployment tier (two deployments side by
-# side), then the Airflow 3.2 leg; the cluster tier, the 3.1 leg and the short soak. The
+# balanced by their measured times: the main suite, then the short soak; the deployment tier (two
+# deployments side by side), then the Airflow 3.2 leg; the cluster tier, then the 3.1 leg. The
 # background streams' output (.test-logs/<stream>.log) is printed at the end, and any part failing
 # fails the target. Each pytest run writes a JUnit report under .test-logs/ with every test's time.
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
@@ -113,7 +113,8 @@ test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	done; \
 	  $(BIN)/pytest -m "not cluster and not deployment and not soak" -n 2 --dist loadfile --durations=25 \
 	    --junitxml=.test-logs/main.xml; \
-	  main=$$?; wait; status="main suite exit $$main"; failed=$$main; \
+	  main=$$?; $(MAKE) --no-print-directory test-soak-short; soak=$$?; wait; \
+	  status="main suite exit $$main, short soak exit $$soak"; failed=$$((main + soak)); \
 	  for s in $(STREAMS); do \
 	    echo "== stream $$s (.test-logs/stream-$$s.log)"; cat .test-logs/stream-$$s.log; \
 	    rc=$$(cat .test-logs/stream-$$s.rc 2>/dev/null || echo 1); \
@@ -121,11 +122,11 @@ test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
 	  done; \
 	  echo "== $$status"; test "$$failed" = 0
 
-# Balanced by measured times on a loaded run (seconds): the deployment tier (600) and the 3.2 leg
-# (its Airflow start-ups cost the most CPU: 250-360); the cluster tier (420), the 3.1 leg (300) and
-# the short soak (150). The main suite (800 on two workers) runs in the foreground.
+# Balanced by measured times on a warm run (seconds): the deployment tier (700) and the 3.2 leg
+# (170); the cluster tier (540) and the 3.1 leg (370). The main suite (810 on two workers) and then
+# the short soak (150) run in the foreground.
 test-stream-deployment: test-deployment test-compat-3.2
-test-stream-cluster: test-cluster test-compat-3.1 test-soak-short
+test-stream-cluster: test-cluster test-compat-3.1
 
 # The deployment tier alone: two Airflow deployments (PostgreSQL, Celery), one per xdist worker,
 # each running the files of its half (tests/deployment/conftest.py HALVES).
