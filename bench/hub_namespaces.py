@@ -18,17 +18,18 @@ import argparse
 import asyncio
 import os
 import statistics
-import tempfile
 import time
 from typing import Any
-
-if "AIRFLOW_HOME" not in os.environ:  # a throw-away home (mkdtemp only when none is set)
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-k8s-retry-bench-")
 
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.hub import WATCH_SCOPE_ENV, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry_testing import FakeCluster
+from tests.support.airflow_home import use_throwaway_airflow_home
+
+# A throw-away Airflow home, removed at exit, before anything imports Airflow (the modules above
+# do not).
+use_throwaway_airflow_home("airflow-k8s-retry-bench-")
 
 SCENARIO = {"images": {"long:1": {"run": {"exit_code": 0, "duration_seconds": 1_000_000}}}}
 
