@@ -737,22 +737,29 @@ class ChaosRun:
         # second, while here a loaded machine can delay that turn by a tenth of a real second, which
         # is a hundred simulated ones. (A trigger cancelled before its first turn gets no on_kill
         # from Airflow; docs/reliability.md lists that as a limit.)
+        # Before that turn, the trigger has ``per_try`` of the harness's turns (counted as below)
+        # from the deferral to start, whatever the earlier tries spent of the task's bound: a try a
+        # loaded machine slowed for seconds has used thousands of simulated ones.
         started_at: float | None = None
-        turns = TurnClock(cap=TURN_CAP_REAL / self.env.time_scale, last=0.0)
-        all_turns = TurnClock(cap=turns.cap, last=0.0)  # every turn, answered or not (capped)
+        never_started = False
+        turns = TurnClock(cap=TURN_CAP_REAL / self.env.time_scale, last=deferred_at)
+        all_turns = TurnClock(cap=turns.cap, last=deferred_at)  # every turn, answered or not (capped)
         while True:
             now = self.clock.now()
             self.advance()
             if started_at is None:
                 if not any(t.started(tid) for t in running_on):
-                    if now >= self.bound:
-                        started_at = now  # never started: the bound below ends the run
-                        turns.waited = self.per_try
-                    else:
+                    answered = holder.ping.answered() and self.env.ping.answered()
+                    holder.ping.ping()
+                    self.env.ping.ping()
+                    waiting = turns.tick(now, answered)
+                    if waiting < self.per_try and all_turns.tick(now) < BLOCKED_LOOP_FACTOR * self.per_try:
                         time.sleep(0.001)
                         continue
-                started_at = now if started_at is None else started_at
-                turns.last = all_turns.last = started_at
+                    never_started = True  # the check below ends the run
+                started_at = now
+                turns = TurnClock(cap=turns.cap, last=started_at)
+                all_turns = TurnClock(cap=turns.cap, last=started_at)
             # A turn counts if both loops the verdict needs ran what was ready on them since the
             # last turn's ping (the holder's, the simulator's); then both are pinged again.
             waited = turns.tick(now, holder.ping.answered() and self.env.ping.answered())
@@ -813,7 +820,7 @@ class ChaosRun:
                         t.cancel(tid, user_action=False)  # timeout: no on_kill
                 self.notes.append(f"trigger {tid}: deferral timed out")
                 return Deferral.timed_out()
-            if (now >= self.bound and waited >= self.per_try) or blocked:
+            if never_started or (now >= self.bound and waited >= self.per_try) or blocked:
                 self.hang = True
                 self.env.states.set(ti, "failed")  # the user gives up on it
                 self.api_server.mark_failed(ti, tid, deferral.classpath, deferral.trigger_kwargs)
@@ -822,6 +829,7 @@ class ChaosRun:
                         t.cancel(tid, user_action=True)
                 self.notes.append(
                     f"trigger {tid}: no verdict within the task's bound"
+                    + (" (it never started)" if never_started else "")
                     + (" (its loop or the simulator's never answered)" if blocked else "")
                 )
                 self.killed_by_user = True

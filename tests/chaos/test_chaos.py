@@ -10,6 +10,7 @@ says nothing about the package.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -186,3 +187,32 @@ def test_a_delete_after_the_users_kill_of_the_try_is_not_one_under_the_worker() 
     assert _deleted_under_the_worker(run, audit(13.0), [pod]) == []  # type: ignore[arg-type]
     [found] = _deleted_under_the_worker(run, audit(11.0), [pod])  # type: ignore[arg-type]
     assert found.kind == "deleted_under_the_worker"  # before the kill: the worker was acting on it
+
+
+def test_a_trigger_deferred_after_the_tasks_bound_still_gets_its_own_time_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seed 2 in a fresh-clone make test: try 1 took 4.8 real seconds on a busy machine (4,800 sim s,
+    # past the task's 3,600 sim s bound), so try 2's trigger, not started on the harness's first
+    # turn after the deferral, was called a hang at once. A trigger gets its own time to start, as
+    # it gets its own time to answer once it has. Here the worker's parse of try 2 takes 4 real
+    # seconds, and each triggerer's loop is busy 50 ms before a new trigger's first turn.
+    from tests.chaos.harness import ChaosRun
+
+    parse = ChaosRun.make_operator
+
+    def slow_parse_on_try_2(self: ChaosRun) -> Any:
+        if self.tries_run == 1 and not getattr(self, "_parsed_slowly", False):
+            self._parsed_slowly = True  # type: ignore[attr-defined]
+            time.sleep(4.0)
+        return parse(self)
+
+    monkeypatch.setattr(ChaosRun, "make_operator", slow_parse_on_try_2)
+    env = Environment(triggerer_start_delay=0.05)
+    try:
+        result = run_seed(env, 2)
+    finally:
+        env.close()
+    assert result.tries == 2 and result.sim_seconds > 4_000, result.explain()
+    assert [v.kind for v in result.violations] == [], result.explain()
+    assert len(result.verdicts) == 2, result.explain()
