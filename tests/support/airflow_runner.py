@@ -5,7 +5,7 @@ a dags folder, a ``kubernetes_default`` connection pointing at a kubeconfig (usu
 simulator's), an ``airflow dags test`` subprocess per DAG run (or one interpreter running
 ``airflow dags test`` for several DAGs in turn: :meth:`AirflowHome.run_dags`), and afterwards the
 tries and states from the metadata database. ``airflow db migrate`` costs seconds, so it runs once
-per template and every home starts from a copy of the migrated database file.
+per Airflow version into a cache, and every home starts from a copy of the migrated database file.
 
 Example::
 
@@ -72,24 +72,50 @@ class MigratedDatabase:
 
     @classmethod
     def create(cls, directory: Path, *, timeout: float = 300) -> MigratedDatabase:
+        """A migrated database in ``directory``: a copy of this Airflow's cached one (see
+        :func:`migrated_database_cache`), migrated there first if it is not cached yet."""
         directory.mkdir(parents=True, exist_ok=True)
-        dags = directory / "dags"
-        dags.mkdir(exist_ok=True)
         db = directory / "airflow.db"
         if not db.exists():
+            cached = migrated_database_cache(timeout)
+            shutil.copyfile(cached, db)
+        return cls(db)
+
+
+def migrated_database_cache(timeout: float = 300) -> Path:
+    """This Airflow's freshly migrated, empty SQLite metadata database, made once per Airflow
+    version and interpreter (``airflow db migrate``, seconds of CPU each time) and kept in the
+    user's cache folder (``XDG_CACHE_HOME``, else ``~/.cache``) for later runs and other test
+    processes; one process migrates while the others wait on a lock."""
+    import fcntl
+    import hashlib
+    from importlib.metadata import version
+
+    key = hashlib.sha256(f"{version('apache-airflow')} {sys.prefix}".encode()).hexdigest()[:16]
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = root / "airflow-k8s-retry" / "migrated-db" / f"{version('apache-airflow')}-{key}"
+    folder.mkdir(parents=True, exist_ok=True)
+    db = folder / "airflow.db"
+    with (folder / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not db.exists():
+            work = folder / "work"
+            shutil.rmtree(work, ignore_errors=True)
+            (work / "dags").mkdir(parents=True)
             proc = subprocess.run(
                 [AIRFLOW, "db", "migrate"],
-                env=base_env(directory, dags),
+                env=base_env(work, work / "dags"),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
                 check=False,
             )
             if proc.returncode != 0:
-                raise RuntimeError(
-                    f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-                )
-        return cls(db)
+                output = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+                raise RuntimeError(f"airflow db migrate failed:\n{output}")
+            (work / "airflow.db").replace(db)  # whole or not at all: a killed migration leaves none
+            shutil.rmtree(work, ignore_errors=True)
+    return db
 
 
 @dataclass(frozen=True)
