@@ -266,7 +266,10 @@ LIMITS = """## What the suite does not show
 - A run is judged by simulated time: a machine that stalls the process for a real second moves the
   simulation 1,000 s. The package's own waits run at the simulation's pace (the trigger's clock,
   the worker's backoff, the watch hub's settings, and the worker client's wait for a 429's
-  `Retry-After`). Runs whose simulator timers were that late are told apart (`starved_run`).
+  `Retry-After`). Runs whose simulator timers were that late are told apart (`starved_run`). A
+  trigger's hang bound counts the harness's turns, each at most 50 ms of the wall clock and only
+  when the trigger's loop and the simulator's had time to run: from its first turn, and before
+  that from its deferral (a slow earlier try does not use up a later trigger's time to start).
 - The next try's pod starts only once earlier tries' pods are out of the way: the sweep deletes
   them with no grace (a graceful delete leaves containers running until they stop) and looks
   again, for about 30 s, before it gives up and fails the try rather than run two pods at once.
