@@ -85,15 +85,17 @@ class MigratedDatabase:
 def migrated_database_cache(timeout: float = 300) -> Path:
     """This Airflow's freshly migrated, empty SQLite metadata database, made once per Airflow
     version and interpreter (``airflow db migrate``, seconds of CPU each time) and kept in the
-    user's cache folder (``XDG_CACHE_HOME``, else ``~/.cache``) for later runs and other test
-    processes; one process migrates while the others wait on a lock."""
+    project's cache folder (``AIRFLOW_K8S_RETRY_CACHE``, else ``~/.cache/airflow-k8s-retry``, as
+    for the control plane's build) for later runs and other test processes; one process migrates
+    while the others wait on a lock."""
     import fcntl
     import hashlib
     from importlib.metadata import version
 
-    key = hashlib.sha256(f"{version('apache-airflow')} {sys.prefix}".encode()).hexdigest()[:16]
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = root / "airflow-k8s-retry" / "migrated-db" / f"{version('apache-airflow')}-{key}"
+    airflow_version = version("apache-airflow")
+    key = hashlib.sha256(f"{airflow_version} {sys.prefix}".encode()).hexdigest()[:16]
+    root = Path(os.environ.get("AIRFLOW_K8S_RETRY_CACHE") or Path.home() / ".cache" / "airflow-k8s-retry")
+    folder = root / "migrated-db" / f"{airflow_version}-{key}"
     folder.mkdir(parents=True, exist_ok=True)
     db = folder / "airflow.db"
     with (folder / ".lock").open("w") as lock:
