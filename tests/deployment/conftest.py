@@ -15,7 +15,10 @@ audit log.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import json
+import time
+from collections.abc import Generator, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +113,75 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(FakeCluster(scenario=SCENARIO, audit=root / "audit.jsonl"))
         yield stack.enter_context(running_deployment(root, DAGS, cluster, settings=settings))
+
+
+#: Log levels a failed test's report shows from the task, trigger and process logs it touched.
+_TELLING_LEVELS = ("warning", "error", "critical")
+#: Words that make a process's log line telling whatever its level (the scheduler logs a try's
+#: failure, a state mismatch with its executor and a heartbeat timeout at info).
+_TELLING_WORDS = ("fail", "up_for_retry", "heartbeat", "externally", "state attribute", "orphan", "reset")
+#: Lines that say nothing about a test: every request's access line, and warnings each process
+#: prints at start-up.
+_NOISE = ("[http.access]", "HMAC key", "visibility_timeout")
+
+
+def _telling_lines(path: Path, since: float, limit: int = 40) -> list[str]:
+    """The telling lines of one log (a task's JSON lines, or a process's text lines that start with
+    a timestamp and ``[level]``) written since ``since``: warnings and worse, and lines on failures."""
+    if not path.is_file() or path.stat().st_mtime < since:
+        return []
+    lines = []
+    for raw in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            stamp, level = str(record.get("timestamp", "")), str(record.get("level", ""))
+            text = str(record.get("event"))
+        else:
+            stamp, _, rest = raw.partition(" ")
+            level, text = rest[1 : rest.find("]")].strip() if rest.startswith("[") else "", raw
+        try:
+            when = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue  # a continuation line or a banner
+        if when < since or any(noise in raw for noise in _NOISE):
+            continue
+        if level.lower() in _TELLING_LEVELS or any(word in text.lower() for word in _TELLING_WORDS):
+            lines.append(f"{stamp} {level}: {text}"[:600] if record is not None else raw[:600])
+    return lines[-limit:]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    item.stash[_STARTED] = time.time()
+    return (yield)
+
+
+_STARTED = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report carries what Airflow said while it ran: the warnings and errors of
+    every task and trigger log, and of each process's own log, written since the test started (a
+    try that failed says why; a run on another machine leaves nothing else to read)."""
+    report: pytest.TestReport = yield
+    dep = getattr(item, "funcargs", {}).get("deployment")
+    since = item.stash.get(_STARTED, None)
+    if report.when != "call" or not report.failed or not isinstance(dep, Deployment) or since is None:
+        return report
+    sections = []
+    logs = dep.home.home / "logs"
+    for path in sorted(logs.rglob("attempt=*.log*")) if logs.exists() else []:
+        if lines := _telling_lines(path, since):
+            sections.append(f"-- {path.relative_to(logs)}\n" + "\n".join(lines))
+    for name in sorted(dep.procs):
+        if lines := _telling_lines(dep.log_path(name), since, limit=25):
+            sections.append(f"-- {name}.log\n" + "\n".join(lines))
+    if sections:
+        report.sections.append(("Airflow's warnings and errors during the test", "\n".join(sections)))
+    return report
