@@ -230,6 +230,14 @@ class Deployment:
         except (OSError, AssertionError):
             return {}
 
+    def execution_api_ready(self) -> bool:
+        """Whether the api-server's execution API answers its health check."""
+        try:
+            self.api("GET", "/execution/health", auth=False)
+        except (OSError, AssertionError):
+            return False
+        return True
+
     def trigger_dag(self, dag_id: str) -> str:
         run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
         return str(run["dag_run_id"])
@@ -419,6 +427,11 @@ def running_deployment(
             for name in TRIGGERERS:
                 dep.start_triggerer(name)
             dep.wait_healthy("api-server, schedulers and triggerers to report healthy")
+            # The api-server builds its execution API (every version of every route) on the first
+            # request to it: 3.7 s on an idle machine, 5.1 s on a loaded one, where the first
+            # task's start (a worker's 5 s ``[workers] execution_api_timeout``) timed out and was
+            # retried. Made once here, so no test's first task pays it.
+            dep.wait(dep.execution_api_ready, 120, "the execution API to answer")
             dep.wait(
                 lambda: all(" ready." in dep.log(name) for name in WORKERS) or not WORKERS,
                 90,
