@@ -37,7 +37,7 @@ BATCH = Path(dags_test_batch.__file__)
 #: The lines it prints around each DAG's run (``dags_test_batch.START`` and ``END``).
 BATCH_MARKER = re.compile(
     rf"^({re.escape(dags_test_batch.START)}|{re.escape(dags_test_batch.END)}) (\S+)"
-    r"(?: status=(-?\d+) seconds=([\d.]+))?$"
+    r"(?: status=(-?\d+) seconds=([\d.]+) run_id=(\S+))?$"
 )
 #: The lines ``airflow dags test`` logs as it starts and ends running a task instance.
 DAG_TEST_MARKER = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\S+)")
@@ -137,6 +137,12 @@ class DagRunResult:
     output: str  # stdout and stderr together, in order
     seconds: float
     database: Path
+    #: The DAG run (a batch names it): reads are of that run alone. None: of every run of the DAG.
+    run_id: str | None = None
+
+    def _of_run(self) -> tuple[str, tuple[str, ...]]:
+        """The SQL condition (and its parameter) that keeps a query to this DAG run, if it is known."""
+        return ("", ()) if self.run_id is None else (" and run_id = ?", (self.run_id,))
 
     def output_of(self, task_id: str) -> str:
         """What ``dags test`` printed while it ran ``task_id`` (each of its tries and deferrals):
@@ -153,7 +159,7 @@ class DagRunResult:
 
     def tries(self, task_id: str | None = None) -> list[TryRecord]:
         """Every try of every task instance (history and current), ordered by task and try."""
-        return read_tries(self.database, self.dag_id, task_id)
+        return read_tries(self.database, self.dag_id, task_id, self.run_id)
 
     def retry_delays(self) -> dict[tuple[str, int, int], float]:
         """``(task_id, map_index, try_number)`` -> the delay a retry policy set after that try
@@ -162,10 +168,11 @@ class DagRunResult:
             columns = {r[1] for r in db.execute("pragma table_info(task_instance_history)")}
             if "retry_delay_override" not in columns:
                 return {}
+            of_run, run = self._of_run()
             rows = db.execute(
                 "select task_id, map_index, try_number, retry_delay_override from task_instance_history "
-                "where dag_id = ? and retry_delay_override is not null",
-                (self.dag_id,),
+                f"where dag_id = ? and retry_delay_override is not null{of_run}",
+                (self.dag_id, *run),
             ).fetchall()
         return {(r[0], r[1], r[2]): float(r[3]) for r in rows}
 
@@ -176,17 +183,20 @@ class DagRunResult:
         return rows[-1].state if rows else None
 
     def dag_run_state(self) -> str | None:
+        of_run, run = self._of_run()
         with sqlite3.connect(self.database) as db:
             row = db.execute(
-                "select state from dag_run where dag_id = ? order by id desc", (self.dag_id,)
+                f"select state from dag_run where dag_id = ?{of_run} order by id desc", (self.dag_id, *run)
             ).fetchone()
         return row[0] if row else None
 
     def xcom(self, task_id: str, key: str = "return_value") -> object:
+        of_run, run = self._of_run()
         with sqlite3.connect(self.database) as db:
             row = db.execute(
-                "select value from xcom where dag_id = ? and task_id = ? and key = ? order by timestamp desc",
-                (self.dag_id, task_id, key),
+                f"select value from xcom where dag_id = ? and task_id = ? and key = ?{of_run} "
+                "order by timestamp desc",
+                (self.dag_id, task_id, key, *run),
             ).fetchone()
         if row is None:
             return None
@@ -196,13 +206,17 @@ class DagRunResult:
         return json.loads(value) if isinstance(value, str) else value
 
 
-def read_tries(database: Path, dag_id: str, task_id: str | None = None) -> list[TryRecord]:
+def read_tries(
+    database: Path, dag_id: str, task_id: str | None = None, run_id: str | None = None
+) -> list[TryRecord]:
+    """Every try of the DAG's task instances (of one run, if ``run_id`` is given)."""
+    of_run, run = ("", ()) if run_id is None else (" and run_id = ?", (run_id,))
     query = (
-        "select task_id, try_number, state, map_index from task_instance_history where dag_id = ? "
-        "union all select task_id, try_number, state, map_index from task_instance where dag_id = ?"
+        f"select task_id, try_number, state, map_index from task_instance_history where dag_id = ?{of_run} "
+        f"union all select task_id, try_number, state, map_index from task_instance where dag_id = ?{of_run}"
     )
     with sqlite3.connect(database) as db:
-        rows = db.execute(query, (dag_id, dag_id)).fetchall()
+        rows = db.execute(query, (dag_id, *run, dag_id, *run)).fetchall()
     records = {(r[0], r[3], r[1]): TryRecord(r[0], r[1], r[2], r[3]) for r in rows}
     out = sorted(records.values(), key=lambda r: (r.task_id, r.map_index, r.try_number))
     return [r for r in out if task_id is None or r.task_id == task_id]
@@ -250,8 +264,8 @@ class AirflowHome:
     ) -> subprocess.Popen[str]:
         """Start ``airflow dags test DAG_ID``; wait on it with :meth:`finish`. ``only``: run that
         task alone, the others marked successful without running (``--mark-success-pattern``)."""
-        args = [] if only is None else ["--mark-success-pattern", f"(?!{re.escape(only)}$).*"]
-        return self._start([AIRFLOW, "dags", "test", dag_id, *args], kubeconfig, extra_env)
+        _, args = dags_test_batch.dags_test_args(dag_id if only is None else f"{dag_id}:{only}")
+        return self._start([AIRFLOW, *args], kubeconfig, extra_env)
 
     def _start(
         self, command: list[str], kubeconfig: Path | None, extra_env: dict[str, str] | None
@@ -303,9 +317,14 @@ class AirflowHome:
             elif marker.group(1) == dags_test_batch.START:
                 lines = []
             else:
-                status, seconds = int(marker.group(3)), float(marker.group(4))
-                results.append(DagRunResult(marker.group(2), status, "".join(lines), seconds, self.database))
-        if [r.dag_id for r in results] != list(dag_ids) or batch.returncode != 0:
+                status, seconds, run_id = int(marker.group(3)), float(marker.group(4)), marker.group(5)
+                run = None if run_id == "None" else run_id
+                results.append(
+                    DagRunResult(marker.group(2), status, "".join(lines), seconds, self.database, run)
+                )
+        if [r.dag_id for r in results] != [dags_test_batch.dags_test_args(d)[0] for d in dag_ids] or (
+            batch.returncode != 0
+        ):
             raise RuntimeError(
                 f"dags test of {list(dag_ids)} ended with exit {batch.returncode} after running "
                 f"{[r.dag_id for r in results]}:\n{batch.output[-5000:]}"
@@ -320,8 +339,9 @@ class AirflowHome:
         timeout: float = 600,
         extra_env: dict[str, str] | None = None,
     ) -> list[DagRunResult]:
-        """``airflow dags test`` of each DAG (a DAG named twice runs twice), one after another, in
-        one interpreter; the results in order. Each run mostly waits, and each Airflow process costs
+        """``airflow dags test`` of each DAG (a DAG named twice runs twice; ``DAG_ID:TASK_ID`` runs
+        that task alone, the others marked successful), one after another, in one interpreter; the
+        results in order. Each run mostly waits, and each Airflow process costs
         10-20 s of CPU to start."""
         started = time.monotonic()
         proc = self.start_dags(dag_ids, kubeconfig=kubeconfig, extra_env=extra_env)
