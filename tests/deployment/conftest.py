@@ -153,13 +153,14 @@ def _telling_lines(path: Path, since: float, limit: int = 40) -> list[str]:
     return lines[-limit:]
 
 
+#: When a test's call began (its logs are read from then on).
+_STARTED = pytest.StashKey[float]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     item.stash[_STARTED] = time.time()
     return (yield)
-
-
-_STARTED = pytest.StashKey[float]()
 
 
 @pytest.hookimpl(wrapper=True)

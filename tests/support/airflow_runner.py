@@ -140,10 +140,6 @@ class DagRunResult:
     #: The DAG run (a batch names it): reads are of that run alone. None: of every run of the DAG.
     run_id: str | None = None
 
-    def _of_run(self) -> tuple[str, tuple[str, ...]]:
-        """The SQL condition (and its parameter) that keeps a query to this DAG run, if it is known."""
-        return ("", ()) if self.run_id is None else (" and run_id = ?", (self.run_id,))
-
     def output_of(self, task_id: str) -> str:
         """What ``dags test`` printed while it ran ``task_id`` (each of its tries and deferrals):
         it runs one task at a time, between its ``[DAG TEST] starting`` and ``end task`` lines."""
@@ -168,10 +164,10 @@ class DagRunResult:
             columns = {r[1] for r in db.execute("pragma table_info(task_instance_history)")}
             if "retry_delay_override" not in columns:
                 return {}
-            of_run, run = self._of_run()
+            condition, run = of_run(self.run_id)
             rows = db.execute(
                 "select task_id, map_index, try_number, retry_delay_override from task_instance_history "
-                f"where dag_id = ? and retry_delay_override is not null{of_run}",
+                f"where dag_id = ? and retry_delay_override is not null{condition}",
                 (self.dag_id, *run),
             ).fetchall()
         return {(r[0], r[1], r[2]): float(r[3]) for r in rows}
@@ -183,18 +179,18 @@ class DagRunResult:
         return rows[-1].state if rows else None
 
     def dag_run_state(self) -> str | None:
-        of_run, run = self._of_run()
+        condition, run = of_run(self.run_id)
         with sqlite3.connect(self.database) as db:
             row = db.execute(
-                f"select state from dag_run where dag_id = ?{of_run} order by id desc", (self.dag_id, *run)
+                f"select state from dag_run where dag_id = ?{condition} order by id desc", (self.dag_id, *run)
             ).fetchone()
         return row[0] if row else None
 
     def xcom(self, task_id: str, key: str = "return_value") -> object:
-        of_run, run = self._of_run()
+        condition, run = of_run(self.run_id)
         with sqlite3.connect(self.database) as db:
             row = db.execute(
-                f"select value from xcom where dag_id = ? and task_id = ? and key = ?{of_run} "
+                f"select value from xcom where dag_id = ? and task_id = ? and key = ?{condition} "
                 "order by timestamp desc",
                 (self.dag_id, task_id, key, *run),
             ).fetchone()
@@ -206,14 +202,20 @@ class DagRunResult:
         return json.loads(value) if isinstance(value, str) else value
 
 
+def of_run(run_id: str | None) -> tuple[str, tuple[str, ...]]:
+    """The SQL condition (and its parameter) that keeps a query to one DAG run; none without a run."""
+    return ("", ()) if run_id is None else (" and run_id = ?", (run_id,))
+
+
 def read_tries(
     database: Path, dag_id: str, task_id: str | None = None, run_id: str | None = None
 ) -> list[TryRecord]:
     """Every try of the DAG's task instances (of one run, if ``run_id`` is given)."""
-    of_run, run = ("", ()) if run_id is None else (" and run_id = ?", (run_id,))
+    condition, run = of_run(run_id)
+    columns = "select task_id, try_number, state, map_index from"
     query = (
-        f"select task_id, try_number, state, map_index from task_instance_history where dag_id = ?{of_run} "
-        f"union all select task_id, try_number, state, map_index from task_instance where dag_id = ?{of_run}"
+        f"{columns} task_instance_history where dag_id = ?{condition} "
+        f"union all {columns} task_instance where dag_id = ?{condition}"
     )
     with sqlite3.connect(database) as db:
         rows = db.execute(query, (dag_id, *run, dag_id, *run)).fetchall()
