@@ -72,7 +72,7 @@ HALVES = {
     "test_with_kill9_chaos.py": "a",  # 257
     "test_a_database_outage.py": "a",  # 97
     "test_pools_that_count_deferred_tasks.py": "a",  # 35
-    "test_triggerer_handover.py": "a",  # 34
+    "test_triggerer_handover.py": "a",  # 49
     "test_deferrable_false_needs_no_triggerer.py": "a",  # 8
     "test_airflow_under_stress.py": "b",  # 204
     "test_user_kill_while_deferred.py": "b",  # 114

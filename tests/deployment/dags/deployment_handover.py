@@ -9,8 +9,11 @@ from airflow.sdk import DAG
 from airflow_k8s_retry.classification.policy import FailurePolicy
 from airflow_k8s_retry.operators import RetryingPodOperator
 
-#: Long enough to move the trigger to the other triggerer inside it, short enough for a quick test.
-GRACE_SECONDS = 30
+#: Long enough to move the trigger to the other triggerer inside it, and for the first triggerer's
+#: on_kill to read the task's state before the verdict: that first read builds the triggerer's
+#: in-process execution API (about 4 s of CPU, 15-25 s on a loaded machine). Short enough for a
+#: quick test.
+GRACE_SECONDS = 45
 
 with DAG(dag_id="deployment_handover", schedule=None, start_date=datetime(2024, 1, 1)):
     RetryingPodOperator(
