@@ -82,19 +82,16 @@ def test_trigger_moves_to_the_other_triggerer_and_keeps_pod_and_timer(deployment
     taken_over_at = time.time()
 
     # The thawed triggerer cancels its copy and calls on_kill; the guard sees a deferred task. Its
-    # lines go to the trigger's log file while the trigger runs, and to the triggerer's own output
-    # once Airflow has closed that file: the guard's work outlives the repeated cancellations that
-    # end on_kill, and the triggerer reads a trigger's log lines and its state changes from two
-    # sockets, so a line can be read after the trigger has ended. The state lookup (the triggerer's
+    # lines may land in the triggerer's own output (Deployment.lines_about): the guard's work
+    # outlives the repeated cancellations that end on_kill, and the triggerer reads a trigger's log
+    # lines and its state changes from two sockets. The state lookup (the triggerer's
     # first request to its in-process execution API, which it builds then) is bounded by the
     # trigger's state_lookup_timeout (25 s); a minute covers it.
     called = pod_name(pod)
     kept_line = f"Pod {called} {KEPT}"
 
     def about_this_run(triggerer: str) -> list[str]:
-        """What ``triggerer`` logged about this run: in its trigger log files and its own output."""
-        text = dep.trigger_logs(triggerer, DAG_ID) + "\n" + dep.log(triggerer)
-        return [line for line in text.splitlines() if run_id in line or called in line]
+        return dep.lines_about(triggerer, DAG_ID, run_id, called)
 
     def kill_handled() -> bool:
         lines = about_this_run(holder)

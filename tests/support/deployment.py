@@ -141,6 +141,13 @@ class Deployment:
         own = [] if dag_id else [self.log(name)]
         return "\n".join([*own, *(f.read_text(errors="replace") for f in files)])
 
+    def lines_about(self, name: str, dag_id: str, *marks: str) -> list[str]:
+        """The lines triggerer ``name`` wrote that hold one of ``marks`` (a run id, a pod name), in
+        its trigger log files of ``dag_id`` and in its own output: a line a trigger logs after
+        Airflow closed the trigger's log file (``on_kill``'s work outlives the trigger) goes there."""
+        text = self.trigger_logs(name, dag_id) + "\n" + self.log(name)
+        return [line for line in text.splitlines() if any(mark in line for mark in marks)]
+
     def signal(self, name: str, sig: signal.Signals) -> None:
         os.killpg(self.procs[name].pid, sig)
 
