@@ -8,6 +8,8 @@ that the try is being killed, so it needs no state.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,6 +25,18 @@ KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "r
 #: Task instance states between an accepted trigger event and a worker's resume: no worker holds
 #: the pod yet, so a kill there reaches no ``on_kill``.
 WAITING_STATES = frozenset({"scheduled", "queued"})
+
+#: Work on a killed try's pod that outlives its caller (``on_kill``, which Airflow cancels on each
+#: of its state syncs; the trigger, after firing); referenced here until it is done.
+_KILL_WORK: set[asyncio.Future[None]] = set()
+
+
+def keep_until_done(work: Awaitable[None]) -> asyncio.Future[None]:
+    """Run ``work`` on the event loop, referenced in :data:`_KILL_WORK` until it is done."""
+    future = asyncio.ensure_future(work)
+    _KILL_WORK.add(future)
+    future.add_done_callback(_KILL_WORK.discard)
+    return future
 
 
 def killed_why(state: str | None) -> str | None:

@@ -317,6 +317,8 @@ class WatchHub:
         scope = None if self._cluster_wide(conn.config, kind, selector) else sub.namespace
         key: FeedKey = (kind, conn.config.key, scope, selector)
         feed = self._feeds.get(key) or self._start(key, conn, sub.poll_interval)
+        if kind == EventFeed.kind:
+            sub.reads_events_from(feed.synced)
         feed.add(sub)
         self._readers[sub].feeds.append(feed)
 

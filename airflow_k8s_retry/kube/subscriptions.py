@@ -18,14 +18,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airflow_k8s_retry.kube.clock import within
 from airflow_k8s_retry.kube.ordering import event_sort_key, is_newer, metadata, resource_version, rv_newer
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.kube.aio import AsyncKube, Json
+    from airflow_k8s_retry.kube.clock import Clock
     from airflow_k8s_retry.kube.config import ClusterConfig
 
 #: How many Events are kept per pod (the newest win).
 EVENTS_PER_POD = 64
+
+#: How long :meth:`PodSubscription.listed_events` waits for the Events feed's first LIST, as a
+#: rule one round trip away: a failure's snapshot (``triggers/pod.py``) waits so long for them.
+EVENTS_LIST_WAIT = 5.0
 
 #: A pod's place: (namespace, name).
 PodKey = tuple[str, str]
@@ -88,6 +94,7 @@ class PodSubscription:
         self._wakeup = asyncio.Event()
         self._last_rv: str | None = None
         self._gone = False
+        self._events_listed: asyncio.Event | None = None  # set once the Events feed's first LIST is in
         self.closed = False
 
     @property
@@ -168,6 +175,37 @@ class PodSubscription:
         self._sorted_events = None
         self._events_changed = True
         self._wakeup.set()
+
+    def reads_events_from(self, listed: asyncio.Event) -> None:
+        """The Events feed this subscription reads; ``listed`` is set once its first LIST is in (and
+        delivered). The hub calls it when it attaches the subscription (again, after a demotion)."""
+        self._events_listed = listed
+
+    @property
+    def events_pending(self) -> bool:
+        """True while an Events feed is attached whose first LIST is not in: :attr:`events` may
+        then lack Events the API server already holds."""
+        return self._events_listed is not None and not self._events_listed.is_set()
+
+    async def listed_events(self, clock: Clock, seconds: float = EVENTS_LIST_WAIT) -> list[Json] | None:
+        """:attr:`events` once the Events feed's first LIST is in, waited for at most ``seconds`` on
+        ``clock`` (a pod that failed before it came in would lack Events the API server holds);
+        None while it is still out."""
+        if self.events_pending:
+            try:
+                await within(clock, self._events_listed_wait(), seconds)
+            except TimeoutError:
+                return None
+        return self.events
+
+    async def _events_listed_wait(self) -> None:
+        while self._events_listed is not None and not self._events_listed.is_set():
+            done = asyncio.ensure_future(self._events_listed.wait())
+            try:
+                # Re-check every second: a demotion hands the subscription a new feed to wait for.
+                await asyncio.wait({done}, timeout=1.0)
+            finally:
+                done.cancel()
 
     def drain(self) -> list[PodChange]:
         """The pod changes received since the last call, oldest first."""

@@ -43,10 +43,12 @@ from airflow_k8s_retry.kube.pod_event import PodEvent
 from airflow_k8s_retry.kube.rbac import rbac_message
 from airflow_k8s_retry.kube.stamps import encode_history
 from airflow_k8s_retry.task_state import (
+    _KILL_WORK,  # noqa: F401 (where the tests look for on_kill's work in flight)
     KILLED_STATES,
     WAITING_STATES,
     TaskInstanceGone,
     airflow_task_state,
+    keep_until_done,
     killed_why,
 )
 from airflow_k8s_retry.triggers.tracker import (
@@ -84,8 +86,6 @@ _WAITING_AT_MOST = 6 * 3600.0
 #: How long the after-firing check leaves a killed task's pod to its worker (whose own ``on_kill``
 #: deletes it when the kill came after the worker resumed) before it deletes what is left.
 _WORKER_FIRST = 60.0
-#: ``on_kill`` work that outlived the cancelled ``on_kill`` call; referenced here until it is done.
-_KILL_WORK: set[asyncio.Future[None]] = set()
 
 TaskStateLookup = Callable[[TryIdentity], Awaitable[str | None]]
 
@@ -264,7 +264,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 connection=self._connection_for_a_kill(),
             )
             if self.owned and self._identity is not None and self.after_firing_check:
-                _keep_until_done(self._after_firing(self._identity, sub))
+                keep_until_done(self._after_firing(self._identity, sub))
                 handed_over = True
         finally:
             self._subscription = None
@@ -333,7 +333,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             if isinstance(step, Emit):
                 if step.verdict.outcome is not Outcome.SUCCEED:
                     # What a failure was judged on travels with it: the worker's report reads no API.
-                    self._seen = snapshot.take(tracker.pod, sub.events, self.pod_uid)
+                    events = await sub.listed_events(self.clock)  # None: not listed in time
+                    self._seen = None if events is None else snapshot.take(tracker.pod, events, self.pod_uid)
                 # A container's termination message may hold anything (a Secret's value): it stays
                 # out of this log line and of the event, which Airflow stores as it is.
                 return withhold_termination_messages(step.verdict, tracker.pod)
@@ -456,7 +457,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         lookup and the delete therefore run in their own task, shielded: a repeated cancellation
         ends the wait here, not the work, which finishes on the triggerer's event loop.
         """
-        await asyncio.shield(_keep_until_done(self._kill()))
+        await asyncio.shield(keep_until_done(self._kill()))
 
     async def _kill(self) -> None:
         if not self.owned or self._identity is None:
@@ -590,11 +591,3 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             return
         deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
         self.log.info("%s: pod %s %s", why, self.pod_name, "deleted" if deleted else "was already gone")
-
-
-def _keep_until_done(work: Awaitable[None]) -> asyncio.Future[None]:
-    """Run ``work`` on the event loop, referenced until it is done (it may outlive its caller)."""
-    future = asyncio.ensure_future(work)
-    _KILL_WORK.add(future)
-    future.add_done_callback(_KILL_WORK.discard)
-    return future

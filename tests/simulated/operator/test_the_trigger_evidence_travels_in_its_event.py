@@ -20,6 +20,7 @@ import pytest
 from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.exceptions import PodFailure
 from airflow_k8s_retry.kube import snapshot
+from airflow_k8s_retry.kube.ordering import event_sort_key
 from airflow_k8s_retry.operators import RetryingPodOperator
 from airflow_k8s_retry.triggers import PodEvent
 
@@ -106,12 +107,32 @@ def test_a_snapshot_too_large_or_of_another_pod_is_not_used():
     assert snapshot.unpack({"uid": "u-1", "pod": None, "events": "nonsense"}, "u-1") is None
 
 
-async def _event(op: RetryingPodOperator, context: dict[str, Any]) -> dict[str, Any]:
+def _deferred(op: RetryingPodOperator, context: dict[str, Any]) -> Any:
+    """The trigger ``op`` defers to, once its pod is created."""
     with pytest.raises(TaskDeferred) as deferred:
-        await asyncio.to_thread(op.execute, context)
-    async for event in deferred.value.trigger.run():
+        op.execute(context)
+    return deferred.value.trigger
+
+
+async def _first_event(trigger: Any) -> dict[str, Any]:
+    async for event in trigger.run():
         return dict(event.payload)
     raise AssertionError("the trigger ended without an event")
+
+
+def _failed_pod_event(cluster: Any, op: RetryingPodOperator, context: dict[str, Any]) -> dict[str, Any]:
+    """On a manual-clock cluster: the pod is created, runs and fails, and its Events are recorded,
+    before the trigger starts; then the trigger's first event."""
+    trigger = _deferred(op, context)
+    cluster.advance(5)
+    [pod] = cluster.pods()
+    assert pod["status"]["phase"] == "Failed"
+    return asyncio.run(_first_event(trigger))
+
+
+def _reasons(cluster: Any) -> list[str]:
+    """The reasons of the Events the cluster holds about its one pod, oldest first."""
+    return [e["reason"] for e in sorted(cluster.events(), key=event_sort_key)]
 
 
 def requests(cluster: Any, since: int) -> list[str]:
@@ -124,11 +145,11 @@ def requests(cluster: Any, since: int) -> list[str]:
 def test_the_report_reads_the_api_only_for_an_event_without_a_snapshot(
     make_cluster, context, caplog, capsys, carried
 ):
-    cluster = make_cluster(SCENARIO)
+    cluster = make_cluster(SCENARIO, clock="manual")
     op = RetryingPodOperator(
         task_id="load", image="etl:3", kubernetes_conn_id=None, namespace="default", get_logs=False
     )
-    event = asyncio.run(_event(op, context))
+    event = _failed_pod_event(cluster, op, context)
     assert snapshot.unpack(event.get("seen"), event["pod_uid"]) is not None
     if not carried:
         del event["seen"]  # as an event of a trigger from before the snapshot
@@ -143,3 +164,21 @@ def test_the_report_reads_the_api_only_for_an_event_without_a_snapshot(
     written = caplog.text + out.out + out.err
     assert "base: terminated, Error, exit code 3" in written
     assert "events:" in written
+
+
+def test_a_failure_seen_before_the_events_are_listed_still_carries_them(make_cluster, context):
+    """The trigger sees the failed pod in the pods' LIST while the Events' LIST is still out (it
+    answers a second later): the failure waits for it, and its snapshot holds every Event."""
+    cluster = make_cluster(SCENARIO, clock="manual")
+    cluster.add_fault(verb="list", resource="events", status="slow", delay_seconds=1.0)
+    op = RetryingPodOperator(
+        task_id="load", image="etl:3", kubernetes_conn_id=None, namespace="default", get_logs=False
+    )
+    event = _failed_pod_event(cluster, op, context)
+    unpacked = snapshot.unpack(event.get("seen"), event["pod_uid"])
+    assert unpacked is not None
+    body, evs = unpacked
+    assert body is not None and body["status"]["phase"] == "Failed"
+    assert [e["reason"] for e in evs] == _reasons(cluster)[-snapshot.EVENTS_KEPT :]
+    assert evs, "the pod's Events"
+    assert [r.get("fault") for r in cluster.audit_records() if r.get("resource") == "events"][:1] == ["slow"]
