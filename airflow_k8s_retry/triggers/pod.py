@@ -43,7 +43,6 @@ from airflow_k8s_retry.kube.pod_event import PodEvent
 from airflow_k8s_retry.kube.rbac import rbac_message
 from airflow_k8s_retry.kube.stamps import encode_history
 from airflow_k8s_retry.task_state import (
-    _KILL_WORK,  # noqa: F401 (where the tests look for on_kill's work in flight)
     KILLED_STATES,
     WAITING_STATES,
     TaskInstanceGone,

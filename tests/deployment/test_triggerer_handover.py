@@ -26,10 +26,6 @@ ON_KILL = "invoking on_kill"
 KEPT = "kept: the task instance is still deferred"
 
 
-def pod_name(pod: dict[str, Any]) -> str:
-    return str(pod["metadata"]["name"])
-
-
 def _logged_at(line: str) -> float:
     """When a log line was written: Airflow's JSON trigger logs and its console output both lead
     with an ISO timestamp."""
@@ -87,7 +83,7 @@ def test_trigger_moves_to_the_other_triggerer_and_keeps_pod_and_timer(deployment
     # lines and its state changes from two sockets. The state lookup (the triggerer's
     # first request to its in-process execution API, which it builds then) is bounded by the
     # trigger's state_lookup_timeout (25 s); a minute covers it.
-    called = pod_name(pod)
+    called = str(pod["metadata"]["name"])
     kept_line = f"Pod {called} {KEPT}"
 
     def about_this_run(triggerer: str) -> list[str]:

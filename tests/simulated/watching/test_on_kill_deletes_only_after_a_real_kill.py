@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from airflow_k8s_retry import task_state
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
-from airflow_k8s_retry.triggers import pod as trigger_module
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import Request, mark, requests, until_watching
 from tests.support.lab import Run, create_pod, pod_body, trigger_for, use_cluster
@@ -121,7 +121,7 @@ def since_the_stop(cluster: FakeCluster) -> list[Request]:
 
 def kill_work() -> set[asyncio.Future[None]]:
     """The kill work and after-firing checks under way on this event loop."""
-    return {f for f in trigger_module._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
+    return {f for f in task_state._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
 
 
 async def on_clock(clock: ManualClock, work: set[asyncio.Future[Any]]) -> list[float]:
