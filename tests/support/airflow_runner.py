@@ -82,20 +82,38 @@ class MigratedDatabase:
         return cls(db)
 
 
-def migrated_database_cache(timeout: float = 300) -> Path:
-    """This Airflow's freshly migrated, empty SQLite metadata database, made once per Airflow
-    version and interpreter (``airflow db migrate``, seconds of CPU each time) and kept in the
-    project's cache folder (``AIRFLOW_K8S_RETRY_CACHE``, else ``~/.cache/airflow-k8s-retry``, as
-    for the control plane's build) for later runs and other test processes; one process migrates
-    while the others wait on a lock."""
-    import fcntl
+#: A cached migrated database nobody copied for this long is removed (a pin change leaves the old
+#: environment's behind).
+MIGRATED_DB_KEEP_DAYS = 30
+
+
+def environment_key() -> str:
+    """What a migrated database depends on: the interpreter, SQLite, and every installed
+    distribution's name and version (Airflow and the providers own the migrations). Not the venv's
+    path: every fresh clone has its own venv, and a key by path migrated again (and kept another
+    copy) for each clone of the same pins."""
     import hashlib
+    import importlib.metadata
+
+    dists = importlib.metadata.distributions()
+    installed = sorted({f"{(dist.metadata['Name'] or '').lower()}=={dist.version}" for dist in dists})
+    text = "\n".join([sys.version, sqlite3.sqlite_version, *installed])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def migrated_database_cache(timeout: float = 300) -> Path:
+    """This Airflow's freshly migrated, empty SQLite metadata database, made once per environment
+    (:func:`environment_key`; ``airflow db migrate`` costs seconds of CPU each time) and kept in the
+    project's cache folder (``AIRFLOW_K8S_RETRY_CACHE``, else ``~/.cache/airflow-k8s-retry``, as
+    for the control plane's build) for later runs, other clones and other test processes; one
+    process migrates while the others wait on a lock. Entries no process used for
+    :data:`MIGRATED_DB_KEEP_DAYS` are removed."""
+    import fcntl
     from importlib.metadata import version
 
     airflow_version = version("apache-airflow")
-    key = hashlib.sha256(f"{airflow_version} {sys.prefix}".encode()).hexdigest()[:16]
     root = Path(os.environ.get("AIRFLOW_K8S_RETRY_CACHE") or Path.home() / ".cache" / "airflow-k8s-retry")
-    folder = root / "migrated-db" / f"{airflow_version}-{key}"
+    folder = root / "migrated-db" / f"{airflow_version}-{environment_key()}"
     folder.mkdir(parents=True, exist_ok=True)
     db = folder / "airflow.db"
     with (folder / ".lock").open("w") as lock:
@@ -117,7 +135,33 @@ def migrated_database_cache(timeout: float = 300) -> Path:
                 raise RuntimeError(f"airflow db migrate failed:\n{output}")
             (work / "airflow.db").replace(db)  # whole or not at all: a killed migration leaves none
             shutil.rmtree(work, ignore_errors=True)
+        (folder / ".lock").touch()  # its mtime says when the entry was last used
+    prune_migrated_databases(folder.parent, keep=folder)
     return db
+
+
+def prune_migrated_databases(parent: Path, keep: Path, days: float = MIGRATED_DB_KEEP_DAYS) -> list[Path]:
+    """Remove the cached databases under ``parent`` (other than ``keep``) not used for ``days``;
+    an entry another process holds the lock of is left alone. Returns what was removed."""
+    import fcntl
+
+    removed: list[Path] = []
+    cutoff = time.time() - days * 86400
+    for entry in parent.iterdir():
+        lock_file = entry / ".lock"
+        if entry == keep or not entry.is_dir() or not lock_file.exists():
+            continue
+        if lock_file.stat().st_mtime >= cutoff:
+            continue
+        with lock_file.open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            if lock_file.stat().st_mtime < cutoff:  # not used while this process waited
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed
 
 
 @dataclass(frozen=True)
