@@ -214,8 +214,6 @@ def _relaunch_budget(
     )
 
 
-
-
 def duration(seconds: float) -> str:
     """Seconds as a short human duration: ``90s``, ``15m``, ``1h05m``."""
     total = max(0, round(seconds))

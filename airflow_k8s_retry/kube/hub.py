@@ -333,7 +333,11 @@ class WatchHub:
             )
         else:
             feed = PodFeed(
-                conn, namespace, selector, self.settings, poll_interval=poll_interval,
+                conn,
+                namespace,
+                selector,
+                self.settings,
+                poll_interval=poll_interval,
                 on_cluster_refused=self._demote,
             )
         self._feeds[key] = feed
@@ -356,7 +360,9 @@ class WatchHub:
         log.info(
             "may not %s %s at the cluster scope (%s); one watch per namespace instead "
             "(the ClusterRole in deploy/rbac/ allows one watch for all namespaces)",
-            step, feed.kind, exc,
+            step,
+            feed.kind,
+            exc,
         )
         self._forget(feed)
         feed.retire()

@@ -165,14 +165,16 @@ class TryIdentity:
         return replace(self, try_number=try_number, ti_id="")
 
     def to_payload(self) -> dict[str, Any]:
-        return {
-            "dag_id": self.dag_id,
-            "task_id": self.task_id,
-            "run_id": self.run_id,
-            "map_index": self.map_index,
-            "try_number": self.try_number,
-        } | ({"ti_id": self.ti_id} if self.ti_id else {}) | (
-            {"deployment": self.deployment} if self.deployment else {}
+        return (
+            {
+                "dag_id": self.dag_id,
+                "task_id": self.task_id,
+                "run_id": self.run_id,
+                "map_index": self.map_index,
+                "try_number": self.try_number,
+            }
+            | ({"ti_id": self.ti_id} if self.ti_id else {})
+            | ({"deployment": self.deployment} if self.deployment else {})
         )
 
     @classmethod

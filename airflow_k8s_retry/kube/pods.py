@@ -39,8 +39,7 @@ XCOM_SIDECAR_NAME = "airflow-xcom-sidecar"
 XCOM_RESULT_PATH = "/airflow/xcom/return.json"
 #: The cncf provider's read of the result: the file, or the empty-result marker.
 READ_RESULT = (
-    f"if [ -s {XCOM_RESULT_PATH} ]; then cat {XCOM_RESULT_PATH}; "
-    "else echo __airflow_xcom_result_empty__; fi"
+    f"if [ -s {XCOM_RESULT_PATH} ]; then cat {XCOM_RESULT_PATH}; else echo __airflow_xcom_result_empty__; fi"
 )
 
 
@@ -179,18 +178,22 @@ class PodClient:
         namespace, name = meta["namespace"], meta["name"]
         try:
             with _translated():
-                created = self._json(self.core.create_namespaced_pod(
-                    namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
-                ))
+                created = self._json(
+                    self.core.create_namespaced_pod(
+                        namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
+                    )
+                )
             return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
         except Conflict:
             existing = self.read(namespace, name)
             if existing is None:
                 # It went away between the create and the read: try once more, without adopting.
                 with _translated():
-                    created = self._json(self.core.create_namespaced_pod(
-                    namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
-                ))
+                    created = self._json(
+                        self.core.create_namespaced_pod(
+                            namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
+                        )
+                    )
                 return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
             labels = existing["metadata"].get("labels") or {}
             if not identity.owns(labels) or labels.get(RELAUNCH_LABEL, "0") != str(relaunch):
@@ -213,9 +216,11 @@ class PodClient:
         """The pod as API JSON, or None when it does not exist."""
         try:
             with _translated():
-                return self._json(self.core.read_namespaced_pod(
-                    name=name, namespace=namespace, _request_timeout=self.request_timeout
-                ))
+                return self._json(
+                    self.core.read_namespaced_pod(
+                        name=name, namespace=namespace, _request_timeout=self.request_timeout
+                    )
+                )
         except NotFound:
             return None
 
