@@ -143,25 +143,34 @@ def migrated_database_cache(timeout: float = 300) -> Path:
 def prune_migrated_databases(parent: Path, keep: Path, days: float = MIGRATED_DB_KEEP_DAYS) -> list[Path]:
     """Remove the cached databases under ``parent`` (other than ``keep``) not used for ``days``;
     an entry another process holds the lock of is left alone. Returns what was removed."""
-    import fcntl
-
     removed: list[Path] = []
     cutoff = time.time() - days * 86400
     for entry in parent.iterdir():
-        lock_file = entry / ".lock"
-        if entry == keep or not entry.is_dir() or not lock_file.exists():
-            continue
+        if entry != keep and _remove_if_unused_since(entry, cutoff):
+            removed.append(entry)
+    return removed
+
+
+def _remove_if_unused_since(entry: Path, cutoff: float) -> bool:
+    """Remove ``entry`` if its lock file is older than ``cutoff`` and no process holds the lock;
+    another process pruning at the same moment may remove it first (then nothing is done here)."""
+    import fcntl
+
+    lock_file = entry / ".lock"
+    try:
         if lock_file.stat().st_mtime >= cutoff:
-            continue
+            return False
         with lock_file.open("a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                continue
-            if lock_file.stat().st_mtime < cutoff:  # not used while this process waited
-                shutil.rmtree(entry, ignore_errors=True)
-                removed.append(entry)
-    return removed
+                return False
+            if lock_file.stat().st_mtime >= cutoff:  # used while this process looked
+                return False
+            shutil.rmtree(entry)
+            return True
+    except (FileNotFoundError, NotADirectoryError):  # not an entry, or another process removed it first
+        return False
 
 
 @dataclass(frozen=True)

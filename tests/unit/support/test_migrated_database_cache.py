@@ -60,9 +60,29 @@ def test_an_entry_unused_for_a_month_is_removed_unless_in_use(
         os.utime(entry / ".lock", (used_at, used_at))
         entries[name] = entry
 
+    (parent / "notes.txt").write_text("not an entry")
     with (entries["held"] / ".lock").open("a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another process copying from it
         current = airflow_runner.migrated_database_cache().parent
 
-    assert sorted(p.name for p in parent.iterdir()) == sorted([current.name, "3.3.2-held", "3.3.2-recent"])
+    kept = sorted(p.name for p in parent.iterdir())
+    assert kept == sorted([current.name, "3.3.2-held", "3.3.2-recent", "notes.txt"])
     assert (current / ".lock").stat().st_mtime > time.time() - 60
+
+
+def test_an_entry_another_process_removed_first_is_passed_over(tmp_path: Path) -> None:
+    entry = tmp_path / "3.3.2-gone"
+    entry.mkdir()
+    (entry / ".lock").touch()
+    os.utime(entry / ".lock", (0, 0))
+    real_open = Path.open
+
+    def removed_meanwhile(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self == entry / ".lock":  # the other process's prune ran between the stat and the open
+            (entry / ".lock").unlink()
+            entry.rmdir()
+        return real_open(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Path, "open", removed_meanwhile)
+        assert airflow_runner.prune_migrated_databases(tmp_path, keep=tmp_path / "other") == []
