@@ -646,10 +646,10 @@ class Triggerer:
                 if t is not asyncio.current_task()
                 and getattr(t.get_coro(), "__qualname__", "").endswith("_run_trigger")
             ]
-            from airflow_k8s_retry import task_state
+            from tests.support.lab import kill_work
 
             # Work a trigger left running after it ended (on_kill's delete, the after-firing check).
-            pending += [t for t in task_state._KILL_WORK if t.get_loop() is self._loop and not t.done()]
+            pending += [t for t in kill_work() if not t.done()]
             if pending:
                 await asyncio.wait(pending, timeout=within)
             done.set()

@@ -14,12 +14,19 @@ from typing import Any
 
 import pytest
 
+from airflow_k8s_retry import task_state
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 
 CONN_ID = "k8s_fake"
+
+
+def kill_work() -> set[asyncio.Future[None]]:
+    """The kill work and after-firing checks under way on the running event loop (what
+    ``task_state.keep_until_done`` holds on to)."""
+    return {f for f in task_state._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
 
 
 def use_cluster(monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, kubeconfig: Any = None) -> str:

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from airflow_k8s_retry import task_state
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
@@ -27,7 +26,7 @@ from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.tracker import HISTORY_SETTLE
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import Request, mark, probe, requests, until_watching, version
-from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.lab import Run, cluster_reaches, create_pod, kill_work, pod_body, trigger_for, use_cluster
 
 PODS = 200
 SCENARIO = {
@@ -217,7 +216,7 @@ async def test_two_hundred_triggers_in_two_namespaces_share_one_watch(
     while not last.sub.gone_by_now():
         assert await last.sub.wait(within=30), "the feed did not deliver the last deletion"
     await last.sub.close()
-    checks = {f for f in task_state._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
+    checks = kill_work()
     assert len(checks) == PODS
     manual_clock.advance(FIRST_LOOK)
     done, _ = await asyncio.wait(checks, timeout=60)

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from airflow_k8s_retry import task_state
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
@@ -28,7 +27,7 @@ from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import Request, mark, requests, until_watching
-from tests.support.lab import Run, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.lab import Run, create_pod, kill_work, pod_body, trigger_for, use_cluster
 
 SCENARIO = {
     "images": {
@@ -117,11 +116,6 @@ def since_the_stop(cluster: FakeCluster) -> list[Request]:
     made = requests(cluster)
     last_watch = max(i for i, request in enumerate(made) if request[0] == "watch")
     return made[last_watch + 1 :]
-
-
-def kill_work() -> set[asyncio.Future[None]]:
-    """The kill work and after-firing checks under way on this event loop."""
-    return {f for f in task_state._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
 
 
 async def on_clock(clock: ManualClock, work: set[asyncio.Future[Any]]) -> list[float]:
