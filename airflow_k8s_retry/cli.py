@@ -35,6 +35,7 @@ from airflow_k8s_retry.classification import (
     RuleCheck,
     Verdict,
     classify_seen_for,
+    hint_for,
     rule_named,
     trace,
 )
@@ -136,7 +137,7 @@ def explanation(
         "outcome": verdict.outcome.value,
         "reason": verdict.reason.value,
         "message": verdict.message,
-        "hint": verdict.hint,
+        "hint": hint_for(verdict.reason),
         "rule": verdict.rule,
         "rule_index": RULES.index(rule),
         "why": rule.why,
@@ -182,7 +183,7 @@ def render(
         f"verdict:  {verdict.outcome.value.upper()}  {verdict.reason.value}",
         f"rule:     {verdict.rule} (rule {RULES.index(rule) + 1} of {len(RULES)}: {rule.why})",
         f"message:  {verdict.message}",
-        f"hint:     {verdict.hint}",
+        f"hint:     {hint_for(verdict.reason)}",
     ]
     if verdict.outcome is Outcome.WAIT and verdict.deadline is not None:
         left = max(0.0, verdict.deadline - now)

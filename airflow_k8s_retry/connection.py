@@ -1,9 +1,21 @@
-"""Turn an Airflow connection id into a :class:`~airflow_k8s_retry.kube.config.ClusterConfig`.
+"""How this package reaches a cluster from an Airflow ``kubernetes`` connection: one way per side.
 
 DAG authors already have ``kubernetes`` connections for the cncf provider's
 ``KubernetesPodOperator``; this package reuses them unchanged (same connection type, same extras,
-including the old ``extra__kubernetes__`` prefixed names) so switching operators needs no new
-connection. ``kube/`` must not import Airflow, so the bridge lives here, above it.
+including the ``extra__kubernetes__`` prefixed names) so switching operators needs no new
+connection.
+
+* **Synchronous (the worker, the api-server's kill listener, the CLI):** the cncf provider's own
+  ``KubernetesHook`` (:func:`kubernetes_hook`, :func:`pod_client`), exactly as
+  ``KubernetesPodOperator`` resolves a connection: in-cluster, kubeconfig file or inline, context,
+  exec plugins, TCP keepalive, SSL options.
+* **Asynchronous (the triggerer):** :func:`aresolve_cluster_config` turns the connection into a
+  :class:`~airflow_k8s_retry.kube.config.ClusterConfig`, which the watch hub
+  (:mod:`airflow_k8s_retry.kube.hub`) keys its one shared watch and client by. Not the provider's
+  ``AsyncKubernetesHook``: it builds a new ``ApiClient`` for every call (``ssl.create_default_context``
+  on the triggerer's event loop and a new connection pool each time; apache/airflow#71349 and
+  #73399, open), has no identity to share one watch per cluster by, and does not refresh an exec
+  plugin's token on a client that lives for hours. The extras are read by the same rules.
 
 Resolution rules, as in the cncf ``KubernetesHook``: ``None`` means default loading (in-cluster
 when running in a pod, else ``KUBECONFIG`` or ``~/.kube/config``); a missing
@@ -15,12 +27,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError
-
-if TYPE_CHECKING:
-    from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.compat import AirflowNotFoundException
+from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError, keep_response_bodies_out_of_logs
+from airflow_k8s_retry.kube.pods import PodClient
 
 DEFAULT_CONN_ID = "kubernetes_default"
 _PREFIX = "extra__kubernetes__"
@@ -147,23 +158,6 @@ def _without_connection(conn_id: str | None, chosen: Mapping[str, Any] | None) -
     return cluster_config_from_extras({}, conn_id=conn_id, chosen=chosen)
 
 
-def resolve_cluster_config(conn_id: str | None, chosen: Mapping[str, Any] | None = None) -> ClusterConfig:
-    """Resolve ``conn_id`` (and a task's cluster arguments) synchronously, in a worker."""
-    if not conn_id:
-        return _without_connection(None, chosen)
-    from airflow.sdk import BaseHook
-
-    from airflow_k8s_retry.compat import AirflowNotFoundException
-
-    try:
-        connection = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        if conn_id == DEFAULT_CONN_ID:
-            return _without_connection(conn_id, chosen)
-        raise
-    return cluster_config_from_extras(connection.extra_dejson or {}, conn_id=conn_id, chosen=chosen)
-
-
 async def aresolve_cluster_config(
     conn_id: str | None, chosen: Mapping[str, Any] | None = None
 ) -> ClusterConfig:
@@ -172,8 +166,6 @@ async def aresolve_cluster_config(
     if not conn_id:
         return _without_connection(None, chosen)
     from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
-
-    from airflow_k8s_retry.compat import AirflowNotFoundException
 
     try:
         connection = await get_async_connection(conn_id)
@@ -195,10 +187,16 @@ def pod_client(
     resolves them); every request carries a timeout (:class:`PodClient`). The namespace is the one
     asked for, else the connection's, else ``default``. Close the client when done.
     """
-    from airflow_k8s_retry.kube.pods import PodClient
-
     hook = kubernetes_hook(conn_id, chosen)
     return PodClient(hook.api_client), namespace or hook.get_namespace() or "default"
+
+
+def deployment_id() -> str:
+    """This Airflow deployment's ``[kubernetes_retry] deployment_id`` (empty when unset): it labels
+    this deployment's pods, so deployments sharing a namespace never touch each other's."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return str(conf.get("kubernetes_retry", "deployment_id", fallback="") or "")
 
 
 def kubernetes_hook(conn_id: str | None, chosen: Mapping[str, Any] | None = None) -> Any:
@@ -210,8 +208,6 @@ def kubernetes_hook(conn_id: str | None, chosen: Mapping[str, Any] | None = None
     import os
 
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-    from airflow_k8s_retry.kube.config import keep_response_bodies_out_of_logs
 
     keep_response_bodies_out_of_logs()  # the hook's client logs pod specs (env values) at DEBUG
     chosen = chosen or {}

@@ -1,9 +1,9 @@
 """Read a live pod and its Events for ``airflow-k8s-retry explain --pod NAME``.
 
 ``explain`` classifies saved JSON; on a running platform the question is about a pod that exists
-now. This reads it through the same cluster configuration the operator uses: an Airflow
-``kubernetes`` connection (``--conn-id``, resolved like the cncf provider's hook, which loads
-Airflow), or else the default kubeconfig (``KUBECONFIG``, ``~/.kube/config``, or in-cluster). A pod
+now. This reads it the way the operator reaches its cluster, through the cncf provider's
+``KubernetesHook`` (which loads Airflow): an Airflow ``kubernetes`` connection (``--conn-id``), or
+else the default kubeconfig (``KUBECONFIG``, ``~/.kube/config``, or in-cluster). A pod
 this package is watching carries the trigger's classifier history (first-seen times of each
 signal) as an annotation; with it, the verdict is the one the trigger would reach now, not a guess
 from ``--elapsed``.
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_k8s_retry.classification import History, Verdict
-from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL
-from airflow_k8s_retry.kube.stamps import read_history, read_stamp
+from airflow_k8s_retry.kube.errors import KubeError
+from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, read_history, read_stamp
 
 
 class LivePodError(Exception):
@@ -66,17 +66,21 @@ def _stamps(pod: Mapping[str, Any]) -> tuple[History | None, Verdict | None]:
 
 def read_live_pod(name: str, namespace: str | None, conn_id: str | None) -> LivePod:
     """Read pod ``name`` and its Events; :class:`LivePodError` when it cannot be read."""
-    from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError, sync_api_client
-    from airflow_k8s_retry.kube.errors import KubeError
-    from airflow_k8s_retry.kube.pods import PodClient
+    # The provider's hook (and so Airflow) loads only when a live pod is read: the CLI stays light.
+    from airflow_k8s_retry import connection
+    from airflow_k8s_retry.compat import AirflowNotFoundException
 
     source = f"connection {conn_id!r}" if conn_id else "the default kubeconfig"
     try:
-        config = _connection_config(conn_id) if conn_id else ClusterConfig()
-        client = PodClient(sync_api_client(config))
-    except ClusterConfigError as exc:
-        raise LivePodError(f"cannot load the cluster configuration from {source}: {exc}") from None
-    ns = namespace or config.namespace or "default"
+        with _stdout_on_stderr():
+            client, ns = connection.pod_client(conn_id, namespace)
+    except AirflowNotFoundException:
+        raise LivePodError(
+            f"there is no Airflow connection {conn_id!r}; create it, or pass another --conn-id"
+        ) from None
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise LivePodError(f"cannot load the cluster configuration from {source}: {first}") from None
     try:
         pod = client.read(ns, name)
         if pod is None:
@@ -117,17 +121,3 @@ def _stdout_on_stderr() -> Iterator[None]:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
-
-
-def _connection_config(conn_id: str) -> Any:
-    """The cluster of Airflow connection ``conn_id`` (this loads Airflow)."""
-    from airflow_k8s_retry.compat import AirflowNotFoundException
-    from airflow_k8s_retry.connection import resolve_cluster_config
-
-    try:
-        with _stdout_on_stderr():
-            return resolve_cluster_config(conn_id)
-    except AirflowNotFoundException:
-        raise LivePodError(
-            f"there is no Airflow connection {conn_id!r}; create it, or pass another --conn-id"
-        ) from None

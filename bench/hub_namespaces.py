@@ -21,7 +21,9 @@ import statistics
 import time
 from typing import Any
 
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from kubernetes.config import new_client_from_config
+
+from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import WATCH_SCOPE_ENV, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry_testing import FakeCluster
@@ -37,7 +39,7 @@ SCENARIO = {"images": {"long:1": {"run": {"exit_code": 0, "duration_seconds": 1_
 def make_pods(cluster: FakeCluster, namespaces: int) -> dict[str, tuple[str, str]]:
     from kubernetes import client as k
 
-    api_client = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    api_client = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     api = k.CoreV1Api(api_client)
     pods = {}
     for i in range(namespaces):

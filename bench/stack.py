@@ -68,7 +68,7 @@ RESULTS = Path(__file__).with_name("results") / "stack"
 #: The operators compared: ours, the cncf operator deferrable, and not deferrable.
 OPERATORS = ("rpo", "kpo_deferrable", "kpo")
 DEFERRABLE = ("rpo", "kpo_deferrable")
-#: The scale phase's operators: ours as it comes (``live_logs=True`` copies the base container's
+#: The scale phase's operators: ours as it comes (``logging_interval=30`` copies the base container's
 #: new log lines into the task log every 30 s, one log read per pod each time), ours without live
 #: logs (as the cncf operator, which writes the log when the pod ends), and the deferrable KPO.
 SCALE_OPERATORS = ("rpo", "rpo_quiet", "kpo_deferrable")

@@ -12,7 +12,7 @@ from bench.stack_measure import PULL_GRACE, STAGES, Audit, kind_of, turnaround_s
 
 LABELS = {
     "rpo": "RetryingPodOperator",
-    "rpo_quiet": "RetryingPodOperator, live_logs=False",
+    "rpo_quiet": "RetryingPodOperator, logging_interval=None",
     "kpo_deferrable": "KPO deferrable",
     "kpo": "KPO (not deferrable)",
 }

@@ -2,7 +2,7 @@
 
 Eviction, preemption, a node drain or a lost node take the pod away for reasons that have nothing
 to do with the task. The operator deletes the evicted pod and starts a fresh one in the same try
-(up to ``relaunch_budget`` times), so the task succeeds on try 1 with two pods.
+(up to ``FailurePolicy(relaunch_budget=...)`` times), so the task succeeds on try 1 with two pods.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
+from airflow_k8s_retry.classification import FailurePolicy
 from airflow_k8s_retry.operators import RetryingPodOperator
 
 with DAG(
@@ -26,5 +27,5 @@ with DAG(
         cmds=["python", "train.py"],
         retries=0,
         retry_delay=timedelta(seconds=2),
-        relaunch_budget=2,
+        failure_policy=FailurePolicy(relaunch_budget=2),
     )

@@ -31,57 +31,49 @@ RUN = "{{ ti.xcom_pull(task_ids='start_report') }}"
 @task
 def start_report(run_id: str | None = None) -> str:
     """Create the pod the sensor waits for; return the label value that identifies it."""
-    from kubernetes import client
-
-    from airflow_k8s_retry.connection import resolve_cluster_config
-    from airflow_k8s_retry.kube.config import sync_api_client
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     run = hashlib.sha256(str(run_id).encode()).hexdigest()[:10]
-    config = resolve_cluster_config("kubernetes_default")
-    with sync_api_client(config) as api:
-        client.CoreV1Api(api).create_namespaced_pod(
-            namespace=config.namespace or "default",
-            body={
-                "metadata": {
-                    "name": f"nightly-report-{run}",
-                    "labels": {"app": "nightly-report", "run": run},
-                },
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "report", "image": "busybox:1.36", "command": ["true"]}],
-                },
+    hook = KubernetesHook(conn_id="kubernetes_default")
+    hook.core_v1_client.create_namespaced_pod(
+        namespace=hook.get_namespace() or "default",
+        body={
+            "metadata": {
+                "name": f"nightly-report-{run}",
+                "labels": {"app": "nightly-report", "run": run},
             },
-        )
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "report", "image": "busybox:1.36", "command": ["true"]}],
+            },
+        },
+    )
     return run
 
 
 @task
 def start_etl(run: str) -> str:
     """Create a Job whose pods the Job controller may replace (up to backoffLimit failures)."""
-    from kubernetes import client
-
-    from airflow_k8s_retry.connection import resolve_cluster_config
-    from airflow_k8s_retry.kube.config import sync_api_client
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     name = f"nightly-etl-{run}"
-    config = resolve_cluster_config("kubernetes_default")
-    with sync_api_client(config) as api:
-        client.BatchV1Api(api).create_namespaced_job(
-            namespace=config.namespace or "default",
-            body={
-                "metadata": {"name": name},
-                "spec": {
-                    "backoffLimit": 2,
-                    "ttlSecondsAfterFinished": 3600,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [{"name": "etl", "image": "busybox:1.36", "command": ["true"]}],
-                        }
-                    },
+    hook = KubernetesHook(conn_id="kubernetes_default")
+    hook.batch_v1_client.create_namespaced_job(
+        namespace=hook.get_namespace() or "default",
+        body={
+            "metadata": {"name": name},
+            "spec": {
+                "backoffLimit": 2,
+                "ttlSecondsAfterFinished": 3600,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "etl", "image": "busybox:1.36", "command": ["true"]}],
+                    }
                 },
             },
-        )
+        },
+    )
     return name
 
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_k8s_retry.classification.codes import FAILURE_OUTCOMES, Outcome, Reason
-from airflow_k8s_retry.classification.reasons import hint_for
 
-# The codes live in ``codes`` (``reasons`` documents them, and ``Verdict.hint`` reads that); they
-# are named here too, where the rest of the vocabulary is.
+# The codes live in ``codes`` (``reasons`` documents them); they are named here too, where the
+# rest of the vocabulary is.
 __all__ = ["FAILURE_OUTCOMES", "Evidence", "History", "Outcome", "Reason", "Verdict"]
 
 
@@ -107,11 +106,6 @@ class Verdict:
     def __post_init__(self) -> None:
         if self.outcome is Outcome.WAIT and (self.deadline is None or not math.isfinite(self.deadline)):
             raise ValueError(f"a wait verdict needs a finite deadline (rule {self.rule})")
-
-    @property
-    def hint(self) -> str:
-        """One line saying what to do about this verdict's reason (``reasons.hint_for``)."""
-        return hint_for(self.reason)
 
     def summary(self) -> dict[str, str]:
         """Outcome, reason code and message: what a task publishes (XCom) about its failure."""

@@ -1,6 +1,6 @@
 """What each reason code means and what to do about it: one line each, kept with the rules.
 
-``hint_for(reason)`` is the public way to get the fix hint of a verdict (``Verdict.hint`` calls it).
+``hint_for(reason)`` is the one way to get the fix hint of a reason code (a verdict's, an XCom's).
 It is what a failure report, a UI page or an alert should show next to the reason code: the first
 thing to check or change. ``meaning`` is the reason code's definition, as listed in
 ``docs/classification.md``.
@@ -67,14 +67,20 @@ REASONS: Mapping[Reason, ReasonInfo] = {
 # fmt: on
 
 
-def hint_for(reason: Reason | str) -> str:
-    """The one-line fix hint of a reason code: what the user should do.
+def hint_for(reason: Reason | str) -> str | None:
+    """The one-line fix hint of a reason code (a :class:`Reason` or its value): what the user
+    should do; ``None`` for a code this version does not know (a newer release wrote it).
 
     Example:
         >>> hint_for("image.short_name")
         'use a fully qualified image name, e.g. docker.io/library/python:3.12'
+        >>> hint_for("no.such_code") is None
+        True
     """
-    return REASONS[Reason(reason)].hint
+    try:
+        return REASONS[Reason(reason)].hint or None
+    except ValueError:
+        return None
 
 
 def meaning_of(reason: Reason | str) -> str:

@@ -1,9 +1,9 @@
-"""Which cluster to talk to, as one frozen value, and the two ways to get a client for it.
+"""Which cluster the triggerer talks to, as one frozen value, and the async client for it.
 
-The operator runs in a worker (synchronous ``kubernetes`` client) and the trigger in a triggerer
-(``kubernetes_asyncio``); both must reach the same cluster from the same description, and the
-triggerer's watch hub must know when two triggers talk to the same cluster so they can share one
-watch. :class:`ClusterConfig` is that description and :attr:`ClusterConfig.key` its identity.
+The triggerer's watch hub must know when two triggers talk to the same cluster so they can share
+one watch and one client: :class:`ClusterConfig` is the description of a cluster (from an Airflow
+connection, :mod:`airflow_k8s_retry.connection`) and :attr:`ClusterConfig.key` its identity. The
+synchronous side (the worker) uses the cncf provider's ``KubernetesHook`` instead.
 
 Loading follows the cncf provider's ``KubernetesHook``: in-cluster, a kubeconfig file, an inline
 kubeconfig, or (when none is given) in-cluster if available, else the default kubeconfig
@@ -13,7 +13,6 @@ process-wide default configuration of the client libraries is never touched.
 Example::
 
     config = ClusterConfig(kube_config_path="/tmp/fake/kubeconfig")
-    api = sync_api_client(config)            # kubernetes.client.ApiClient
     aapi = await async_api_client(config)    # kubernetes_asyncio.client.ApiClient
 """
 
@@ -31,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    import kubernetes.client
     import kubernetes_asyncio.client
 
 log = logging.getLogger(__name__)
@@ -192,43 +190,6 @@ def keep_response_bodies_out_of_logs() -> None:
         logger = logging.getLogger(name)
         if _BODY_FILTER not in logger.filters:
             logger.addFilter(_BODY_FILTER)
-
-
-def sync_api_client(config: ClusterConfig) -> kubernetes.client.ApiClient:
-    """A new synchronous ``kubernetes`` API client for ``config``; close it when done."""
-    keep_response_bodies_out_of_logs()
-    from kubernetes import client
-    from kubernetes import config as kconfig
-    from kubernetes.config.config_exception import ConfigException
-
-    configuration = client.Configuration()
-    mode = config.mode
-    if mode == "default" and _in_cluster_available():
-        try:
-            kconfig.load_incluster_config(client_configuration=configuration)
-            mode = "loaded"
-        except ConfigException:
-            mode = "default"
-    path = _kubeconfig_file(config, mode)
-    if mode == "in_cluster":
-        kconfig.load_incluster_config(client_configuration=configuration)
-    elif mode == "inline":
-        kconfig.load_kube_config_from_dict(
-            config_dict=dict(config.kube_config or {}),
-            context=config.cluster_context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
-    elif path is not None:
-        kconfig.load_kube_config(
-            config_file=path,
-            context=config.cluster_context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
-    if not config.verify_ssl:
-        configuration.verify_ssl = False
-    return client.ApiClient(configuration=configuration)
 
 
 async def async_api_client(config: ClusterConfig) -> kubernetes_asyncio.client.ApiClient:

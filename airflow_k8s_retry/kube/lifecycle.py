@@ -1,26 +1,26 @@
-"""The life of one try's pod, shared by the operator and the sensor: create or adopt, sweep what
-earlier tries left, stamp the verdict, delete by UID (with bounded retries), judge a create error.
+"""The life of one try's pod, shared by the operator and the sensor: create or adopt, stamp the
+verdict, delete by UID (with bounded retries), judge a create error.
 
 Airflow-free: it works on API JSON and a :class:`~airflow_k8s_retry.kube.pods.PodClient`, so the
 rules that keep "one pod per try" and "nothing left behind" are in one place and unit-testable.
 
-The verdict stamp is written and read by :mod:`~airflow_k8s_retry.kube.stamps` (its one owner,
+The verdict stamp is written and read by :mod:`~airflow_k8s_retry.kube.naming` (its one owner,
 whose reader tolerates anything malformed). Every pod is stamped before it is deleted or kept
 (:func:`finish`), so whatever meets it afterwards (a late trigger, a sweep, ``kubectl get pod``
 while it terminates) reads the verdict instead of judging again; a pod whose delete did not get
-through is left to the next try's sweep unless it was kept on purpose.
+through is left to the next try's sweep (:mod:`airflow_k8s_retry.kills`) unless it was kept on
+purpose. Every retry of an API call here, and in the kill handlers, goes through :func:`retrying`
+(or :func:`aretrying`) with one of the pauses below.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
-from airflow_k8s_retry.kube import snapshot
 from airflow_k8s_retry.kube.errors import (
     BadRequest,
     CertificateError,
@@ -30,31 +30,76 @@ from airflow_k8s_retry.kube.errors import (
     NotFound,
     TransportError,
 )
-from airflow_k8s_retry.kube.naming import (
-    RELAUNCH_LABEL,
-    TryIdentity,
-)
+from airflow_k8s_retry.kube.naming import TryIdentity, encode_stamp
 from airflow_k8s_retry.kube.pods import CreatedPod, PodClient, PodOfAnotherTry
-from airflow_k8s_retry.kube.stamps import encode_stamp, read_stamp
 
 Json = dict[str, Any]
 Log = Callable[..., None]
+T = TypeVar("T")
 
-#: Seconds between delete attempts; four attempts in all, about 3.5 s at most.
-DELETE_BACKOFF = (0.5, 1.0, 2.0)
-#: Seconds between attempts to delete the pod of a finished try: seven attempts over about 30 s.
-#: On a last try nothing deletes that pod afterwards (no next try sweeps), and an API server that
-#: restarts refuses connections for tens of seconds (the soak leaked a pod to 3.5 s).
-FINISH_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
-#: Pauses between attempts to read and delete the pod of a task a user killed (seconds): eight
-#: attempts over about 22 s (inside Airflow's 30 s for a trigger's ``on_kill``). Nothing else
-#: deletes that pod, so a flapping authorizer's 403 and a 5xx are both worth the wait.
+#: Pauses (seconds) for a call whose failure the caller can live with: four attempts, about 3.5 s.
+SHORT_BACKOFF = (0.5, 1.0, 2.0)
+#: Pauses for a call that nothing repeats later (deleting a last try's pod, the sweep's looks):
+#: seven attempts over about 30 s, as long as an API server's restart refuses connections (the
+#: soak leaked a pod to 3.5 s).
+OUTAGE_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+#: Pauses for reading and deleting the pod of a task a user killed: eight attempts over about 22 s,
+#: inside Airflow's 30 s for a trigger's ``on_kill``. Nothing else deletes that pod, so a flapping
+#: authorizer's 403 and a 5xx are both worth the wait.
 KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
-#: Seconds between the sweep's looks at earlier tries' pods that are still there (each look deletes
-#: them again); about 30 s in all, on the caller's clock.
-SWEEP_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
-#: Seconds between create attempts after a transient error (the name makes creates idempotent).
+#: Pauses between create attempts after a transient error (the name makes creates idempotent).
 CREATE_BACKOFF = (1.0, 2.0)
+
+
+def _always(_exc: KubeError) -> bool:
+    return True
+
+
+def retrying(
+    call: Callable[[], T],
+    pauses: Sequence[float],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    retry_if: Callable[[KubeError], bool] = _always,
+    before_pause: Callable[[KubeError], None] | None = None,
+) -> T:
+    """``call()``, again after each of ``pauses`` while it raises a :class:`KubeError` that
+    ``retry_if`` accepts; the last error (or one ``retry_if`` refuses) is raised."""
+    for pause in (*pauses, None):
+        try:
+            return call()
+        except KubeError as exc:
+            if pause is None or not retry_if(exc):
+                raise
+            if before_pause is not None:
+                before_pause(exc)
+            sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def aretrying(
+    call: Callable[[], Awaitable[T]],
+    pauses: Sequence[float],
+    *,
+    sleep: Callable[[float], Awaitable[None]],
+    before_pause: Callable[[KubeError], None] | None = None,
+) -> T:
+    """:func:`retrying` for a coroutine, pausing with ``sleep`` (a clock's)."""
+    for pause in (*pauses, None):
+        try:
+            return await call()
+        except KubeError as exc:
+            if pause is None:
+                raise
+            if before_pause is not None:
+                before_pause(exc)
+            await sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def transient(exc: KubeError) -> bool:
+    """An error the same request may not meet again: 429, 5xx, no answer."""
+    return exc.transient or isinstance(exc, TransportError)
 
 
 def stamp(
@@ -65,59 +110,23 @@ def stamp(
     kept: bool,
     log: Log,
     sleep: Callable[[float], None] = time.sleep,
-    backoff: tuple[float, ...] = DELETE_BACKOFF,
 ) -> bool:
-    """Stamp the verdict, retrying transient errors with backoff; a last error is logged and
-    False returned (the cleanup goes on regardless; a pod meant to be kept is then deleted)."""
-    for attempt in range(len(backoff) + 1):
-        try:
-            return client.stamp_verdict(pod.namespace, pod.name, pod.uid, encode_stamp(verdict, kept=kept))
-        except KubeError as exc:
-            if not (exc.transient or isinstance(exc, TransportError)) or attempt == len(backoff):
-                log("Could not stamp the verdict on pod %s: %s", pod.name, exc)
-                return False
-            sleep(backoff[attempt])
-    return False  # pragma: no cover
-
-
-def withhold_termination_messages(verdict: Verdict, pod: Mapping[str, Any] | None) -> Verdict:
-    """``verdict`` without the containers' termination messages (in its message and evidence).
-
-    A termination message is whatever the container wrote (with ``FallbackToLogsOnError``, the end
-    of its log), so it stays out of XCom, the pod's annotation and the exception text.
-    """
-    messages = sorted(snapshot.termination_messages(pod), key=len, reverse=True)
-    if not messages:
-        return verdict
-
-    def scrub(text: str) -> str:
-        for message in messages:
-            for piece in (message, message[:500]):
-                text = text.replace(piece, "<termination message withheld>")
-        return text
-
-    evidence = tuple(replace(e, message=scrub(e.message)) for e in verdict.evidence)
-    return replace(verdict, message=scrub(verdict.message), evidence=evidence)
+    """Stamp the verdict, retrying transient errors; a last error is logged and False returned
+    (the cleanup goes on regardless; a pod meant to be kept is then deleted)."""
+    value = encode_stamp(verdict, kept=kept)
+    try:
+        return retrying(
+            lambda: client.stamp_verdict(pod.namespace, pod.name, pod.uid, value),
+            SHORT_BACKOFF,
+            sleep=sleep,
+            retry_if=transient,
+        )
+    except KubeError as exc:
+        log("Could not stamp the verdict on pod %s: %s", pod.name, exc)
+        return False
 
 
 # -- deleting ----------------------------------------------------------------------------------
-
-
-def kept_on_kill(pod: Mapping[str, Any] | None, uid: str) -> str | None:
-    """Why a killed task's pod (as read now) is not deleted, or None: delete it by ``uid``.
-
-    Gone or replaced under the same name: nothing to do. Already being deleted (a delete with a
-    grace period is under way): deleting it again changes nothing. Stamped with a verdict: finished
-    business, the worker acted on that verdict and keeps (or is deleting) it itself.
-    """
-    meta = (pod or {}).get("metadata") or {}
-    if pod is None or meta.get("uid") != uid:
-        return "was already gone"
-    if meta.get("deletionTimestamp"):
-        return "is being deleted"
-    if read_stamp(pod) is not None:
-        return "carries a verdict; left to the worker"
-    return None
 
 
 def delete(
@@ -128,7 +137,7 @@ def delete(
     *,
     grace_period_seconds: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    backoff: tuple[float, ...] = DELETE_BACKOFF,
+    backoff: Sequence[float] = SHORT_BACKOFF,
 ) -> bool:
     """Delete the pod with this UID, retrying API errors with backoff.
 
@@ -136,181 +145,15 @@ def delete(
     idempotent (the UID is a precondition), so retrying is safe. Raises the last
     :class:`KubeError` when every attempt failed or the API found the request malformed (400, 422).
     """
-    for attempt in range(len(backoff) + 1):
-        try:
-            return client.delete(namespace, name, uid, grace_period_seconds=grace_period_seconds)
-        except KubeError as exc:
-            # Only a request the API found malformed fails the same way again. A 403 may be an
-            # authorizer that failed for a moment (a webhook's timeout denies): a pod left running
-            # costs far more than the few seconds a real denial costs here.
-            if isinstance(exc, (BadRequest, Invalid)) or attempt == len(backoff):
-                raise
-            sleep(backoff[attempt])
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-class EarlierTryNotGone(RuntimeError):
-    """A pod of an earlier try of the task is still there and running (its deletes failed), or the
-    pods of earlier tries could not be listed: this try's pod is not started beside it."""
-
-
-def sweep_earlier_tries(
-    client: PodClient,
-    identity: TryIdentity,
-    namespace: str,
-    *,
-    log: Log,
-    sleep: Callable[[float], None] = time.sleep,
-    backoff: tuple[float, ...] = SWEEP_BACKOFF,
-) -> list[str]:
-    """Delete the pods earlier tries of this task left behind, and return once they are out of the
-    way; return their names.
-
-    An earlier try can end without its cleanup: it was marked failed or cleared while deferred
-    before a triggerer ran its trigger, its worker died, or its delete failed after the stamp. Its
-    pod may also still be stopping: a graceful delete leaves the containers running until they
-    stop (``deletionTimestamp`` set). A new try proves the earlier one is over, so such a pod is
-    deleted with no grace (which also shortens a pending graceful deletion) until it is gone or
-    none of its containers runs. Pods stamped as *kept* stay (``on_finish_action``); pods of
-    another deployment, DAG run, map index or task are never touched.
-
-    Raises :class:`EarlierTryNotGone` when, after ``backoff`` (about 30 s), a pod of an earlier
-    try still runs or the pods could not be listed: two pods of one task never run at once (the
-    try fails and Airflow retries it).
-    """
-    if identity.try_number <= 1:
-        return []
-    deleted: list[str] = []
-    went_through: set[str] = set()  # UIDs whose delete was accepted
-    problem = ""
-    for pause in (*backoff, None):
-        try:
-            in_the_way = _earlier_pods_in_the_way(client, identity, namespace)
-        except KubeError as exc:
-            if isinstance(exc, (BadRequest, Invalid)):
-                raise EarlierTryNotGone(f"could not look for pods of earlier tries: {exc}") from exc
-            problem = f"could not look for pods of earlier tries: {exc}"
-            log("%s; retrying", problem)
-        else:
-            if not in_the_way:
-                return deleted
-            uids = {str(p["metadata"]["uid"]) for p in in_the_way}
-            if _delete_now(client, namespace, in_the_way, deleted, log=log) and not uids <= went_through:
-                went_through |= uids
-                continue  # every delete went through: look again at once
-            problem = "still there: " + ", ".join(str(p["metadata"]["name"]) for p in in_the_way)
-        if pause is not None:
-            sleep(pause)
-    raise EarlierTryNotGone(
-        f"pods of earlier tries of this task, {problem}; try {identity.try_number}'s pod is not "
-        "started beside them (Airflow retries the try)"
+    # Only a request the API found malformed fails the same way again. A 403 may be an authorizer
+    # that failed for a moment (a webhook's timeout denies): a pod left running costs far more than
+    # the few seconds a real denial costs here.
+    return retrying(
+        lambda: client.delete(namespace, name, uid, grace_period_seconds=grace_period_seconds),
+        backoff,
+        sleep=sleep,
+        retry_if=lambda exc: not isinstance(exc, (BadRequest, Invalid)),
     )
-
-
-def _earlier_pods_in_the_way(client: PodClient, identity: TryIdentity, namespace: str) -> list[Json]:
-    """Pods of earlier tries of this task that are neither kept on purpose nor stopped for good."""
-    found = []
-    for pod in client.list_pods(namespace, identity.selector("instance")):
-        meta = pod.get("metadata") or {}
-        pod_labels = meta.get("labels") or {}
-        try_label = str(pod_labels.get("try_number", ""))
-        if not try_label.isdigit() or int(try_label) >= identity.try_number:
-            continue
-        stamp_found = read_stamp(pod)
-        if not identity.earlier(int(try_label)).owns(pod_labels) or (
-            stamp_found is not None and stamp_found.kept
-        ):
-            continue
-        if not (meta.get("deletionTimestamp") and not _runs(pod)):
-            found.append(pod)
-    return found
-
-
-def _runs(pod: Mapping[str, Any]) -> bool:
-    """Whether any container of ``pod`` may still run (a pod that has not stopped for good)."""
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
-        return False
-    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-    return not statuses or any("terminated" not in (cs.get("state") or {}) for cs in statuses)
-
-
-def _delete_now(client: PodClient, namespace: str, pods: list[Json], deleted: list[str], *, log: Log) -> bool:
-    """Delete ``pods`` with no grace, once each (the caller retries); True when none failed."""
-    ok = True
-    for pod in pods:
-        meta = pod["metadata"]
-        name, try_label = str(meta["name"]), (meta.get("labels") or {}).get("try_number")
-        try:
-            # No grace: the try it belongs to is over, and a container slow to stop after SIGTERM
-            # would still run when this try's pod starts.
-            if client.delete(namespace, name, meta["uid"], grace_period_seconds=0) and name not in deleted:
-                deleted.append(name)
-                log(
-                    "Deleted pod %s/%s left by try %s of this task (it ended without its cleanup, or "
-                    "was still stopping)",
-                    namespace,
-                    name,
-                    try_label,
-                )
-        except KubeError as exc:
-            ok = False
-            log("Pod %s of try %s is still there: delete failed: %s", name, try_label, exc)
-    return ok
-
-
-def delete_try_pods(
-    client: PodClient,
-    identity: TryIdentity,
-    namespace: str,
-    *,
-    log: Log,
-    sleep: Callable[[float], None] = time.sleep,
-) -> None:
-    """Delete every pod of this task-instance try (any relaunch), e.g. after its deferral ended."""
-    try:
-        for pod in client.list_pods(namespace, identity.selector("try")):
-            meta = pod["metadata"]
-            if identity.owns_pod(pod) and delete(client, namespace, meta["name"], meta["uid"], sleep=sleep):
-                log("Deleted pod %s/%s after the deferral ended", namespace, meta["name"])
-    except KubeError as exc:
-        log("Could not clean up the pods of try %d: %s", identity.try_number, exc)
-
-
-def delete_earlier_relaunches(
-    client: PodClient,
-    identity: TryIdentity,
-    namespace: str,
-    relaunch: int,
-    *,
-    log: Log,
-    sleep: Callable[[float], None] = time.sleep,
-) -> None:
-    """Delete pods of this try's earlier relaunches that are still there (their delete failed
-    when the relaunch started): nothing else would once the try succeeds."""
-    try:
-        pods = client.list_pods(namespace, identity.selector("try"))
-    except KubeError as exc:
-        log("Could not look for pods of earlier relaunches: %s", exc)
-        return
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        number = str((meta.get("labels") or {}).get(RELAUNCH_LABEL, "0"))
-        found = read_stamp(pod)
-        if not number.isdigit() or int(number) >= relaunch or meta.get("deletionTimestamp"):
-            continue
-        if not identity.owns_pod(pod) or (found is not None and found.kept):
-            continue
-        try:
-            if delete(client, namespace, meta["name"], meta["uid"], grace_period_seconds=0, sleep=sleep):
-                log(
-                    "Deleted pod %s/%s of relaunch %s, left when the relaunch began",
-                    namespace,
-                    meta["name"],
-                    number,
-                )
-        except KubeError as exc:
-            log("Pod %s of relaunch %s left behind: delete failed: %s", meta["name"], number, exc)
 
 
 # -- finishing ---------------------------------------------------------------------------------
@@ -342,7 +185,7 @@ def finish(
     sweep, ``kubectl get pod`` while it terminates, the demo's table) reads the verdict instead of
     judging it again. A pod to be kept whose stamp does not get through is deleted instead: an
     unmarked pod could not be told from a leaked one. A delete that does not get through (transient
-    errors retried for about 30 s, :data:`FINISH_BACKOFF`) leaves the pod to the next try's sweep.
+    errors retried for about 30 s, :data:`OUTAGE_BACKOFF`) leaves the pod to the next try's sweep.
     """
     stamped = verdict is not None and stamp(client, pod, verdict, kept=kept, log=log, sleep=sleep)
     if kept and stamped:
@@ -355,7 +198,7 @@ def finish(
             pod.uid,
             grace_period_seconds=grace_period_seconds,
             sleep=sleep,
-            backoff=FINISH_BACKOFF,
+            backoff=OUTAGE_BACKOFF,
         )
     except KubeError as exc:
         log(
@@ -445,7 +288,6 @@ def create(
     *,
     relaunch: int,
     sleep: Callable[[float], None] = time.sleep,
-    backoff: tuple[float, ...] = CREATE_BACKOFF,
 ) -> CreatedPod:
     """Create (or adopt) the try's pod, retrying transient errors in-process.
 
@@ -454,21 +296,21 @@ def create(
     API may have written anyway is looked up and deleted, so nothing is left behind.
     """
     meta = pod["metadata"]
-    last: KubeError | None = None
-    for attempt in range(len(backoff) + 1):
-        try:
-            return client.create_or_adopt(pod, identity, relaunch=relaunch)
-        except PodOfAnotherTry:
-            raise
-        except KubeError as exc:
-            last = exc
-            if create_error_outcome(exc)[0] is not Outcome.RETRY or attempt == len(backoff):
-                break
-            sleep(backoff[attempt])
-    assert last is not None
-    if create_error_outcome(last)[0] is Outcome.RETRY:
-        remove_if_written(client, meta["namespace"], meta["name"], identity)
-    raise last
+    try:
+        return retrying(
+            lambda: client.create_or_adopt(pod, identity, relaunch=relaunch),
+            CREATE_BACKOFF,
+            sleep=sleep,
+            retry_if=lambda exc: (
+                not isinstance(exc, PodOfAnotherTry) and create_error_outcome(exc)[0] is Outcome.RETRY
+            ),
+        )
+    except PodOfAnotherTry:
+        raise
+    except KubeError as exc:
+        if create_error_outcome(exc)[0] is Outcome.RETRY:
+            remove_if_written(client, meta["namespace"], meta["name"], identity)
+        raise
 
 
 def remove_if_written(client: PodClient, namespace: str, name: str, identity: TryIdentity) -> None:

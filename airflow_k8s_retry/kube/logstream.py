@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.kube.aio import AsyncKube
+    from airflow_k8s_retry.kube.pods import PodClient
 
 #: Extra seconds each read reaches back beyond the position: covers the one-second resolution
 #: and a clock skew between this process and the node.
@@ -131,7 +132,7 @@ async def read_new(
 
 
 def read_new_sync(
-    core_v1: Any,
+    client: PodClient,
     namespace: str,
     name: str,
     container: str,
@@ -139,46 +140,7 @@ def read_new_sync(
     *,
     now: float,
 ) -> tuple[list[str], LogPosition | None]:
-    """The same read through the synchronous client's ``CoreV1Api`` (the worker's)."""
-    kwargs: dict[str, Any] = {"container": container, "timestamps": True, "_preload_content": False}
-    window = since_seconds(position, now)
-    if window is not None:
-        kwargs["since_seconds"] = window
-    response = core_v1.read_namespaced_pod_log(name, namespace, **kwargs)
-    try:
-        raw = response.data.decode("utf-8", "replace")
-    finally:
-        response.release_conn()
+    """The same read through the synchronous :class:`~airflow_k8s_retry.kube.pods.PodClient` (the
+    worker's)."""
+    raw = client.log(namespace, name, container, timestamps=True, since_seconds=since_seconds(position, now))
     return new_lines(raw, position)
-
-
-def write_after(operator: Any, v1pod: Any, containers: Any, position: LogPosition) -> list[str]:
-    """The worker's side: write the base container's lines after ``position`` (what the trigger
-    streamed is not written again) and return the other containers of ``containers`` (KPO's
-    ``container_logs``) still to write, for the provider's log reader.
-
-    Lines go through KPO's formatting: ``log_formatter`` if set, else the ``[container]`` prefix
-    when ``container_name_log_prefix_enabled``.
-    """
-    import time
-
-    base = operator.base_container_name
-    if containers is True:
-        names = list(operator.pod_manager.get_container_names(v1pod))
-    elif isinstance(containers, str):
-        names = [containers]
-    else:
-        names = list(containers)
-    if base not in names:
-        return names
-    meta = v1pod.metadata
-    lines, _ = read_new_sync(operator.client, meta.namespace, meta.name, base, position, now=time.time())
-    operator.log.info("Container %s: the log after the %s copied while it ran", base, position.time)
-    for line in lines:
-        if operator.log_formatter:
-            operator.log.info("%s", operator.log_formatter(base, line))
-        elif operator.container_name_log_prefix_enabled:
-            operator.log.info("[%s] %s", base, line)
-        else:
-            operator.log.info("%s", line)
-    return [name for name in names if name != base]

@@ -1,18 +1,34 @@
-"""Deterministic pod names, identifying labels and the annotations this package stamps on pods.
+"""How this package names and marks its pods: deterministic names, identifying labels, and the
+annotations it stamps on them (each with its one reader).
 
 A pod's name is a function of the try it belongs to (dag, task, run, map index, try number,
 relaunch), so a create that meets 409 can tell whether the existing pod is its own. Labels are the
 ones ``KubernetesPodOperator`` sets (``dag_id``, ``task_id``, ``run_id``, ``map_index``,
 ``try_number``), made safe the same way for values that are not valid label values.
+
+Two annotations carry what this package knows about a pod:
+
+* the **verdict stamp** (:data:`VERDICT_ANNOTATION`): the try's verdict, and whether the pod is
+  kept on purpose. Written before a pod is deleted or kept (``lifecycle.finish``), so whatever
+  meets the pod afterwards (a late trigger, a sweep, ``explain --pod``) reads the verdict instead
+  of judging again;
+* the **history stamp** (:data:`HISTORY_ANNOTATION`): the classifier's memory of a pod still being
+  watched (first-seen times, strongest evidence), so a restarted triggerer keeps its grace timers.
+
+Their readers never raise: a missing, foreign or malformed annotation reads as none. Pure: JSON in
+and out, no client, no I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
+
+from airflow_k8s_retry.classification.model import History, Verdict
 
 GROUP = "airflow-k8s-retry.io"
 MANAGED_LABEL = f"{GROUP}/managed"
@@ -188,3 +204,63 @@ class TryIdentity:
             ti_id=str(data.get("ti_id") or ""),
             deployment=str(data.get("deployment") or ""),
         )
+
+
+# -- the annotations ---------------------------------------------------------------------------
+
+#: What a malformed annotation can raise while being decoded.
+_UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a pod's verdict annotation says: the verdict, and whether the pod is kept on purpose."""
+
+    verdict: Verdict
+    kept: bool
+
+
+def encode_stamp(verdict: Verdict, *, kept: bool) -> str:
+    """The annotation value: small (no history, three evidence items), enough to act on it again."""
+    payload = verdict.to_payload()
+    payload["history"] = None
+    payload["evidence"] = payload["evidence"][:3]
+    payload["kept"] = kept
+    return json.dumps(payload)
+
+
+def read_stamp(pod: Mapping[str, Any] | None) -> Stamp | None:
+    """The stamp on ``pod``; ``None`` when there is none or it cannot be read (never raises). A
+    stamp that does not say ``kept`` counts as kept: what is not known to be disposable stays."""
+    raw = _annotation(pod, VERDICT_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        return Stamp(Verdict.from_payload(data), kept=bool(data.get("kept", True)))
+    except _UNREADABLE:
+        return None
+
+
+def encode_history(history: History) -> str:
+    """The history annotation's value (keys sorted: the same history is the same string)."""
+    return json.dumps(history.to_payload(), sort_keys=True)
+
+
+def read_history(pod: Mapping[str, Any] | None) -> History | None:
+    """The history stamped on ``pod`` by an earlier trigger; ``None`` when absent or unreadable."""
+    raw = _annotation(pod, HISTORY_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        return History.from_payload(json.loads(raw))
+    except _UNREADABLE:
+        return None
+
+
+def _annotation(pod: Mapping[str, Any] | None, key: str) -> str | None:
+    """The annotation's value, or None (also for metadata or annotations that are not mappings)."""
+    metadata = (pod or {}).get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    raw = annotations.get(key) if isinstance(annotations, Mapping) else None
+    return str(raw) if raw else None

@@ -299,8 +299,19 @@ class PodClient:
         events = [self._json(e) for e in result.items]
         return sorted(events, key=event_sort_key)
 
-    def log(self, namespace: str, name: str, container: str, *, tail_lines: int | None = None) -> str:
-        """A container's log (its last ``tail_lines`` lines); empty when there is none yet."""
+    def log(
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        *,
+        tail_lines: int | None = None,
+        timestamps: bool = False,
+        since_seconds: int | None = None,
+    ) -> str:
+        """A container's log (its last ``tail_lines`` lines, or those of the last ``since_seconds``,
+        each line after the kubelet's timestamp with ``timestamps``); empty when there is none yet."""
+        window: dict[str, Any] = {"since_seconds": since_seconds} if since_seconds is not None else {}
         try:
             with _translated():
                 text = self.core.read_namespaced_pod_log(
@@ -308,8 +319,10 @@ class PodClient:
                     namespace=namespace,
                     container=container,
                     tail_lines=tail_lines,
+                    timestamps=timestamps,
                     _preload_content=False,
                     _request_timeout=self.stream_timeout,
+                    **window,
                 )
                 raw = text.data
         except (NotFound, Conflict):
@@ -393,84 +406,3 @@ class PodClient:
         # A failure means the sidecar is gone already; the pod is deleted next anyway.
         with suppress(KubeError):
             self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["kill", "-s", "SIGINT", "1"])
-
-
-def container_states(pod: Mapping[str, Any]) -> list[str]:
-    """One line per container: name, state and its reason/exit code, for evidence in task logs."""
-    status = pod.get("status") or {}
-    lines = []
-    for kind in ("initContainerStatuses", "containerStatuses"):
-        for cs in status.get(kind) or []:
-            state = cs.get("state") or {}
-            for phase, detail in state.items():
-                if not detail:
-                    continue
-                bits = [f"{cs.get('name')}: {phase}"]
-                if detail.get("reason"):
-                    bits.append(str(detail["reason"]))
-                if "exitCode" in detail:
-                    bits.append(f"exit code {detail['exitCode']}")
-                if detail.get("message"):
-                    bits.append(str(detail["message"]))
-                lines.append(", ".join(bits))
-    return lines
-
-
-REPORT_LIMIT = 4096
-
-
-def _clip(text: str, room: int) -> str:
-    data = text.encode("utf-8")
-    if len(data) <= room:
-        return text
-    marker = " [...]"
-    return data[: max(0, room - len(marker))].decode("utf-8", "ignore") + marker
-
-
-def failure_report(
-    verdict: Mapping[str, Any],
-    *,
-    pod: Mapping[str, Any] | None,
-    events: list[Json],
-    log_tail: str,
-    limit: int = REPORT_LIMIT,
-) -> str:
-    """The evidence for a task log, under ``limit`` bytes: the reason line first, then what supports
-    it (the classifier's evidence), the pod's Events, its container states and a log tail.
-
-    ``verdict`` is a verdict payload (``Verdict.to_payload()``). Env values never appear: only
-    statuses, event messages and the container's own output.
-    """
-    head = f"{verdict.get('reason')}: {verdict.get('message')}"
-    sections: list[tuple[str, list[str]]] = []
-    seen = [
-        f"[{e.get('source')}] {e.get('reason')}"
-        + (f" ({e.get('container')})" if e.get("container") else "")
-        + f": {e.get('message')}"
-        for e in verdict.get("evidence") or []
-    ]
-    sections.append(("evidence", seen))
-    event_lines = [
-        f"{e.get('type', '')} {e.get('reason', '')} x{e.get('count') or 1}: {e.get('message', '')}".strip()
-        for e in events[-10:]
-    ]
-    sections.append(("events", event_lines))
-    sections.append(("containers", container_states(pod or {})))
-    tail = [line for line in log_tail.splitlines() if line.strip()][-20:]
-    sections.append(("log tail", tail))
-    out = [_clip(head, limit // 2), f"outcome: {verdict.get('outcome')} (rule {verdict.get('rule')})"]
-    used = sum(len(line.encode()) + 1 for line in out)
-    for title, lines in sections:
-        if not lines:
-            continue
-        block = [f"{title}:"] + [f"  {line}" for line in lines]
-        for line in block:
-            size = len(line.encode()) + 1
-            if used + size > limit:
-                room = limit - used - 1
-                if room > 20:
-                    out.append(_clip(line, room))
-                return "\n".join(out)
-            out.append(line)
-            used += size
-    return "\n".join(out)

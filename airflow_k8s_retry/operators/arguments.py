@@ -1,21 +1,18 @@
 """The arguments ``RetryingPodOperator`` takes beyond ``KubernetesPodOperator``'s handling: which
 KPO values have no meaning here (accepted with one warning saying what happens instead), which
 values no pod can run with (refused in one line, with the fix), how the KPO-style failure arguments
-become a :class:`~airflow_k8s_retry.classification.policy.FailurePolicy`, and how errors of local
-configuration fail a task at once.
+become a :class:`~airflow_k8s_retry.classification.policy.FailurePolicy`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Iterator, Mapping
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Container, Mapping
+from typing import Any
 
-from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-
-if TYPE_CHECKING:
-    from airflow_k8s_retry.classification.policy import FailurePolicy
+from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
+from airflow_k8s_retry.connection import ConnectionConfigError, chosen_cluster
+from airflow_k8s_retry.memory_growth import MemoryGrowth
 
 ON_FINISH_ACTIONS = ("delete_pod", "delete_succeeded_pod", "keep_pod", "delete_active_pod")
 
@@ -57,22 +54,17 @@ def ignored(args: Mapping[str, Any]) -> list[str]:
 
 def refusals(args: Mapping[str, Any]) -> list[str]:
     """Argument values no pod can be run with: one line each, with the fix."""
-    from airflow_k8s_retry.connection import ConnectionConfigError, chosen_cluster
-
     out = []
     try:
         chosen_cluster(args["in_cluster"], None, None)
     except ConnectionConfigError as exc:
         out.append(str(exc))
     growth = args.get("memory_growth")
-    if growth is not None:
-        from airflow_k8s_retry.memory_growth import MemoryGrowth
-
-        if not isinstance(growth, MemoryGrowth):
-            out.append(
-                "memory_growth must be a MemoryGrowth (from airflow_k8s_retry.memory_growth), e.g. "
-                f"MemoryGrowth(factor=2, maximum='16Gi'), got {type(growth).__name__}"
-            )
+    if growth is not None and not isinstance(growth, MemoryGrowth):
+        out.append(
+            "memory_growth must be a MemoryGrowth (from airflow_k8s_retry.memory_growth), e.g. "
+            f"MemoryGrowth(factor=2, maximum='16Gi'), got {type(growth).__name__}"
+        )
     every = args["logging_interval"]
     if every is not None and (isinstance(every, bool) or not isinstance(every, int | float) or every <= 0):
         out.append(f"logging_interval must be a positive number of seconds or None, got {every!r}")
@@ -85,24 +77,6 @@ def refusals(args: Mapping[str, Any]) -> list[str]:
     return out
 
 
-@contextmanager
-def local_config_errors(task_id: str, what: str = "") -> Iterator[None]:
-    """Errors of local configuration (templates, connections, kubeconfig) fail the task at once:
-    no retry can fix them. One line, naming what is wrong."""
-    from airflow_k8s_retry.kube.errors import KubeError
-
-    try:
-        yield
-    except (PodFailure, PodFailurePermanent, KubeError):
-        raise
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        where = f" ({what})" if what else ""
-        raise PodFailurePermanent(
-            f"{task_id}: configuration error{where}: {type(exc).__name__}: {first}"
-        ) from None
-
-
 def failure_policy(
     task_id: str,
     policy: FailurePolicy | None,
@@ -110,11 +84,8 @@ def failure_policy(
     skip_on_exit_code: int | Container[int] | None,
     startup: float | None,
     schedule: float | None,
-    relaunch_budget: int | None,
 ) -> FailurePolicy:
     """The operator's policy: ``failure_policy`` with the KPO-style arguments laid over it."""
-    from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
-
     if policy is not None and not isinstance(policy, FailurePolicy):
         raise PolicyError(
             f"{task_id}: failure_policy must be an airflow_k8s_retry.classification.policy."
@@ -128,6 +99,4 @@ def failure_policy(
         changes["startup_timeout"] = startup
     if schedule is not None:
         changes["schedule_timeout"] = schedule
-    if relaunch_budget is not None:
-        changes["relaunch_budget"] = relaunch_budget
     return dataclasses.replace(policy or FailurePolicy(), **changes)

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_k8s_retry.hints import fix_hint
+from airflow_k8s_retry.classification import hint_for
+from airflow_k8s_retry.classification.model import Verdict
+from airflow_k8s_retry.report import Snapshot, withhold_termination_messages
 
 #: Outcomes that count as failures on the page (a skip is published too, and shown, not counted).
 FAILURE_OUTCOMES = frozenset({"retry", "fail"})
@@ -56,7 +58,7 @@ class FailureRecord:
 
     @property
     def hint(self) -> str | None:
-        return fix_hint(self.reason)
+        return hint_for(self.reason)
 
     @property
     def is_failure(self) -> bool:
@@ -149,18 +151,13 @@ def record_from_history(
 def _published(event: Mapping[str, Any]) -> Any:
     """The event's verdict as the try published it: without the containers' termination messages,
     read from the pod the trigger judged (its snapshot in the event), as the operator withholds them."""
-    from airflow_k8s_retry.classification.model import Verdict
-    from airflow_k8s_retry.kube import lifecycle, snapshot
-
     raw = event.get("verdict")
     try:
         verdict = Verdict.from_payload(raw if isinstance(raw, Mapping) else {})
     except (KeyError, TypeError, ValueError):
         return None
-    seen = event.get("seen")
-    carried = snapshot.unpack(seen, str(event.get("pod_uid") or "")) if isinstance(seen, Mapping) else None
-    body = carried[0] if carried is not None else None
-    return lifecycle.withhold_termination_messages(verdict, body).summary()
+    seen = Snapshot.from_payload(event.get("seen"), str(event.get("pod_uid") or ""))
+    return withhold_termination_messages(verdict, seen.pod if seen is not None else None).summary()
 
 
 def _event_of(next_kwargs: Any) -> Mapping[str, Any] | None:

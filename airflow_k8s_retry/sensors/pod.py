@@ -14,29 +14,31 @@ a Job), so the pod may appear long after the sensor started. Airflow's sensor co
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseSensorOperator
 
-from airflow_k8s_retry.connection import DEFAULT_CONN_ID
+from airflow_k8s_retry import connection
+from airflow_k8s_retry.classification.model import Outcome
+from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
+from airflow_k8s_retry.compat import AirflowSensorTimeout, AirflowSkipException
 from airflow_k8s_retry.exceptions import PodFailure, PodSelectionError, exception_for
-from airflow_k8s_retry.hints import with_hint
+from airflow_k8s_retry.kube import lifecycle
+from airflow_k8s_retry.kube.errors import KubeError
+from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
+from airflow_k8s_retry.kube.targets import TargetError, check_target
 from airflow_k8s_retry.metrics import count_task_verdict
+from airflow_k8s_retry.report import failure_report
+from airflow_k8s_retry.retry_policy import ignore_retry_policy_before_3_3, install_retry_policy
+from airflow_k8s_retry.triggers.pod import PodEvent, defer_timeout
+from airflow_k8s_retry.triggers.target import PodTargetTrigger, Target, TargetEvent
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_k8s_retry.classification.policy import FailurePolicy
-    from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
-    from airflow_k8s_retry.triggers.pod import PodEvent
-    from airflow_k8s_retry.triggers.target import Target
-
 __all__ = ["PodCompletionSensor", "PodSelectionError"]
-
-DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
 
 #: Sensor arguments that mean nothing for a sensor that never pokes, with the reason it refuses them.
 _REFUSED: dict[str, tuple[Any, str]] = {
@@ -95,28 +97,19 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         label_selector: str | None = None,
         job_name: str | None = None,
         namespace: str | None = None,
-        kubernetes_conn_id: str | None = DEFAULT_CONN_ID,
+        kubernetes_conn_id: str | None = connection.DEFAULT_CONN_ID,
         failure_policy: FailurePolicy | None = None,
         delete_pod_on_finish: bool = False,
         poke_interval: timedelta | float = 10.0,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
-        if "poll_interval" in kwargs:
-            warnings.warn(
-                f"{task_id}: PodCompletionSensor(poll_interval=...) is now poke_interval",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            poke_interval = kwargs.pop("poll_interval")
         for name, (allowed, reason) in _REFUSED.items():
             if name in kwargs and kwargs[name] != allowed:
                 raise ValueError(
                     f"{task_id}: PodCompletionSensor does not take {name}={kwargs[name]!r}: {reason}"
                 )
         kwargs.pop("deferrable", None)
-        from airflow_k8s_retry.retry_policy import ignore_retry_policy_before_3_3
-
         ignore_retry_policy_before_3_3(task_id, kwargs)
         super().__init__(poke_interval=poke_interval, **kwargs)
         chosen = {
@@ -131,8 +124,6 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
             )
         if self.poke_interval <= 0:
             raise ValueError(f"{self.task_id}: poke_interval must be a positive number of seconds")
-        from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
-
         if failure_policy is not None and not isinstance(failure_policy, FailurePolicy):
             raise PolicyError(
                 f"{self.task_id}: failure_policy must be a FailurePolicy, got {type(failure_policy).__name__}"
@@ -143,21 +134,15 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
         self.failure_policy = failure_policy or FailurePolicy()
-        from airflow_k8s_retry.retry_policy import install_retry_policy
-
         install_retry_policy(self, self.failure_policy)
         self.delete_pod_on_finish = delete_pod_on_finish
 
     # -- execute: check the target, then defer --------------------------------------------------
 
     def _client(self) -> tuple[PodClient, str]:
-        from airflow_k8s_retry.connection import pod_client
-
-        return pod_client(self.kubernetes_conn_id, self.namespace)
+        return connection.pod_client(self.kubernetes_conn_id, self.namespace)
 
     def _target(self, namespace: str, now: float) -> Target:
-        from airflow_k8s_retry.triggers.target import Target
-
         values = {"pod_name": self.pod_name, "label_selector": self.label_selector, "job_name": self.job_name}
         rendered = {k: str(v).strip() if v else None for k, v in values.items()}
         given = [k for k, v in values.items() if v]
@@ -167,9 +152,6 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
 
     def _check(self, client: PodClient, target: Target) -> None:
         """Bad input fails now, without retries; a transient API error only costs a warning."""
-        from airflow_k8s_retry.kube.errors import KubeError
-        from airflow_k8s_retry.kube.targets import TargetError, check_target
-
         try:
             check_target(
                 client.api_client,
@@ -184,9 +166,6 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
             self.log.warning("Could not check %s before waiting (%s); waiting anyway", target.describe(), exc)
 
     def execute(self, context: Context) -> Any:
-        from airflow_k8s_retry.compat import AirflowSkipException
-        from airflow_k8s_retry.triggers.pod import PodStateTrigger
-
         now = time.time()
         client, namespace = self._client()
         try:
@@ -205,20 +184,15 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         deadlines = [t for t in (target.deadline, execution_deadline) if t is not None]
         self.log.info("Waiting for %s", target.describe())
         self.defer(
-            trigger=PodStateTrigger(
+            trigger=PodTargetTrigger(
                 kubernetes_conn_id=self.kubernetes_conn_id,
-                namespace=namespace,
-                pod_name="",
-                pod_uid="",
-                identity=None,
+                target=target.to_payload(),
                 policy=self.failure_policy.to_payload(),
                 execution_deadline=execution_deadline,
                 poll_interval=self.poke_interval,
-                owned=False,
-                target=target.to_payload(),
             ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=max(0.0, min(deadlines) - time.time())) + DEFER_TIMEOUT_PADDING,
+            timeout=defer_timeout(min(deadlines), now),
         )
 
     # -- execute_complete: act on the verdict ---------------------------------------------------
@@ -229,27 +203,16 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         Airflow's ``resume_execution`` turns what this raises into a skip under ``soft_fail`` or
         ``never_fail``.
         """
-        from airflow_k8s_retry.compat import AirflowSensorTimeout
-        from airflow_k8s_retry.triggers.pod import PodEvent
-        from airflow_k8s_retry.triggers.target import TargetEvent
-
         if not event:
             raise PodFailure("the pod watch ended without a verdict")
-        if "target" in event:
-            followed = TargetEvent.from_payload(event)
-            if followed.timed_out:
-                raise AirflowSensorTimeout(f"Sensor has timed out: {followed.message}")
-            if followed.event is None:
-                raise PodFailure(followed.message)
-            pod_event = PodEvent.from_payload(followed.event.to_payload())
-        else:  # a trigger deferred by an earlier version of the sensor, for a pod it found itself
-            pod_event = PodEvent.from_payload(event)
-        self._finish(context, pod_event)
+        followed = TargetEvent.from_payload(event)
+        if followed.timed_out:
+            raise AirflowSensorTimeout(f"Sensor has timed out: {followed.message}")
+        if followed.event is None:
+            raise PodFailure(followed.message)
+        self._finish(context, PodEvent.from_payload(followed.event.to_payload()))
 
     def _finish(self, context: Context, pod_event: PodEvent) -> None:
-        from airflow_k8s_retry.classification.model import Outcome
-        from airflow_k8s_retry.compat import AirflowSkipException
-
         verdict = pod_event.verdict
         name, namespace = pod_event.pod_name, pod_event.namespace
         count_task_verdict(verdict, context, namespace)
@@ -278,20 +241,14 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
 
     def _report(self, client: PodClient, pod_event: PodEvent) -> str:
         """The failure with its evidence: the pod's state, its Events and its last log lines."""
-        from airflow_k8s_retry.kube import lifecycle
-        from airflow_k8s_retry.kube.pods import failure_report
-
         pod = _pod_of(pod_event)
         body, events, tail = lifecycle.evidence(client, pod, lifecycle.FIRST_CONTAINER, log=self.log.warning)
-        report = failure_report(pod_event.verdict.to_payload(), pod=body, events=events, log_tail=tail)
-        return with_hint(report, pod_event.verdict)
+        return failure_report(pod_event.verdict, pod=body, events=events, log_tail=tail)
 
     def _delete(self, client: PodClient, pod_event: PodEvent) -> None:
         """``delete_pod_on_finish``: stamp the verdict and delete by UID through the operator's
         lifecycle (transient errors retried); an API error is logged, never raised: the verdict, not
         the cleanup, decides how the task ends."""
-        from airflow_k8s_retry.kube import lifecycle
-
         pod = _pod_of(pod_event)
         sleep = type(self).retry_sleep
         ending = lifecycle.finish(
@@ -302,6 +259,4 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
 
 
 def _pod_of(pod_event: PodEvent) -> CreatedPod:
-    from airflow_k8s_retry.kube.pods import CreatedPod
-
     return CreatedPod(pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={})

@@ -1,6 +1,8 @@
-"""``PodStateTrigger``: follow one pod through the shared watch, classify every change, emit once.
+"""``PodStateTrigger``: follow one pod through the shared watch, classify every change, emit once;
+and the event it emits (:class:`PodEvent`).
 
-The operator and the sensor defer to this trigger. It subscribes to its pod in the triggerer's
+The operator defers to this trigger, and the sensor's :class:`~.target.PodTargetTrigger` runs one
+per pod it judges. It subscribes to its pod in the triggerer's
 :class:`~airflow_k8s_retry.kube.hub.WatchHub` (one watch per namespace, not one poll per pod) and
 performs what :class:`.tracker.PodTracker` decides: the tracker runs the pure classifier on every
 change and whenever a grace deadline falls due (a timer, not a poll), and this module does the I/O
@@ -13,43 +15,41 @@ Restart safety: trigger kwargs are frozen when the task defers, so what the trig
 tracker's ``HISTORY_SETTLE`` late) and merged back by a trigger re-created in another process. A
 pod that already carries a verdict stamp is finished business: its stamped verdict is emitted.
 
-The event carries what the verdict was judged on (the pod's status and its last Events,
-:mod:`airflow_k8s_retry.kube.snapshot`), so the worker's failure report needs no API reads.
+The event carries what the verdict was judged on (the pod's status and its last Events, a
+:class:`~airflow_k8s_retry.report.Snapshot`), so the worker's failure report needs no API reads;
+containers' termination messages are withheld from the verdict and the snapshot
+(:mod:`airflow_k8s_retry.report`), here, once.
 
 The trigger never deletes a pod while it runs; the operator does that after acting on the
-verdict. :meth:`PodStateTrigger.on_kill` is the exception, once the task instance is confirmed no
-longer deferred (Airflow 3.3.0-3.3.2 also call it when a trigger merely moves to another triggerer).
+verdict. A kill of the deferred task is :mod:`airflow_k8s_retry.kills`' business
+(:meth:`PodStateTrigger.on_kill`), and so is ``execution_timeout``'s deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_k8s_retry import metrics
-from airflow_k8s_retry.classification.model import History, Outcome, Verdict
-from airflow_k8s_retry.kube import snapshot
-from airflow_k8s_retry.kube.clock import Clock, WallClock, within
+from airflow_k8s_retry.classification.model import History, Outcome, Reason, Verdict
+from airflow_k8s_retry.classification.policy import FailurePolicy
+from airflow_k8s_retry.connection import aresolve_cluster_config, chosen_cluster
+from airflow_k8s_retry.kills.policy import airflow_task_state, keep_until_done
+from airflow_k8s_retry.kills.trigger import OwnedPod, TaskStateLookup, TriggerKill
+from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
-from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, kept_on_kill, withhold_termination_messages
-from airflow_k8s_retry.kube.logstream import LogPosition
-from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity
-from airflow_k8s_retry.kube.pod_event import PodEvent
+from airflow_k8s_retry.kube.logstream import LogPosition, read_new
+from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity, encode_history
 from airflow_k8s_retry.kube.rbac import rbac_message
-from airflow_k8s_retry.kube.stamps import encode_history
-from airflow_k8s_retry.task_state import (
-    KILLED_STATES,
-    WAITING_STATES,
-    TaskInstanceGone,
-    airflow_task_state,
-    keep_until_done,
-    killed_why,
-)
+from airflow_k8s_retry.report import Snapshot, withhold_termination_messages
 from airflow_k8s_retry.triggers.tracker import (
     Emit,
     FetchLogs,
@@ -61,32 +61,89 @@ from airflow_k8s_retry.triggers.tracker import (
     Step,
 )
 
-if TYPE_CHECKING:
-    from airflow_k8s_retry.kube.aio import AsyncKube
-
-#: ``PodEvent`` lives in ``kube.pod_event`` and is imported from here, as it always was.
-__all__ = [
-    "CLASSPATH",
-    "KILLED_STATES",
-    "PodEvent",
-    "PodStateTrigger",
-    "TaskInstanceGone",
-    "airflow_task_state",
-]
-
 CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
-#: Pauses between looks at the task state after the trigger fired, until its event was accepted: 30 s.
-_FIRED_BACKOFF = (5.0, 5.0, 5.0, 15.0)
-#: Seconds between looks while the task instance waits for a worker (a pool, ``parallelism``).
-_WAITING_PAUSE = 10.0
-#: How long the after-firing check follows a task instance that waits for a worker; past it, a
-#: kill of the waiting task is left to the api-server's listener and the next try's sweep.
-_WAITING_AT_MOST = 6 * 3600.0
-#: How long the after-firing check leaves a killed task's pod to its worker (whose own ``on_kill``
-#: deletes it when the kill came after the worker resumed) before it deletes what is left.
-_WORKER_FIRST = 60.0
+#: How much longer than the try's ``execution_timeout`` (or the sensor's ``timeout``) a deferral
+#: may last: the trigger itself ends the wait at the deadline; Airflow's deferral timeout is only
+#: the backstop.
+DEFER_TIMEOUT_PADDING = timedelta(minutes=5)
 
-TaskStateLookup = Callable[[TryIdentity], Awaitable[str | None]]
+
+def defer_timeout(deadline: float | None, now: float) -> timedelta | None:
+    """A deferral's timeout at ``now``: the time left to ``deadline``, plus
+    :data:`DEFER_TIMEOUT_PADDING` (``None`` without a deadline)."""
+    if deadline is None:
+        return None
+    return timedelta(seconds=max(0.0, deadline - now)) + DEFER_TIMEOUT_PADDING
+
+
+# -- the event ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """The payload of the one ``TriggerEvent`` a :class:`PodStateTrigger` emits: what the operator's
+    (and the sensor's) ``execute_complete`` act on. Plain JSON, so it passes through Airflow's
+    serialization of trigger events unchanged."""
+
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    verdict: Verdict
+    relaunches: int
+    #: Where the trigger's log streaming stopped (``logging_interval``); the worker writes the rest.
+    log_position: LogPosition | None = None
+    #: What the verdict was judged on; ``None``: not carried (a success, or too large).
+    seen: Snapshot | None = None
+    #: Only for a pod the task owns (deleted on a kill): ``kubernetes_conn_id`` and, when the task
+    #: set any, ``cluster`` (its KPO cluster arguments), what a delete after a user's kill needs
+    #: besides the pod's name, namespace and UID (the api-server's kill listener reads it while
+    #: the task instance waits for a worker). ``None``: a pod kept on a kill, or not owned.
+    connection: Mapping[str, Any] | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "namespace": self.namespace,
+            "pod_name": self.pod_name,
+            "pod_uid": self.pod_uid,
+            "verdict": self.verdict.to_payload(),
+            "relaunches": self.relaunches,
+        }
+        if self.log_position is not None:
+            payload["log_position"] = self.log_position.to_payload()
+        if self.seen is not None:
+            payload["seen"] = self.seen.to_payload()
+        if self.connection is not None:
+            payload["connection"] = dict(self.connection)
+        return payload
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> PodEvent:
+        missing = [k for k in ("namespace", "pod_name", "pod_uid", "verdict") if k not in data]
+        if missing:
+            raise ValueError(f"not a PodStateTrigger event payload: missing {', '.join(missing)}")
+        uid = str(data["pod_uid"])
+        connection = data.get("connection")
+        return cls(
+            namespace=str(data["namespace"]),
+            pod_name=str(data["pod_name"]),
+            pod_uid=uid,
+            verdict=Verdict.from_payload(data["verdict"]),
+            relaunches=int(data.get("relaunches", 0)),
+            log_position=LogPosition.from_payload(data.get("log_position")),
+            seen=Snapshot.from_payload(data.get("seen"), uid),
+            connection=connection if isinstance(connection, Mapping) else None,
+        )
+
+
+# -- the trigger ----------------------------------------------------------------------------------
+
+
+def _seconds(name: str, value: object, *, optional: bool = False) -> float:
+    """``value`` as a positive number of seconds, or one line saying what is wrong with it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        tail = " or None" if optional else ""
+        raise ValueError(f"PodStateTrigger {name} must be a positive number of seconds{tail}, got {value!r}")
+    return float(value)
 
 
 class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
@@ -105,16 +162,12 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     :param poll_interval: seconds between polls, used only when RBAC forbids watching.
     :param owned: ``False`` for a pod this package did not create: never deleted, and annotated
         only where RBAC allows.
-    :param target: ``Target.to_payload()`` (:mod:`airflow_k8s_retry.triggers.target`) for a sensor that
-        waits for a pod by name, the newest pod of a label selector, or a Job: the trigger follows
-        the target (``pod_name`` and ``pod_uid`` are then empty) and emits a ``TargetEvent``.
-        Serialized only when given, so an operator's trigger kwargs stay as they were.
     :param logging_interval: KPO's argument: every this many seconds while ``base_container_name``
         runs, its new log lines go to the trigger's log; the event says where the copy stopped.
-        Serialized only when given.
-    :param base_container_name: the container whose log is streamed (default ``base``).
+        ``None``: no copy while the pod runs.
+    :param base_container_name: the container whose log is copied.
     :param cluster: the task's KPO cluster arguments (``in_cluster``, ``config_file``,
-        ``cluster_context``) laid over the connection's; serialized only when given.
+        ``cluster_context``) laid over the connection's, or ``None``.
     """
 
     #: Where "now" comes from; replace with a ``ManualClock`` in tests.
@@ -141,21 +194,14 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         execution_deadline: float | None = None,
         poll_interval: float = 10.0,
         owned: bool = True,
-        target: Mapping[str, Any] | None = None,
         logging_interval: float | None = None,
         base_container_name: str = "base",
         cluster: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         for label, value in (("namespace", namespace), ("pod_name", pod_name), ("pod_uid", pod_uid)):
-            if target is not None and label != "namespace" and value == "":
-                continue  # a target is followed, not a pod known in advance
             if not isinstance(value, str) or not value:
                 raise ValueError(f"PodStateTrigger needs a non-empty {label}, got {value!r}")
-        if not isinstance(poll_interval, int | float) or poll_interval <= 0:
-            raise ValueError(
-                f"PodStateTrigger poll_interval must be a positive number of seconds, got {poll_interval!r}"
-            )
         self.kubernetes_conn_id = kubernetes_conn_id
         self.namespace = namespace
         self.pod_name = pod_name
@@ -165,41 +211,24 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self.history = dict(history) if history is not None else None
         self.relaunches = int(relaunches)
         self.execution_deadline = None if execution_deadline is None else float(execution_deadline)
-        self.poll_interval = float(poll_interval)
+        self.poll_interval = _seconds("poll_interval", poll_interval)
         self.owned = bool(owned)
-        self.target = dict(target) if target is not None else None
-        if logging_interval is not None and (
-            isinstance(logging_interval, bool)
-            or not isinstance(logging_interval, int | float)
-            or logging_interval <= 0
-        ):
-            raise ValueError(
-                "PodStateTrigger logging_interval must be a positive number of seconds or None, "
-                f"got {logging_interval!r}"
-            )
-        self.logging_interval = None if logging_interval is None else float(logging_interval)
+        self.logging_interval = (
+            None
+            if logging_interval is None
+            else _seconds("logging_interval", logging_interval, optional=True)
+        )
         self.base_container_name = str(base_container_name)
-        from airflow_k8s_retry.connection import chosen_cluster
-
         self.cluster = chosen_cluster(**dict(cluster)) if cluster else None
-        if self.target is not None:
-            from airflow_k8s_retry.triggers.target import Target
-
-            Target.from_payload(self.target)
-            if self.owned:
-                raise ValueError("PodStateTrigger follows a target only with owned=False")
         # Parse early, so a bad payload fails at defer time with a clear message, not in the triggerer.
         self._identity = TryIdentity.from_payload(self.identity) if self.identity is not None else None
-        from airflow_k8s_retry.classification.policy import FailurePolicy as Policy
-
-        self._policy = Policy.from_payload(self.policy) if self.policy is not None else None
+        self._policy = FailurePolicy.from_payload(self.policy) if self.policy is not None else None
         self._config: ClusterConfig | None = None
         self._subscription: PodSubscription | None = None
         self._log_position: LogPosition | None = None
-        self._seen: dict[str, Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        kwargs: dict[str, Any] = {
+        return CLASSPATH, {
             "kubernetes_conn_id": self.kubernetes_conn_id,
             "namespace": self.namespace,
             "pod_name": self.pod_name,
@@ -211,29 +240,17 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             "execution_deadline": self.execution_deadline,
             "poll_interval": self.poll_interval,
             "owned": self.owned,
+            "logging_interval": self.logging_interval,
+            "base_container_name": self.base_container_name,
+            "cluster": self.cluster,
         }
-        if self.target is not None:
-            kwargs["target"] = self.target
-        if self.logging_interval is not None:
-            kwargs["logging_interval"] = self.logging_interval
-            kwargs["base_container_name"] = self.base_container_name
-        if self.cluster is not None:
-            kwargs["cluster"] = self.cluster
-        return CLASSPATH, kwargs
 
     # -- run ------------------------------------------------------------------------------------
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_k8s_retry.connection import aresolve_cluster_config
-
-        self._config = await aresolve_cluster_config(self.kubernetes_conn_id, self.cluster)
-        if self.target is not None:
-            from airflow_k8s_retry.triggers.target import follow
-
-            followed = await follow(self, self._config, self._judge)
-            yield TriggerEvent(followed.to_payload())
-            return
-        sub = await WatchHub.current().subscribe(
+        self._config = await self._cluster()
+        hub = WatchHub.current()
+        sub = await hub.subscribe(
             self._config,
             self.namespace,
             self.pod_name,
@@ -242,16 +259,18 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             poll_interval=self.poll_interval,
         )
         self._subscription = sub
-        metrics.follow_feeds(WatchHub.current())
+        metrics.follow_feeds(hub)
+        kill = self._kill()
         handed_over = False  # to the after-firing check, which follows the pod on the shared feed
         try:
-            verdict = await self._follow(sub)
+            verdict, seen = await self._follow(sub)
             metrics.time_trigger_verdict(
                 verdict, self.clock.now(), self._policy, self.identity, self.namespace
             )
             what = f"{verdict.outcome.value} ({verdict.reason.value}) {verdict.message}"
             self.log.info("Pod %s/%s: %s", self.namespace, self.pod_name, what)
-            await self._stop_at_the_deadline(verdict)
+            if kill is not None and verdict.reason is Reason.EXECUTION_TIMEOUT:
+                await self._stop_at_the_deadline(kill)
             event = PodEvent(
                 namespace=self.namespace,
                 pod_name=self.pod_name,
@@ -259,30 +278,45 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 verdict=verdict,
                 relaunches=self.relaunches,
                 log_position=self._log_position,
-                seen=self._seen,
+                seen=seen,
                 connection=self._connection_for_a_kill(),
             )
-            if self.owned and self._identity is not None and self.after_firing_check:
-                keep_until_done(self._after_firing(self._identity, sub))
+            if kill is not None and self.after_firing_check:
+                keep_until_done(kill.after_firing(sub))
                 handed_over = True
         finally:
             self._subscription = None
             if not handed_over:
                 await sub.close()
-            metrics.send_feed_gauges(WatchHub.current())
+            metrics.send_feed_gauges(hub)
         yield TriggerEvent(event.to_payload())
 
-    async def _stop_at_the_deadline(self, verdict: Verdict) -> None:
-        """``execution_timeout`` reached: delete an owned pod now (by UID, its own grace), not when a
-        worker is free to resume the task (minutes later in a busy deployment; else the worker does)."""
-        from airflow_k8s_retry.classification.model import Reason
+    async def _cluster(self) -> ClusterConfig:
+        if self._config is None:
+            self._config = await aresolve_cluster_config(self.kubernetes_conn_id, self.cluster)
+        return self._config
 
-        if self.owned and self._config is not None and verdict.reason is Reason.EXECUTION_TIMEOUT:
-            try:
-                async with WatchHub.current().client(self._config) as kube:
-                    await self._delete_after_kill(kube, "execution_timeout reached")
-            except KubeError as exc:
-                self.log.warning("Pod %s: not deleted at the deadline (%s)", self.pod_name, exc)
+    def _kill(self) -> TriggerKill | None:
+        """What a kill of the task does to the pod: nothing unless the task owns it."""
+        if not self.owned or self._identity is None:
+            return None
+        return TriggerKill(
+            OwnedPod(self.namespace, self.pod_name, self.pod_uid, self._identity),
+            config=self._cluster,
+            clock=self.clock,
+            lookup=type(self).task_state_lookup,
+            lookup_timeout=type(self).state_lookup_timeout,
+            log=self.log,
+        )
+
+    async def _stop_at_the_deadline(self, kill: TriggerKill) -> None:
+        """``execution_timeout`` reached: delete the pod now (by UID, its own grace), not when a
+        worker is free to resume the task (minutes later in a busy deployment; else the worker does)."""
+        try:
+            async with WatchHub.current().client(await self._cluster()) as kube:
+                await kill.delete_with(kube, "execution_timeout reached")
+        except KubeError as exc:
+            self.log.warning("Pod %s: not deleted at the deadline (%s)", self.pod_name, exc)
 
     def _connection_for_a_kill(self) -> dict[str, Any] | None:
         """What deleting the pod after a user's kill needs besides its name, namespace and UID, for
@@ -294,21 +328,6 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         if self.cluster is not None:
             connection["cluster"] = dict(self.cluster)
         return connection
-
-    def _judge(self, pod_name: str, pod_uid: str) -> PodStateTrigger:
-        """The trigger that judges one pod of this trigger's target."""
-        return PodStateTrigger(
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            namespace=self.namespace,
-            pod_name=pod_name,
-            pod_uid=pod_uid,
-            identity=None,
-            policy=self.policy,
-            execution_deadline=self.execution_deadline,
-            poll_interval=self.poll_interval,
-            owned=False,
-            cluster=self.cluster,
-        )
 
     def _tracker(self) -> PodTracker:
         return PodTracker(
@@ -323,20 +342,22 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             started=self.clock.now(),
         )
 
-    async def _follow(self, sub: PodSubscription) -> Verdict:
-        """Perform the tracker's steps until it emits a verdict."""
+    async def _follow(self, sub: PodSubscription) -> tuple[Verdict, Snapshot | None]:
+        """Perform the tracker's steps until it emits a verdict; the verdict (its termination
+        messages withheld) and, for a failure, what it was judged on."""
         tracker = self._tracker()
         step = tracker.apply(sub.drain(), sub.events, self.clock.now())
         while True:
             await self._perform(sub, tracker, step)
             if isinstance(step, Emit):
+                seen = None
                 if step.verdict.outcome is not Outcome.SUCCEED:
                     # What a failure was judged on travels with it: the worker's report reads no API.
                     events = await sub.listed_events(self.clock)  # None: not listed in time
-                    self._seen = None if events is None else snapshot.take(tracker.pod, events, self.pod_uid)
+                    seen = None if events is None else Snapshot.take(tracker.pod, events, self.pod_uid)
                 # A container's termination message may hold anything (a Secret's value): it stays
                 # out of this log line and of the event, which Airflow stores as it is.
-                return withhold_termination_messages(step.verdict, tracker.pod)
+                return withhold_termination_messages(step.verdict, tracker.pod), seen
             if isinstance(step, LookAgain):
                 step = tracker.looked(await self._look(sub), sub.events, self.clock.now())
             else:
@@ -396,10 +417,6 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
 
     async def _stream_logs(self, sub: PodSubscription, container: str) -> None:
         """Copy the container's log lines written since the last read into this trigger's log."""
-        import time
-
-        from airflow_k8s_retry.kube.logstream import read_new
-
         try:
             lines, self._log_position = await read_new(
                 sub.kube, self.namespace, self.pod_name, container, self._log_position, now=time.time()
@@ -449,144 +466,16 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             await sub.close()
 
     async def on_kill(self) -> None:
-        """Delete the pod by UID, but only once the task instance is confirmed no longer deferred.
+        """Delete the pod by UID, but only once the task instance is confirmed killed
+        (:class:`~airflow_k8s_retry.kills.trigger.TriggerKill`).
 
         Airflow 3.3 re-sends the cancellation to a cancelled trigger on every state sync (about once
         a second) until the trigger has ended, and each one lands inside ``on_kill``. The state
         lookup and the delete therefore run in their own task, shielded: a repeated cancellation
         ends the wait here, not the work, which finishes on the triggerer's event loop.
         """
-        await asyncio.shield(keep_until_done(self._kill()))
-
-    async def _kill(self) -> None:
-        if not self.owned or self._identity is None:
+        kill = self._kill()
+        if kill is None:
             self.log.info("Pod %s is not owned by this task; it is left alone", self.pod_name)
             return
-        why = await self._killed_why(self._identity)
-        if why is not None:
-            await self._delete_with_retries(why)
-
-    async def _after_firing(self, identity: TryIdentity, sub: PodSubscription) -> None:
-        """The task was killed before a worker resumed it: delete the pod.
-
-        Airflow drops an event that arrives once the task is no longer deferred (killed, cleared or
-        its run deleted as the trigger fired) and an ended trigger gets no ``on_kill``; a kill while
-        the event waits for a worker (``scheduled``, ``queued``) starts none either. So the state is
-        read until it leaves ``deferred``, then while it waits (up to :data:`_WAITING_AT_MOST`); in a
-        state only a kill leaves, what is left of the pod a minute later (unless stamped) is deleted
-        as ``on_kill`` would. Another state (``running``, a new deferral, ``up_for_retry``) means a
-        worker acts on the verdict; one that cannot be read before the event was accepted leaves the
-        pod alone. ``sub`` follows the pod on the shared feed: once it is deleted (by the resumed
-        worker, as a rule) nothing is left to read or clean up."""
-        pauses = iter(_FIRED_BACKOFF)
-        waiting_since: float | None = None  # when the event was seen accepted, waiting for a worker
-        try:
-            while (pause := self._next_look(pauses, waiting_since)) is not None:
-                await self.clock.sleep_until(self.clock.now() + pause)
-                if sub.gone_by_now():
-                    return
-                try:
-                    state, why = await self._state_of(identity)
-                except Exception:
-                    if waiting_since is None:
-                        return  # cannot tell: the worker, or the next try's sweep, decides
-                    continue
-                if why is not None:
-                    # The kill may also have come after the worker resumed: its on_kill goes first.
-                    await self.clock.sleep_until(self.clock.now() + _WORKER_FIRST)
-                    await self._delete_with_retries(f"{why} after the trigger fired")
-                    return
-                if state == "deferred" and waiting_since is None:
-                    continue
-                if state not in WAITING_STATES:
-                    return
-                if waiting_since is None:
-                    waiting_since = self.clock.now()
-        finally:
-            await sub.close()
-            metrics.send_feed_gauges(WatchHub.current())
-
-    def _next_look(self, pauses: Iterator[float], waiting_since: float | None) -> float | None:
-        """The pause before the after-firing check's next look, or None when it stops looking:
-        still ``deferred`` after :data:`_FIRED_BACKOFF` (the trigger moved, or the triggerer lost
-        the event), or waiting for a worker for longer than :data:`_WAITING_AT_MOST`."""
-        if waiting_since is None:
-            return next(pauses, None)
-        if self.clock.now() - waiting_since >= _WAITING_AT_MOST:
-            return None
-        return _WAITING_PAUSE
-
-    async def _delete_with_retries(self, why: str) -> None:
-        config = self._config
-        if config is None:
-            from airflow_k8s_retry.connection import aresolve_cluster_config
-
-            config = await aresolve_cluster_config(self.kubernetes_conn_id, self.cluster)
-        # Nothing else may delete a killed task's pod: API errors (a flapping authorizer's 403 too)
-        # are retried with backoff; the work is shielded, so it outlives Airflow's on_kill bound.
-        for attempt, pause in enumerate((*KILL_BACKOFF, None)):
-            try:
-                async with WatchHub.current().client(config) as kube:
-                    await self._delete_after_kill(kube, why)
-                return
-            except KubeError as exc:
-                if pause is not None:
-                    self.log.info("Pod %s: delete after kill failed (%s); retrying", self.pod_name, exc)
-                    await self.clock.sleep_until(self.clock.now() + pause)
-                elif isinstance(exc, Forbidden):
-                    self.log.error(
-                        "Pod %s kept: %s", self.pod_name, rbac_message(exc, "delete", "pods", self.namespace)
-                    )
-                else:
-                    self.log.warning(
-                        "Pod %s: delete after kill failed %d times: %s", self.pod_name, attempt + 1, exc
-                    )
-
-    async def _state_of(self, identity: TryIdentity) -> tuple[str | None, str | None]:
-        """The task instance's state and, when only a kill leaves it there (or it is gone), why its
-        pod may be deleted; other lookup errors are raised."""
-        lookup = type(self).task_state_lookup
-        try:
-            state: str | None = await within(self.clock, lookup(identity), type(self).state_lookup_timeout)
-        except TaskInstanceGone as exc:
-            return None, f"Task instance is gone ({exc})"
-        return state, killed_why(state)
-
-    async def _killed_why(self, identity: TryIdentity) -> str | None:
-        """Why the pod may be deleted (the task instance's state), or None: it is kept."""
-        try:
-            state, why = await self._state_of(identity)
-        except Exception as exc:
-            self.log.warning(
-                "Pod %s kept: could not confirm the task instance was killed (%s: %s)",
-                self.pod_name,
-                type(exc).__name__,
-                exc,
-            )
-            return None
-        if why is None and state == "deferred":
-            self.log.info(
-                "Pod %s kept: the task instance is still deferred (the trigger is moving to another "
-                "triggerer, not being killed)",
-                self.pod_name,
-            )
-        elif why is None:
-            self.log.info(
-                "Pod %s kept: the task instance is %s (another triggerer fired and the worker owns "
-                "the pod now), not killed",
-                self.pod_name,
-                state,
-            )
-        return why
-
-    async def _delete_after_kill(self, kube: AsyncKube, why: str) -> None:
-        try:
-            pod: dict[str, Any] | None = await kube.read_pod(self.namespace, self.pod_name)
-        except NotFound:
-            pod = None
-        kept = kept_on_kill(pod, self.pod_uid)
-        if kept is not None:
-            self.log.info("%s: pod %s %s", why, self.pod_name, kept)
-            return
-        deleted = await kube.delete_pod(self.namespace, self.pod_name, self.pod_uid)
-        self.log.info("%s: pod %s %s", why, self.pod_name, "deleted" if deleted else "was already gone")
+        await asyncio.shield(keep_until_done(kill.on_kill()))

@@ -1,9 +1,9 @@
-"""What ``PodCompletionSensor`` waits for, and how the triggerer follows it until there is a verdict.
+"""``PodTargetTrigger``: what ``PodCompletionSensor`` waits for, followed until there is a verdict.
 
 A sensor usually starts before the thing it waits for: the pod is created later by another system,
 a label selector matches one pod today and a newer one tomorrow, and a Job replaces a failed pod
-with a fresh one. A :class:`~airflow_k8s_retry.triggers.PodStateTrigger` given a :class:`Target`
-therefore follows the *target* rather than one pod:
+with a fresh one. A :class:`PodTargetTrigger` therefore follows a :class:`Target` rather than one
+pod:
 
 * the target's pods arrive through the triggerer's shared watch (a label selector gets its own
   feed, a pod name or a Job shares the namespace's), so waiting costs no polling requests;
@@ -21,15 +21,20 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
+from airflow_k8s_retry.connection import aresolve_cluster_config, chosen_cluster
+from airflow_k8s_retry.kube.clock import Clock
+from airflow_k8s_retry.kube.config import ClusterConfig
+from airflow_k8s_retry.kube.errors import KubeError
+from airflow_k8s_retry.kube.hub import CollectionSubscription, WatchHub
 from airflow_k8s_retry.kube.jobs import JobState, JobStatus, owning_job
+from airflow_k8s_retry.triggers.pod import PodStateTrigger
 
-if TYPE_CHECKING:
-    from airflow_k8s_retry.kube.clock import Clock
-    from airflow_k8s_retry.kube.config import ClusterConfig
-    from airflow_k8s_retry.kube.hub import CollectionSubscription
+TARGET_CLASSPATH = "airflow_k8s_retry.triggers.PodTargetTrigger"
 
 
 class Judge(Protocol):
@@ -42,21 +47,6 @@ class Log(Protocol):
     """The logging the follower does: a ``logging.Logger`` or Airflow's structured task logger."""
 
     def info(self, msg: str, /, *args: Any) -> Any: ...
-
-
-class Following(Protocol):
-    """What the follower needs from the trigger that follows the target."""
-
-    kubernetes_conn_id: str | None
-    execution_deadline: float | None
-    poll_interval: float
-    target: dict[str, Any] | None
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def log(self) -> Log: ...
 
 
 @dataclass(frozen=True)
@@ -244,7 +234,7 @@ class Follower:
 
     def __init__(
         self,
-        trigger: Following,
+        trigger: PodTargetTrigger,
         config: ClusterConfig,
         target: Target,
         judge: Callable[[str, str], Judge],
@@ -267,8 +257,6 @@ class Follower:
         self.listed: dict[str, Mapping[str, Any]] | None = None
 
     async def run(self) -> TargetEvent:
-        from airflow_k8s_retry.kube.hub import WatchHub
-
         hub = WatchHub.current()
         target = self.target
         self.pods = await hub.follow(
@@ -338,8 +326,6 @@ class Follower:
         owner = owning_job(newest) if newest is not None else None
         job_name = self.target.job_name or (owner[0] if owner else None)
         if job_name and self.jobs is None:
-            from airflow_k8s_retry.kube.hub import WatchHub
-
             self.jobs = await WatchHub.current().follow(
                 self.config, self.target.namespace, jobs=True, poll_interval=self.trigger.poll_interval
             )
@@ -350,9 +336,6 @@ class Follower:
         independently (and LIST at once when the sensor starts), so the Job's Failed condition can
         arrive before its last pod does; the cause of the failure is that pod's, and a LIST made
         after the Job failed holds it. A failed read leaves the pods the watch delivered."""
-        from airflow_k8s_retry.kube.errors import KubeError
-        from airflow_k8s_retry.kube.hub import WatchHub
-
         self.listed = {}
         raw = self.jobs.objects.get(job.name) if self.jobs is not None else None
         labels = (((raw or {}).get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
@@ -570,10 +553,78 @@ async def _first_event(judge: Judge, pod_name: str) -> Judged:
     raise RuntimeError(f"the trigger for pod {pod_name} ended without an event")
 
 
-async def follow(
-    trigger: Following, config: ClusterConfig, judge: Callable[[str, str], Judge]
-) -> TargetEvent:
-    """Follow ``trigger.target`` until it has a verdict or a deadline passes; ``judge(name, uid)``
-    makes the trigger that judges one pod."""
-    assert trigger.target is not None
-    return await Follower(trigger, config, Target.from_payload(trigger.target), judge).run()
+class PodTargetTrigger(BaseTrigger):  # type: ignore[misc]
+    """Follow a :class:`Target` (a pod by name, the newest pod of a label selector, or a Job) and
+    fire once: with the verdict on the pod that decides, or a timeout.
+
+    :param kubernetes_conn_id: Airflow ``kubernetes`` connection; ``None`` for default kubeconfig.
+    :param target: ``Target.to_payload()``: what to wait for, where, and until when.
+    :param policy: ``FailurePolicy.to_payload()`` the pods are judged with, or ``None`` for the
+        default rules.
+    :param execution_deadline: epoch seconds; past it the trigger fires ``execution.timeout``.
+    :param poll_interval: seconds between polls, used only when RBAC forbids watching.
+    :param cluster: the task's KPO cluster arguments laid over the connection's, or ``None``.
+    """
+
+    def __init__(
+        self,
+        *,
+        kubernetes_conn_id: str | None,
+        target: Mapping[str, Any],
+        policy: Mapping[str, Any] | None,
+        execution_deadline: float | None = None,
+        poll_interval: float = 10.0,
+        cluster: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self._target = Target.from_payload(target)  # a bad payload fails when the task defers
+        if (
+            isinstance(poll_interval, bool)
+            or not isinstance(poll_interval, int | float)
+            or poll_interval <= 0
+        ):
+            raise ValueError(
+                f"PodTargetTrigger poll_interval must be a positive number of seconds, got {poll_interval!r}"
+            )
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.target = self._target.to_payload()
+        self.policy = dict(policy) if policy is not None else None
+        self.execution_deadline = None if execution_deadline is None else float(execution_deadline)
+        self.poll_interval = float(poll_interval)
+        self.cluster = chosen_cluster(**dict(cluster)) if cluster else None
+
+    @property
+    def clock(self) -> Clock:
+        """The clock of the triggers that judge the pods (:attr:`PodStateTrigger.clock`): one clock
+        for the whole wait."""
+        return PodStateTrigger.clock
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return TARGET_CLASSPATH, {
+            "kubernetes_conn_id": self.kubernetes_conn_id,
+            "target": self.target,
+            "policy": self.policy,
+            "execution_deadline": self.execution_deadline,
+            "poll_interval": self.poll_interval,
+            "cluster": self.cluster,
+        }
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        config = await aresolve_cluster_config(self.kubernetes_conn_id, self.cluster)
+        followed = await Follower(self, config, self._target, self._judge).run()
+        yield TriggerEvent(followed.to_payload())
+
+    def _judge(self, pod_name: str, pod_uid: str) -> PodStateTrigger:
+        """The trigger that judges one pod of the target."""
+        return PodStateTrigger(
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            namespace=self._target.namespace,
+            pod_name=pod_name,
+            pod_uid=pod_uid,
+            identity=None,
+            policy=self.policy,
+            execution_deadline=self.execution_deadline,
+            poll_interval=self.poll_interval,
+            owned=False,
+            cluster=self.cluster,
+        )

@@ -28,8 +28,8 @@ from airflow_k8s_retry.classification import FailurePolicy, classify
 from airflow_k8s_retry.classification.classifier import trace
 from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
 from airflow_k8s_retry.classification.rules import RULES
+from airflow_k8s_retry.kube.naming import read_history, read_stamp
 from airflow_k8s_retry.kube.ordering import event_time, is_older
-from airflow_k8s_retry.kube.stamps import read_history, read_stamp
 
 Json = dict[str, Any]
 

@@ -35,7 +35,7 @@ def _operator(kind: str, task: dict[str, Any]) -> Any:
         from airflow_k8s_retry.operators import RetryingPodOperator
 
         # rpo_quiet: no live log copies while the pod runs (the cncf operator makes none either).
-        return RetryingPodOperator(**common, **({"live_logs": False} if kind == "rpo_quiet" else {}))
+        return RetryingPodOperator(**common, **({"logging_interval": None} if kind == "rpo_quiet" else {}))
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
     return KubernetesPodOperator(deferrable=kind == "kpo_deferrable", **common)

@@ -479,7 +479,7 @@ class ApiServer:
 
         from airflow.models.taskinstancekey import TaskInstanceKey
 
-        from airflow_k8s_retry.plugins import kills
+        from airflow_k8s_retry.kills import listener as kills
 
         orm_ti = SimpleNamespace(
             trigger_id=trigger_id,

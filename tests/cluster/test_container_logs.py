@@ -57,7 +57,8 @@ def test_an_xcom_read_the_exec_channel_refuses_is_an_error_not_an_empty_result(k
     """The API server upgrades the exec and then reports, on the status channel, that the node's
     kubelet refused it: the read must fail (a retryable error), not read as "no result" and let the
     task succeed without it (review finding R3-5)."""
-    from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+    from kubernetes.config import new_client_from_config
+
     from airflow_k8s_retry.kube.pods import PodClient, XComReadError
 
     containers = [
@@ -69,7 +70,7 @@ def test_an_xcom_read_the_exec_channel_refuses_is_an_error_not_an_empty_result(k
         api.create_namespaced_pod("default", pod_body(name, "unused", containers=containers))
         try:
             wait_for_pod(api, name, lambda p: p.get("status", {}).get("phase") == "Running", timeout=30)
-            client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig))))
+            client = PodClient(new_client_from_config(config_file=str(kubeconfig), persist_config=False))
             with pytest.raises(XComReadError) as refused:
                 client.read_xcom("default", name)
             assert "exec in pod default/" in str(refused.value)

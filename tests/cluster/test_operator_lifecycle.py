@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from kubernetes.config import new_client_from_config
 
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.pods import PodClient
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.paths import REPO
@@ -171,7 +171,7 @@ def runs(
 
 
 def live_pods(kubeconfig: Path, dag_id: str) -> list[str]:
-    client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig))))
+    client = PodClient(new_client_from_config(config_file=str(kubeconfig), persist_config=False))
     return [
         p["metadata"]["name"]
         for p in client.list_pods("default", f"dag_id={dag_id}")
@@ -209,7 +209,7 @@ def test_the_sensor_example_waits_for_a_pod_it_did_not_create(
     result = runs["06_sensor"]
     assert result.dag_run_state() == "success", result.output[-3000:]
     assert [(t.try_number, t.state) for t in result.tries("wait_for_report")] == [(1, "success")]
-    client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig))))
+    client = PodClient(new_client_from_config(config_file=str(kubeconfig), persist_config=False))
     assert [
         p["metadata"]["name"]
         for p in client.list_pods("default", "app=nightly-report")

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import Outcome, Reason
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.triggers.target import Target
 from tests.simulated.sensor.test_following_a_target import Following, following
 from tests.support.lab import CONN_ID
@@ -29,7 +29,7 @@ def conn(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def create_job(kubeconfig: Path, name: str, image: str, backoff_limit: int) -> None:
     from kubernetes import client
 
-    api = sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig)))
+    api = new_client_from_config(config_file=str(kubeconfig), persist_config=False)
     body: dict[str, Any] = {
         "metadata": {"name": name},
         "spec": {

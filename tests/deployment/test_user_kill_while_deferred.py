@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from airflow_k8s_retry.kills.listener import ON_KILL_FIRST, USER_AGENT
 from airflow_k8s_retry.kube.naming import safe_label_value
-from airflow_k8s_retry.plugins.kills import ON_KILL_FIRST, USER_AGENT
 from tests.support.deployment import Deployment
 
 DAG_ID = "deployment_user_kill"

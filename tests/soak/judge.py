@@ -27,8 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL
-from airflow_k8s_retry.kube.stamps import read_stamp
+from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, read_stamp
 from tests.soak.plan import PERMANENT, Plan
 
 #: Fates that can never end in success, however the chaos goes.

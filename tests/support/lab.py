@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
-from airflow_k8s_retry import task_state
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kills import policy
 from airflow_k8s_retry.kube.naming import TryIdentity
-from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
+from airflow_k8s_retry.triggers.pod import PodEvent, PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 
 CONN_ID = "k8s_fake"
@@ -25,8 +25,8 @@ CONN_ID = "k8s_fake"
 
 def kill_work() -> set[asyncio.Future[None]]:
     """The kill work and after-firing checks under way on the running event loop (what
-    ``task_state.keep_until_done`` holds on to)."""
-    return {f for f in task_state._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
+    ``kills.policy.keep_until_done`` holds on to)."""
+    return {f for f in policy._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
 
 
 def use_cluster(monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, kubeconfig: Any = None) -> str:
@@ -65,7 +65,7 @@ def pod_body(
 
 def create_pod(cluster: FakeCluster, body: Mapping[str, Any], namespace: str = "default") -> dict[str, Any]:
     """Create the pod and return it as JSON (with its UID)."""
-    client = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    client = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         from kubernetes import client as k
 

@@ -123,13 +123,11 @@ from airflow_k8s_retry.sensors import PodCompletionSensor
 def start_report(run_id=None):
     import hashlib
 
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     from kubernetes import client
 
-    from airflow_k8s_retry.connection import resolve_cluster_config
-    from airflow_k8s_retry.kube.config import sync_api_client
-
     run = hashlib.sha256(str(run_id).encode()).hexdigest()[:10]
-    with sync_api_client(resolve_cluster_config("kubernetes_default")) as api:
+    with KubernetesHook(conn_id="kubernetes_default").api_client as api:
         client.CoreV1Api(api).create_namespaced_pod(
             "default",
             {

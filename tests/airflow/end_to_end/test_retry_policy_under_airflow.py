@@ -74,7 +74,7 @@ SCENARIO = Scenario(
         retries=1,
         name="evicted",
         retry_delay=timedelta(hours=1),
-        relaunch_budget=0,
+        failure_policy=FailurePolicy(relaunch_budget=0),
     )
     for name, policy in (("raising", RaisingPolicy()), ("nonsense", NonsensePolicy())):
         RetryingPodOperator(

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from airflow_k8s_retry.hints import fix_hint
+from airflow_k8s_retry.classification import hint_for
 from airflow_k8s_retry_testing import FakeCluster
 from airflow_k8s_retry_testing.ports import free_port
 from tests.support.airflow_runner import AIRFLOW, AirflowHome, MigratedDatabase
@@ -256,7 +256,7 @@ def test_the_page_renders_real_verdicts_in_a_browser(site: Site, tmp_path: Path)
     # Every reason code has a fix hint, shown under the message.
     assert seen["hints"] == 7
     for row in seen["tries"]:
-        hint = fix_hint(row[5])
+        hint = hint_for(row[5])
         assert hint and row[6].endswith(f"fix: {hint}")
     assert seen["dags"] == ["", "failures_a", "failures_b"]
     assert total_b == "1" and len(only_b) == 1 and only_b[0].startswith("failures_b.exits")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from airflow_k8s_retry import metrics
-from airflow_k8s_retry.hints import fix_hint
+from airflow_k8s_retry.classification import hint_for
 from airflow_k8s_retry_testing import FakeCluster
 from tests.airflow.observability.statsd_listener import Datagram, StatsdListener
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
@@ -165,7 +165,7 @@ def test_the_failure_report_opens_with_the_fix_hint(
         i for i, line in enumerate(lines) if re.search(rf"\] Pod metrics-e2e-{task_id}-\w+-t1: ", line)
     )
     head = lines[start].split(": ", 1)[1]
-    hint = fix_hint(reason)
+    hint = hint_for(reason)
     if hint is None:
         assert head.startswith(f"{reason}: ")
     else:

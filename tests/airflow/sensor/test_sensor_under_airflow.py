@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.paths import REPO
@@ -34,12 +34,10 @@ from airflow_k8s_retry.sensors import PodCompletionSensor
 
 @task
 def start_failing_job():
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     from kubernetes import client
 
-    from airflow_k8s_retry.connection import resolve_cluster_config
-    from airflow_k8s_retry.kube.config import sync_api_client
-
-    with sync_api_client(resolve_cluster_config("kubernetes_default")) as api:
+    with KubernetesHook(conn_id="kubernetes_default").api_client as api:
         client.BatchV1Api(api).create_namespaced_job(
             "default",
             {
@@ -148,7 +146,7 @@ def test_a_failed_job_fails_the_sensor_with_the_cause_of_its_last_pod(runs: dict
 def create_pod(cluster: FakeCluster, name: str) -> None:
     from kubernetes import client
 
-    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         body = {
             "metadata": {"name": name},

@@ -58,9 +58,7 @@ def test_the_providers_wheel_holds_no_simulator(wheels: dict[str, zipfile.ZipFil
     provider = wheels["airflow_k8s_retry"]
     names = provider.namelist()
     assert not [n for n in names if n.startswith("airflow_k8s_retry_testing/")]
-    assert [n for n in names if n.startswith("airflow_k8s_retry/testing/")] == [
-        "airflow_k8s_retry/testing/__init__.py"  # the deprecated alias, nothing else
-    ]
+    assert not [n for n in names if n.startswith("airflow_k8s_retry/testing/")]
     assert not [n for n in names if n.endswith((".yaml", ".pem"))]
     shipped = {n.removeprefix("airflow_k8s_retry/").removesuffix(".py") for n in modules(provider)}
     package = Path(airflow_k8s_retry.__file__).parent

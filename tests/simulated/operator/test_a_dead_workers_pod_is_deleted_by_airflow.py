@@ -15,7 +15,7 @@ import pytest
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.exceptions import PodFailure
-from airflow_k8s_retry.kube.stamps import read_stamp
+from airflow_k8s_retry.kube.naming import read_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
 from tests.simulated.operator.test_operator_lifecycle import defer, event_for, operator, verdict
 
@@ -150,7 +150,7 @@ def test_a_create_still_on_its_way_when_the_callback_first_looks_is_deleted_too(
 ):
     # An executor that reports a dead worker at once (CeleryExecutor) has the callback run while
     # the create the worker sent just before it died is still on its way to the API server.
-    from airflow_k8s_retry.operators.lost_try import IN_FLIGHT_SETTLE
+    from airflow_k8s_retry.kills.callback import IN_FLIGHT_SETTLE
 
     cluster = make_cluster(RUNNING)
     landed: list[str] = []
@@ -166,7 +166,7 @@ def test_a_create_still_on_its_way_when_the_callback_first_looks_is_deleted_too(
 
 
 def test_in_the_worker_that_ran_the_try_the_callback_does_not_wait(make_cluster, context, no_backoff_sleep):
-    from airflow_k8s_retry.operators.lost_try import IN_FLIGHT_SETTLE
+    from airflow_k8s_retry.kills.callback import IN_FLIGHT_SETTLE
 
     make_cluster(RUNNING)
     op = operator(retries=0)

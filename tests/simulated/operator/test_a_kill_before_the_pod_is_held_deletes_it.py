@@ -118,7 +118,7 @@ def test_on_kill_alone_deletes_a_relaunch_whose_create_landed_in_a_resumed_worke
 ):
     from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
     from airflow_k8s_retry.compat import TaskDeferred
-    from airflow_k8s_retry.triggers import PodEvent
+    from airflow_k8s_retry.triggers.pod import PodEvent
 
     cluster = make_cluster(LONG)
 

@@ -143,7 +143,7 @@ def test_create_errors_are_judged_by_status_and_message(case, exc, outcome, reas
 
 def test_termination_messages_are_withheld_from_what_is_published():
     from airflow_k8s_retry.classification import classify
-    from airflow_k8s_retry.kube.lifecycle import withhold_termination_messages
+    from airflow_k8s_retry.report import withhold_termination_messages
 
     secret_tail = "Traceback ... password=hunter2-s3cret"
     pod = {

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.compat import AirflowSkipException, TaskDeferred
-from airflow_k8s_retry.connection import aresolve_cluster_config, resolve_cluster_config
+from airflow_k8s_retry.connection import aresolve_cluster_config
 from airflow_k8s_retry.exceptions import ContainerExitFailure, PodFailurePermanent, PodOOMKilled
+from airflow_k8s_retry.kills.listener import pod_in_trigger
 from airflow_k8s_retry.operators import RetryingPodOperator
-from airflow_k8s_retry.plugins.kills import pod_in_trigger
 from airflow_k8s_retry.triggers import PodStateTrigger
 
 
@@ -148,7 +148,6 @@ async def test_the_trigger_resolves_the_same_cluster_as_the_worker(monkeypatch, 
     # The watch hub shares a feed by this key: one cluster, one feed; another cluster, another.
     assert plain.key == same.key
     assert len({plain.key, other.key, elsewhere.key}) == 3
-    assert resolve_cluster_config("k8s_a", {"cluster_context": "prod"}).key == other.key
     # in_cluster replaces the connection's file, and a context means nothing in-cluster.
     monkeypatch.setenv(
         "AIRFLOW_CONN_K8S_B", json.dumps({"conn_type": "kubernetes", "extra": {"cluster_context": "x"}})
@@ -157,8 +156,8 @@ async def test_the_trigger_resolves_the_same_cluster_as_the_worker(monkeypatch, 
     assert (inside.mode, inside.cluster_context) == ("in_cluster", None)
 
 
-def test_a_trigger_without_cluster_arguments_serializes_as_before() -> None:
+def test_a_trigger_without_cluster_arguments_serializes_no_cluster() -> None:
     trigger = PodStateTrigger(
         kubernetes_conn_id="c", namespace="n", pod_name="p", pod_uid="u", identity=None, policy=None
     )
-    assert "cluster" not in trigger.serialize()[1]
+    assert trigger.serialize()[1]["cluster"] is None

@@ -73,18 +73,18 @@ def test_get_logs_streams_live_by_default_every_30_seconds(make_cluster, context
     assert defer(operator(), context).serialize()[1]["logging_interval"] == 30.0
 
 
-@pytest.mark.parametrize("kwargs", [{"live_logs": False}, {"get_logs": False}])
+@pytest.mark.parametrize("kwargs", [{"logging_interval": None}, {"get_logs": False}])
 def test_without_live_logs_nothing_streams(make_cluster, context, kwargs):
     make_cluster()
-    assert "logging_interval" not in defer(operator(**kwargs), context).serialize()[1]
+    assert defer(operator(**kwargs), context).serialize()[1]["logging_interval"] is None
 
 
-def test_with_live_logs_off_the_worker_writes_the_whole_log(make_cluster, context, caplog, capsys):
+def test_with_logging_interval_none_the_worker_writes_the_whole_log(make_cluster, context, caplog, capsys):
     caplog.set_level(logging.INFO)
     cluster = make_cluster({"time_scale": 0.05, "images": {"slow:1": {"run": {"log": "\n".join(LINES)}}}})
-    op = operator(image="slow:1", live_logs=False)
+    op = operator(image="slow:1", logging_interval=None)
     trigger = defer(op, context)
-    assert "logging_interval" not in trigger.serialize()[1]
+    assert trigger.serialize()[1]["logging_interval"] is None
     assert cluster.wait_for(
         lambda c: ((c.pod(trigger.pod_name) or {}).get("status") or {}).get("phase") == "Succeeded", 20
     )

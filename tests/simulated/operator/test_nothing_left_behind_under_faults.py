@@ -19,9 +19,9 @@ from kubernetes.client.exceptions import ApiException
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.compat import AirflowFailException
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-from airflow_k8s_retry.kube.lifecycle import FINISH_BACKOFF
+from airflow_k8s_retry.kube.lifecycle import OUTAGE_BACKOFF
+from airflow_k8s_retry.kube.naming import read_stamp
 from airflow_k8s_retry.kube.pods import PodClient
-from airflow_k8s_retry.kube.stamps import read_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
 from tests.simulated.operator.test_operator_lifecycle import (
     client_for,
@@ -68,7 +68,7 @@ def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(
     op = operator()
     trigger = defer(op, context)
     assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
-    cluster.add_fault(verb="delete", resource="pods", status=500, times=len(FINISH_BACKOFF) + 1)
+    cluster.add_fault(verb="delete", resource="pods", status=500, times=len(OUTAGE_BACKOFF) + 1)
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
@@ -77,7 +77,7 @@ def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(
     stamp = read_stamp(cluster.pod(trigger.pod_name))
     assert stamp is not None and stamp.kept is False
     assert live(cluster) == [trigger.pod_name]
-    assert no_backoff_sleep == list(FINISH_BACKOFF)  # about 30 s of attempts before giving up
+    assert no_backoff_sleep == list(OUTAGE_BACKOFF)  # about 30 s of attempts before giving up
 
     ti.try_number = 2
     second = defer(operator(), context)
@@ -103,7 +103,7 @@ def test_a_failing_xcom_push_does_not_skip_the_delete(make_cluster, context, ti,
 
 def test_a_pod_kept_on_purpose_survives_the_next_tries_sweep(make_cluster, context, ti):
     cluster = make_cluster(LONG_RUNNING)
-    op = operator(keep_failed_pods=True)
+    op = operator(on_finish_action="delete_succeeded_pod")
     trigger = defer(op, context)
     with pytest.raises(PodFailure):
         op.execute_complete(
@@ -112,7 +112,7 @@ def test_a_pod_kept_on_purpose_survives_the_next_tries_sweep(make_cluster, conte
     stamp = read_stamp(cluster.pod(trigger.pod_name))
     assert stamp is not None and stamp.kept is True
     ti.try_number = 2
-    second = defer(operator(keep_failed_pods=True), context)
+    second = defer(operator(on_finish_action="delete_succeeded_pod"), context)
     assert live(cluster) == sorted([trigger.pod_name, second.pod_name])
     assert requests(cluster, "delete") == []
 
@@ -438,7 +438,8 @@ def test_the_sweep_retries_a_list_refused_for_a_moment(make_cluster, context, ti
 def test_the_next_try_is_not_started_beside_an_earlier_pod_it_cannot_delete(
     make_cluster, context, ti, no_backoff_sleep
 ):
-    from airflow_k8s_retry.kube.lifecycle import SWEEP_BACKOFF, EarlierTryNotGone
+    from airflow_k8s_retry.kills.sweep import EarlierTryNotGone
+    from airflow_k8s_retry.kube.lifecycle import OUTAGE_BACKOFF as SWEEP_BACKOFF
 
     cluster = make_cluster(LONG_RUNNING)
     first = defer(operator(), context)  # its worker dies: nothing deletes the pod

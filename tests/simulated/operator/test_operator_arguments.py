@@ -71,8 +71,7 @@ def test_kpo_failure_arguments_go_into_the_policy():
         skip_on_exit_code=[3, 4],
         startup_timeout_seconds=60,
         schedule_timeout_seconds=30,
-        relaunch_budget=1,
-        failure_policy=FailurePolicy(grace={"image.not_found": 5}, fail_on_exit_codes=[2]),
+        failure_policy=FailurePolicy(grace={"image.not_found": 5}, fail_on_exit_codes=[2], relaunch_budget=1),
     )
     policy = op.failure_policy.to_payload()
     assert policy["skip_on_exit_codes"] == [3, 4]
@@ -81,11 +80,10 @@ def test_kpo_failure_arguments_go_into_the_policy():
     assert policy["grace"] == {"image.not_found": 5.0}
 
 
-def test_keep_failed_pods_is_delete_succeeded_pod():
-    assert (
-        RetryingPodOperator(task_id="a", image="x", keep_failed_pods=True).on_finish_action
-        == "delete_succeeded_pod"
-    )
+def test_the_arguments_that_said_what_kpo_arguments_say_are_gone():
+    for removed in ({"keep_failed_pods": True}, {"relaunch_budget": 1}, {"live_logs": False}):
+        with pytest.raises(TypeError, match=next(iter(removed))):
+            RetryingPodOperator(task_id="a", image="x", **removed)
     assert RetryingPodOperator(task_id="b", image="x").on_finish_action == "delete_pod"
 
 
@@ -94,7 +92,6 @@ def test_keep_failed_pods_is_delete_succeeded_pod():
     [
         ({"on_finish_action": "delete"}, ValueError, "on_finish_action must be one of"),
         ({"failure_policy": {"grace": {}}}, PolicyError, "failure_policy must be"),
-        ({"relaunch_budget": -1}, PolicyError, "relaunch_budget must be a whole number"),
         ({"skip_on_exit_code": 256}, PolicyError, "skip_on_exit_codes"),
         ({"startup_timeout_seconds": 0}, PolicyError, "startup_timeout"),
     ],

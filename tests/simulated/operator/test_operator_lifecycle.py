@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
 from airflow_k8s_retry.compat import (
@@ -20,12 +21,10 @@ from airflow_k8s_retry.compat import (
     TaskDeferred,
 )
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION, TryIdentity, encode_stamp
 from airflow_k8s_retry.kube.pods import PodClient
-from airflow_k8s_retry.kube.stamps import encode_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
-from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
+from airflow_k8s_retry.triggers.pod import PodEvent, PodStateTrigger
 
 
 def operator(**kwargs: Any) -> RetryingPodOperator:
@@ -34,7 +33,7 @@ def operator(**kwargs: Any) -> RetryingPodOperator:
 
 
 def client_for(cluster: Any) -> PodClient:
-    return PodClient(sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig))))
+    return PodClient(new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False))
 
 
 def identity_of(ti: Any, try_number: int | None = None) -> TryIdentity:
@@ -148,14 +147,14 @@ def test_retry_verdict_stamps_reports_deletes_and_raises_pod_failure(make_cluste
 
 def test_fail_verdict_raises_the_permanent_failure_and_keeps_a_stamped_pod_when_asked(make_cluster, context):
     cluster = make_cluster()
-    op = operator(keep_failed_pods=True)
+    op = operator(on_finish_action="delete_succeeded_pod")
     trigger = defer(op, context)
     v = verdict(Outcome.FAIL, Reason.IMAGE_INVALID_NAME, "invalid reference format")
     with pytest.raises(PodFailurePermanent) as failure:
         op.execute_complete(context, event=event_for(trigger, v))
     assert isinstance(failure.value, AirflowFailException)
     pod = client_for(cluster).read(trigger.namespace, trigger.pod_name)
-    assert pod is not None, "keep_failed_pods keeps the pod"
+    assert pod is not None, "delete_succeeded_pod keeps the pod"
     stamp = json.loads(pod["metadata"]["annotations"][VERDICT_ANNOTATION])
     assert (stamp["outcome"], stamp["reason"]) == ("fail", "image.invalid_name")
     assert requests(cluster, "delete") == []
@@ -163,7 +162,7 @@ def test_fail_verdict_raises_the_permanent_failure_and_keeps_a_stamped_pod_when_
 
 def test_a_stamped_pod_is_finished_business_when_adopted(make_cluster, context):
     cluster = make_cluster()
-    op = operator(keep_failed_pods=True)
+    op = operator(on_finish_action="delete_succeeded_pod")
     trigger = defer(op, context)
     with pytest.raises(PodFailurePermanent):
         op.execute_complete(

@@ -32,7 +32,7 @@ from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.exceptions import PodFailure
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.operators import RetryingPodOperator
-from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
+from airflow_k8s_retry.triggers.pod import PodEvent, PodStateTrigger
 from tests.support.lab import Run, create_pod, pod_body
 
 BUDGET = 8

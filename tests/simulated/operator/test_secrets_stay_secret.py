@@ -17,7 +17,7 @@ import pytest
 
 from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.exceptions import PodFailure
-from airflow_k8s_retry.kube.stamps import encode_stamp
+from airflow_k8s_retry.kube.naming import encode_stamp
 from airflow_k8s_retry.operators import RetryingPodOperator
 from airflow_k8s_retry.triggers import PodStateTrigger
 

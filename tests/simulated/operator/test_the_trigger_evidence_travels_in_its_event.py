@@ -1,11 +1,11 @@
 """The failure report is written from what the trigger judged the pod on, carried in its event.
 
 The trigger holds the pod (its last look) and the pod's Events when it emits a failure, so its event
-carries a compact snapshot of them (``airflow_k8s_retry.kube.snapshot``) and ``execute_complete``
+carries a compact snapshot of them (``airflow_k8s_retry.report.Snapshot``) and ``execute_complete``
 reads neither. The snapshot keeps what the report and the worker's decisions read (status,
 container names and termination-message policies, the last 10 Events) and nothing of the spec's
 env, commands or annotations; it survives Airflow's serialization of a trigger event; one too large
-is left out, and then (as for an older trigger's event) the worker reads the pod and its Events.
+is left out, and then the worker reads the pod and its Events.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pytest
 
 from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.exceptions import PodFailure
-from airflow_k8s_retry.kube import snapshot
 from airflow_k8s_retry.kube.ordering import event_sort_key
 from airflow_k8s_retry.operators import RetryingPodOperator
-from airflow_k8s_retry.triggers import PodEvent
+from airflow_k8s_retry.report import Snapshot
+from airflow_k8s_retry.triggers.pod import PodEvent
 
 SECRET = "pw-0d1e2f3a-do-not-carry"
 SCENARIO = {"time_scale": 0.05, "images": {"etl:3": {"run": {"exit_code": 3, "duration_seconds": 0.1}}}}
@@ -65,23 +65,25 @@ def events(n: int) -> list[dict[str, Any]]:
 
 
 def test_the_snapshot_keeps_what_the_report_reads_and_no_secret():
-    taken = snapshot.take(pod(), events(12), "u-1")
+    taken = Snapshot.take(pod(), events(12), "u-1")
     assert taken is not None
-    body, evs = snapshot.unpack(taken, "u-1") or (None, [])
+    unpacked = Snapshot.from_payload(taken.to_payload(), "u-1")
+    assert unpacked == taken
+    body, evs = taken.pod, taken.events
     assert body is not None
     status = pod()["status"]
     # The termination message stays behind (a container may write a Secret's value there); the
     # snapshot says that it did.
     del status["containerStatuses"][0]["state"]["terminated"]["message"]
     assert body["status"] == status
-    assert taken["withheld"] is True
-    assert snapshot.take(pod(message=""), [], "u-1")["withheld"] is False  # type: ignore[index]
-    assert "boom" not in json.dumps(taken)
+    assert taken.withheld is True
+    assert Snapshot.take(pod(message=""), [], "u-1").withheld is False  # type: ignore[union-attr]
+    assert "boom" not in json.dumps(taken.to_payload())
     container = {"name": "base", "terminationMessagePolicy": "FallbackToLogsOnError"}
     assert body["spec"] == {"containers": [container]}
     assert [e["reason"] for e in evs] == [f"R{i}" for i in range(2, 12)]  # the newest 10
     assert set(evs[0]) == {"type", "reason", "count", "message"}
-    assert SECRET not in json.dumps(taken)
+    assert SECRET not in json.dumps(taken.to_payload())
 
 
 def test_the_snapshot_survives_airflows_serialization_of_a_trigger_event():
@@ -90,21 +92,23 @@ def test_the_snapshot_survives_airflows_serialization_of_a_trigger_event():
     from airflow_k8s_retry.classification import Outcome, Reason, Verdict
 
     verdict = Verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE, "exit 3", "exit_code")
-    payload = PodEvent("ns", "p", "u-1", verdict, 0, seen=snapshot.take(pod(), events(3), "u-1")).to_payload()
+    payload = PodEvent("ns", "p", "u-1", verdict, 0, seen=Snapshot.take(pod(), events(3), "u-1")).to_payload()
     loaded = BaseSerialization.deserialize(BaseSerialization.serialize(payload))
     assert loaded == payload
-    assert PodEvent.from_payload(loaded).seen == payload["seen"]
+    seen = PodEvent.from_payload(loaded).seen
+    assert seen is not None and seen.to_payload() == payload["seen"]
 
 
 def test_a_snapshot_too_large_or_of_another_pod_is_not_used():
     too_large = pod()
-    too_large["status"]["message"] = "x" * (snapshot.SIZE_LIMIT + 1)
-    assert snapshot.take(too_large, [], "u-1") is None
-    other = snapshot.take(pod(uid="u-2"), events(1), "u-1")
-    assert other is not None and other["pod"] is None  # a replaced pod is not this pod's evidence
-    assert snapshot.unpack(snapshot.take(pod(), [], "u-1"), "u-2") is None
-    assert snapshot.unpack(None, "u-1") is None
-    assert snapshot.unpack({"uid": "u-1", "pod": None, "events": "nonsense"}, "u-1") is None
+    too_large["status"]["message"] = "x" * (Snapshot.SIZE_LIMIT + 1)
+    assert Snapshot.take(too_large, [], "u-1") is None
+    other = Snapshot.take(pod(uid="u-2"), events(1), "u-1")
+    assert other is not None and other.pod is None  # a replaced pod is not this pod's evidence
+    taken = Snapshot.take(pod(), [], "u-1")
+    assert taken is not None and Snapshot.from_payload(taken.to_payload(), "u-2") is None
+    assert Snapshot.from_payload(None, "u-1") is None
+    assert Snapshot.from_payload({"uid": "u-1", "pod": None, "events": "nonsense"}, "u-1") is None
 
 
 def _deferred(op: RetryingPodOperator, context: dict[str, Any]) -> Any:
@@ -141,7 +145,7 @@ def requests(cluster: Any, since: int) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("carried", [True, False], ids=["carried", "older trigger"])
+@pytest.mark.parametrize("carried", [True, False], ids=["carried", "too large to carry"])
 def test_the_report_reads_the_api_only_for_an_event_without_a_snapshot(
     make_cluster, context, caplog, capsys, carried
 ):
@@ -150,9 +154,9 @@ def test_the_report_reads_the_api_only_for_an_event_without_a_snapshot(
         task_id="load", image="etl:3", kubernetes_conn_id=None, namespace="default", get_logs=False
     )
     event = _failed_pod_event(cluster, op, context)
-    assert snapshot.unpack(event.get("seen"), event["pod_uid"]) is not None
+    assert Snapshot.from_payload(event.get("seen"), event["pod_uid"]) is not None
     if not carried:
-        del event["seen"]  # as an event of a trigger from before the snapshot
+        del event["seen"]  # as for a snapshot larger than Snapshot.SIZE_LIMIT
     caplog.set_level(logging.INFO)
     since = len(cluster.audit_records())
     with pytest.raises(PodFailure, match=r"container\.exit_code"):
@@ -175,10 +179,10 @@ def test_a_failure_seen_before_the_events_are_listed_still_carries_them(make_clu
         task_id="load", image="etl:3", kubernetes_conn_id=None, namespace="default", get_logs=False
     )
     event = _failed_pod_event(cluster, op, context)
-    unpacked = snapshot.unpack(event.get("seen"), event["pod_uid"])
+    unpacked = Snapshot.from_payload(event.get("seen"), event["pod_uid"])
     assert unpacked is not None
-    body, evs = unpacked
+    body, evs = unpacked.pod, unpacked.events
     assert body is not None and body["status"]["phase"] == "Failed"
-    assert [e["reason"] for e in evs] == _reasons(cluster)[-snapshot.EVENTS_KEPT :]
+    assert [e["reason"] for e in evs] == _reasons(cluster)[-Snapshot.EVENTS_KEPT :]
     assert evs, "the pod's Events"
     assert [r.get("fault") for r in cluster.audit_records() if r.get("resource") == "events"][:1] == ["slow"]

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import CollectionSubscription, WatchHub
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry_testing import FakeCluster
@@ -74,7 +75,7 @@ async def test_followers_and_subscribers_share_one_feed_and_the_last_one_stops_i
 
     # A deleted pod leaves the follower's view. The pod's subscriber, on the same feed, was given
     # it as created, as marked for deletion, then as deleted (grace 0: it never ran).
-    api = sync_api_client(config)
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     client.CoreV1Api(api).delete_namespaced_pod("report-1", "default", grace_period_seconds=0)
     api.close()
     await until(everything, lambda objects: "report-1" not in objects)

@@ -1,4 +1,4 @@
-"""A PodStateTrigger given a target waits for the pod to appear, follows the newest pod of a
+"""A PodTargetTrigger waits for the pod to appear, follows the newest pod of a
 selector, judges a Job's pods as part of the Job, and reports a timeout: all through the watch.
 
 Nothing here waits for real time to pass, so every step has one outcome whatever the machine's
@@ -20,14 +20,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import Outcome, Reason
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry.triggers import PodStateTrigger
-from airflow_k8s_retry.triggers.target import PROGRESS_EVERY, Target, TargetEvent
+from airflow_k8s_retry.triggers.target import PROGRESS_EVERY, PodTargetTrigger, Target, TargetEvent
 from airflow_k8s_retry_testing import FakeCluster
 from tests.simulated.sensor.stepping import TaskLog, created, job_failed, made, phase, requests, run_until
 from tests.support.feeds import hold_hub
@@ -76,24 +77,14 @@ def cluster(monkeypatch: pytest.MonkeyPatch, hub_clock: ManualClock) -> Iterator
     yield from manual_cluster(monkeypatch, SCENARIO)
 
 
-def following(target: Target, **kwargs: Any) -> PodStateTrigger:
-    return PodStateTrigger(
-        kubernetes_conn_id=CONN_ID,
-        namespace=target.namespace,
-        pod_name="",
-        pod_uid="",
-        identity=None,
-        policy=None,
-        owned=False,
-        target=target.to_payload(),
-        **kwargs,
-    )
+def following(target: Target, **kwargs: Any) -> PodTargetTrigger:
+    return PodTargetTrigger(kubernetes_conn_id=CONN_ID, target=target.to_payload(), policy=None, **kwargs)
 
 
 class Following:
     """A following trigger running in the test's loop, like the triggerer runs it."""
 
-    def __init__(self, trigger: PodStateTrigger) -> None:
+    def __init__(self, trigger: PodTargetTrigger) -> None:
         self.trigger = trigger
         self.events: list[TargetEvent] = []
         self.task = asyncio.get_running_loop().create_task(self._consume())
@@ -111,7 +102,7 @@ class Following:
 def create(cluster: FakeCluster, kind: str, body: dict[str, Any]) -> dict[str, Any]:
     from kubernetes import client
 
-    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         if kind == "job":
             made = client.BatchV1Api(api).create_namespaced_job("default", body)
@@ -504,7 +495,7 @@ async def test_says_what_it_waits_for_once_a_minute_and_times_out(
     assert requests(cluster) == {"pods in default": WATCHED}  # all through the watch: not one read
 
 
-def test_the_target_is_serialized_only_when_given() -> None:
+def test_the_target_round_trips_through_the_triggers_kwargs() -> None:
     target = Target("default", job_name="etl", deadline=1_800_000_000.0)
     classpath, kwargs = following(target).serialize()
     assert kwargs["target"] == {
@@ -515,8 +506,7 @@ def test_the_target_is_serialized_only_when_given() -> None:
         "deadline": 1_800_000_000.0,
         "since": None,
     }
-    assert (kwargs["pod_name"], kwargs["pod_uid"], kwargs["owned"]) == ("", "", False)
-    assert PodStateTrigger(**kwargs).serialize() == (classpath, kwargs)
+    assert PodTargetTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
 @pytest.mark.parametrize(
@@ -531,18 +521,11 @@ def test_a_target_names_exactly_one_thing(fields: dict[str, str], complaint: str
         Target("default", **fields)
 
 
-def test_a_target_is_followed_only_for_pods_the_task_does_not_own() -> None:
-    with pytest.raises(ValueError, match="owned=False"):
-        PodStateTrigger(
-            kubernetes_conn_id=None,
-            namespace="default",
-            pod_name="",
-            pod_uid="",
-            identity=None,
-            policy=None,
-            owned=True,
-            target=Target("default", pod_name="x").to_payload(),
-        )
+def test_the_pods_of_a_target_are_judged_as_pods_the_task_does_not_own() -> None:
+    follower = following(Target("default", pod_name="x"), poll_interval=3)
+    judge = follower._judge("x", "uid-x")
+    _, kwargs = judge.serialize()
+    assert (kwargs["owned"], kwargs["identity"], kwargs["poll_interval"]) == (False, None, 3.0)
 
 
 def test_a_job_pod_taken_away_by_the_cluster_is_left_to_the_job_even_before_it_has_failed() -> None:

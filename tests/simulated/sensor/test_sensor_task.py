@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
 from airflow_k8s_retry.compat import (
@@ -24,12 +25,10 @@ from airflow_k8s_retry.compat import (
     TaskDeferred,
 )
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
-from airflow_k8s_retry.kube.lifecycle import FINISH_BACKOFF
+from airflow_k8s_retry.kube.lifecycle import OUTAGE_BACKOFF
 from airflow_k8s_retry.kube.pods import PodClient
 from airflow_k8s_retry.sensors import PodCompletionSensor
 from airflow_k8s_retry.sensors import pod as sensor_module
-from airflow_k8s_retry.triggers import PodEvent
 from airflow_k8s_retry.triggers.target import Judged, Target, TargetEvent
 from tests.simulated.sensor.stepping import phase, run_until
 
@@ -57,7 +56,7 @@ def sensor(**kwargs: Any) -> PodCompletionSensor:
 def external_pod(
     cluster: Any, name: str, labels: dict[str, str], image: str = "busybox:1.36"
 ) -> dict[str, Any]:
-    client = PodClient(sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig))))
+    client = PodClient(new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False))
     body = {
         "metadata": {"name": name, "labels": labels},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]},
@@ -101,9 +100,7 @@ def test_defers_at_once_even_before_the_pod_exists(make_cluster, context, monkey
     with pytest.raises(TaskDeferred) as deferred:
         sensor(pod_name="report-1", timeout=120).execute(context)
     classpath, kwargs = deferred.value.trigger.serialize()
-    assert classpath == "airflow_k8s_retry.triggers.PodStateTrigger"
-    assert kwargs["owned"] is False and kwargs["identity"] is None
-    assert (kwargs["pod_name"], kwargs["pod_uid"]) == ("", "")
+    assert classpath == "airflow_k8s_retry.triggers.PodTargetTrigger"
     assert kwargs["target"]["pod_name"] == "report-1"
     assert kwargs["poll_interval"] == 10.0
     assert (kwargs["target"]["since"], kwargs["target"]["deadline"]) == (now, now + 120)
@@ -118,7 +115,7 @@ def test_the_templated_target_is_what_is_followed(make_cluster, context):
     with pytest.raises(TaskDeferred) as deferred:
         sensor(job_name="etl-2024", namespace=None).execute(context)
     assert deferred.value.trigger.serialize()[1]["target"]["job_name"] == "etl-2024"
-    assert deferred.value.trigger.namespace == "default"
+    assert deferred.value.trigger.serialize()[1]["target"]["namespace"] == "default"
 
 
 def test_a_timeout_is_a_sensor_timeout_and_costs_no_retry(context):
@@ -165,16 +162,6 @@ def test_failures_raise_the_operator_exceptions_and_delete_nothing(make_cluster,
     assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]
 
 
-def test_an_event_of_an_earlier_sensor_version_is_still_understood(make_cluster, context):
-    cluster = make_cluster()
-    pod = external_pod(cluster, "report-1", {"app": "report"})
-    old = PodEvent(
-        "default", "report-1", pod["metadata"]["uid"], verdict(Outcome.RETRY, Reason.CONTAINER_OOM), 0
-    )
-    with pytest.raises(PodFailure, match=r"container\.oom"):
-        sensor().execute_complete(context, old.to_payload())
-
-
 def test_the_failure_report_carries_the_pods_last_log_lines(make_cluster, context, capsys):
     cluster = make_cluster(SCENARIO)
     pod = external_pod(cluster, "report-1", {"app": "report"}, image="app:broken")
@@ -212,8 +199,8 @@ def test_a_refused_delete_does_not_turn_a_success_into_a_failure(
     assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]
     # A 403 may be an authorizer failing for a moment: the delete took its whole back-off, the
     # stamp (not transient) was tried once.
-    assert no_backoff_sleep == list(FINISH_BACKOFF)
-    assert [r["verb"] for r in refused] == ["patch"] + ["delete"] * (len(FINISH_BACKOFF) + 1)
+    assert no_backoff_sleep == list(OUTAGE_BACKOFF)
+    assert [r["verb"] for r in refused] == ["patch"] + ["delete"] * (len(OUTAGE_BACKOFF) + 1)
 
 
 def test_a_job_verdict_without_a_pod_still_fails_the_task(context):
@@ -260,5 +247,5 @@ def test_api_errors_in_the_cleanup_never_fail_a_succeeded_task(make_cluster, con
     failed = [r["verb"] for r in cluster.audit_records() if r.get("status") == 500]
     # Four attempts at the stamp, then seven at the delete (about 30 s: a finished pod's delete
     # outlasts an API server's restart); none of it reaches the task's outcome.
-    assert failed == ["patch"] * 4 + ["delete"] * (len(FINISH_BACKOFF) + 1)
+    assert failed == ["patch"] * 4 + ["delete"] * (len(OUTAGE_BACKOFF) + 1)
     assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]

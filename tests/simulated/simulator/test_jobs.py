@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.config import new_client_from_config
 
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry_testing import FakeCluster
 
 SCENARIO = {
@@ -32,7 +32,7 @@ def cluster() -> Iterator[FakeCluster]:
 
 @pytest.fixture
 def batch(cluster: FakeCluster) -> Iterator[client.BatchV1Api]:
-    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     yield client.BatchV1Api(api)
     api.close()
 
@@ -122,7 +122,7 @@ def test_pods_that_succeed_in_one_turn_are_both_counted_before_the_job_scales() 
     # A busy loop runs two kubelet status writes before the controller's callbacks for either: the
     # first callback's sync sees both pods ended but had counted one success, and made a third pod.
     with FakeCluster(SCENARIO, clock="manual") as cluster:
-        api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+        api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
         try:
             client.BatchV1Api(api).create_namespaced_job(
                 "default", job("etl", "long:1", completions=2, parallelism=2)
@@ -162,7 +162,7 @@ def test_active_deadline_seconds_fails_the_job_and_stops_its_pods(
 
 
 def test_jobs_are_served_under_the_batch_group_only(cluster: FakeCluster) -> None:
-    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         groups = client.ApisApi(api).get_api_versions()
         assert [g.name for g in groups.groups] == ["batch"]
@@ -175,7 +175,7 @@ def test_jobs_are_served_under_the_batch_group_only(cluster: FakeCluster) -> Non
 
 def test_rbac_names_the_batch_group(cluster: FakeCluster) -> None:
     kubeconfig = cluster.restrict("pods-only", resources=["pods"])
-    api = sync_api_client(ClusterConfig(kube_config_path=str(kubeconfig)))
+    api = new_client_from_config(config_file=str(kubeconfig), persist_config=False)
     try:
         with pytest.raises(client.ApiException) as raised:
             client.BatchV1Api(api).list_namespaced_job("default")

@@ -18,12 +18,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.naming import MANAGED_LABEL, TryIdentity
-from airflow_k8s_retry.triggers import PodEvent, PodStateTrigger
+from airflow_k8s_retry.triggers.pod import PodEvent, PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import feed_requests, mark, requests, until_watching
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
@@ -39,7 +39,7 @@ def phase(cluster: FakeCluster, name: str) -> str | None:
 
 
 def set_managed_label(cluster: FakeCluster, name: str, value: str | None) -> None:
-    client = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    client = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         from kubernetes import client as k
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import FailurePolicy, Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.tracker import GRACE_NOTE_EVERY
@@ -188,7 +188,7 @@ def stamped_signals(cluster: FakeCluster, name: str) -> dict[str, float]:
 def force_delete(cluster: FakeCluster, name: str) -> None:
     from kubernetes import client as k
 
-    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         k.CoreV1Api(api).delete_namespaced_pod(name, "default", grace_period_seconds=0)
     finally:

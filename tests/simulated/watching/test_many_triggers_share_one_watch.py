@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
@@ -74,7 +74,7 @@ def delete_pods(cluster: FakeCluster, pods: list[dict[str, Any]]) -> None:
     """Delete the pods at once, as the workers resuming their tasks would."""
     from kubernetes import client as k
 
-    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         for pod in pods:
             meta = pod["metadata"]
@@ -86,7 +86,7 @@ def delete_pods(cluster: FakeCluster, pods: list[dict[str, Any]]) -> None:
 def annotate(cluster: FakeCluster, pod: dict[str, Any]) -> None:
     from kubernetes import client as k
 
-    api = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         body = {"metadata": {"annotations": {"example.com/probe": "1"}}}
         k.CoreV1Api(api).patch_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], body)

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
+from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
@@ -205,7 +206,7 @@ async def test_a_pod_the_task_did_not_create_is_never_deleted(
 async def test_outside_a_triggerer_the_default_lookup_fails_safe(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_k8s_retry.triggers import airflow_task_state
+    from airflow_k8s_retry.kills.policy import airflow_task_state
 
     # No task SDK supervisor here: the real lookup raises, so the pod is kept.
     name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
@@ -307,7 +308,7 @@ async def test_a_deleted_dag_run_deletes_the_pod(
     # empty map: the task instance is gone, and nobody else will ever delete its pod.
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-    from airflow_k8s_retry.triggers import airflow_task_state
+    from airflow_k8s_retry.kills.policy import airflow_task_state
 
     monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(lambda **kwargs: {}))
     name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
@@ -338,7 +339,7 @@ async def test_a_pod_carrying_a_verdict_is_left_to_the_worker(
 
     trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
     stamp = {"outcome": "fail", "reason": "container.exit_code", "message": "exit 1", "rule": "exit_code"}
-    client = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    client = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         from kubernetes import client as k
 
@@ -514,7 +515,7 @@ async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read
     probe = await WatchHub.current().subscribe(
         config, "default", name, uid, label_selector=MANAGED_SELECTOR, events=False
     )
-    api = sync_api_client(config)
+    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         from kubernetes import client as k
 

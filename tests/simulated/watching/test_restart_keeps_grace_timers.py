@@ -11,10 +11,10 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import Outcome, Reason, Verdict
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.config import ClusterConfig, sync_api_client
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION, TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
@@ -160,7 +160,7 @@ async def test_a_stamped_pod_is_finished_business(
     assert (cluster.pod(name) or {})["status"]["phase"] == "Running"
     # An earlier trigger decided and the operator stamped the verdict, then the triggerer restarted.
     stamp = Verdict(Outcome.RETRY, Reason.CONTAINER_OOM, "container base was OOM-killed", "oom_killed")
-    client = sync_api_client(ClusterConfig(kube_config_path=str(cluster.kubeconfig)))
+    client = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
         from kubernetes import client as k
 

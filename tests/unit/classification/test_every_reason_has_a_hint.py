@@ -1,4 +1,5 @@
-"""Every reason code has a one-line fix hint, reachable from the reason and from a verdict."""
+"""Every reason code has a one-line fix hint, from one function (``hint_for``), for a reason or its
+value; a code this release does not know has none."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_the_hint_table_has_no_stale_entries() -> None:
     assert set(REASONS) == set(Reason)
 
 
-def test_a_verdict_carries_the_hint_of_its_reason_and_its_payload_keeps_its_shape() -> None:
+def test_a_verdicts_reason_gives_its_hint_and_its_payload_keeps_its_shape() -> None:
     pod = {
         "metadata": {"name": "p"},
         "status": {
@@ -31,12 +32,12 @@ def test_a_verdict_carries_the_hint_of_its_reason_and_its_payload_keeps_its_shap
         },
     }
     verdict = classify(pod, now=T0)
-    assert verdict.hint == hint_for(Reason.IMAGE_INVALID_NAME)
+    assert hint_for(verdict.reason) == REASONS[Reason.IMAGE_INVALID_NAME].hint
     payload = verdict.to_payload()
     assert set(payload) == {"outcome", "reason", "message", "rule", "deadline", "evidence", "history"}
-    assert Verdict.from_payload(payload).hint == verdict.hint
+    assert hint_for(Verdict.from_payload(payload).reason) == hint_for(payload["reason"])
 
 
-def test_an_unknown_reason_code_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="is not a valid Reason"):
-        hint_for("image.nope")
+def test_an_unknown_reason_code_has_no_hint() -> None:
+    # A newer release may have written the code (an XCom, a retry reason): no hint, no error.
+    assert hint_for("image.nope") is None

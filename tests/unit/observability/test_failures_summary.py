@@ -87,9 +87,8 @@ def test_the_page_escapes_messages_and_links_each_try() -> None:
 
 def test_every_reason_code_has_a_hint_and_unknown_codes_have_none() -> None:
     from airflow_k8s_retry.classification import Reason, hint_for
-    from airflow_k8s_retry.hints import fix_hint, with_hint
 
     for reason in Reason:
-        assert fix_hint(reason.value) == hint_for(reason)
-    assert fix_hint("image.from_the_future") is None
-    assert with_hint("report", None) == "report"
+        assert hint_for(reason.value) == hint_for(reason)
+        assert hint_for(reason)
+    assert hint_for("image.from_the_future") is None

@@ -1,9 +1,11 @@
-"""The evidence written to the task log: reason line first, bounded at 4 KB whatever the input."""
+"""The evidence written to the task log: the fix hint, then the reason line, bounded at 4 KB whatever
+the input."""
 
 from __future__ import annotations
 
+from airflow_k8s_retry.classification import hint_for
 from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
-from airflow_k8s_retry.kube.pods import REPORT_LIMIT, failure_report
+from airflow_k8s_retry.report import REPORT_LIMIT, failure_report
 
 
 def pull_failure_pod() -> dict:
@@ -38,10 +40,11 @@ def verdict() -> Verdict:
 
 def test_reason_line_first_then_each_section():
     events = [{"type": "Warning", "reason": "Failed", "count": 3, "message": "Failed to pull image"}]
-    report = failure_report(verdict().to_payload(), pod=pull_failure_pod(), events=events, log_tail="")
+    report = failure_report(verdict(), pod=pull_failure_pod(), events=events, log_tail="")
     lines = report.splitlines()
-    assert lines[0] == "image.not_found: image notavalidimage not found in its registry"
-    assert lines[1] == "outcome: retry (rule image.not_found)"
+    assert lines[0] == f"fix: {hint_for('image.not_found')}"
+    assert lines[1] == "image.not_found: image notavalidimage not found in its registry"
+    assert lines[2] == "outcome: retry (rule image.not_found)"
     assert "evidence:" in lines and "events:" in lines and "containers:" in lines
     assert "  Warning Failed x3: Failed to pull image" in lines
     assert any("base: waiting, ImagePullBackOff" in line for line in lines)
@@ -51,13 +54,13 @@ def test_reason_line_first_then_each_section():
 def test_huge_input_stays_under_the_limit_with_the_reason_line_intact():
     events = [{"type": "Warning", "reason": "BackOff", "message": "x" * 900} for _ in range(50)]
     log = "\n".join(f"line {i} " + "y" * 300 for i in range(500))
-    report = failure_report(verdict().to_payload(), pod=pull_failure_pod(), events=events, log_tail=log)
+    report = failure_report(verdict(), pod=pull_failure_pod(), events=events, log_tail=log)
     assert len(report.encode()) <= REPORT_LIMIT
-    assert report.startswith("image.not_found: ")
+    assert report.splitlines()[1].startswith("image.not_found: ")
 
 
 def test_multibyte_text_is_cut_on_character_boundaries():
     events = [{"type": "Warning", "reason": "Failed", "message": "é" * 5000}]
-    report = failure_report(verdict().to_payload(), pod=None, events=events, log_tail="")
+    report = failure_report(verdict(), pod=None, events=events, log_tail="")
     assert len(report.encode("utf-8")) <= REPORT_LIMIT
     report.encode("utf-8").decode("utf-8")

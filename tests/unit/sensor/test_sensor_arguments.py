@@ -81,10 +81,10 @@ def test_poke_interval_is_the_polling_interval_when_watching_is_forbidden():
         sensor(poke_interval=0)
 
 
-def test_poll_interval_of_the_earlier_sensor_still_works_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="is now poke_interval"):
-        s = sensor(poll_interval=2)
-    assert s.poke_interval == 2
+def test_the_interval_is_airflows_poke_interval():
+    assert sensor(poke_interval=2).poke_interval == 2
+    with pytest.raises(TypeError, match="poll_interval"):
+        sensor(poll_interval=2)
 
 
 def test_templated_fields():

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
-from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION
-from airflow_k8s_retry.kube.stamps import encode_stamp
+from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, encode_stamp
 from tests.soak.judge import Try, judge, pod_lives
 from tests.soak.plan import Plan, TaskPlan, draw
 

@@ -12,10 +12,9 @@ from tests.support.paths import REPO
 ROOT = REPO
 #: Contracts that list every top-level module of the product except the ones named here.
 EXPECTED_GAPS = {
-    "Only kube/ imports the Kubernetes and HTTP client libraries": {"kube", "testing"},
-    "The product imports nothing from the simulator (the CLI aside)": {"cli", "testing"},
+    "Only kube/ imports the Kubernetes and HTTP client libraries": {"kube"},
+    "The product imports nothing from the simulator (the CLI aside)": {"cli"},
 }
-#: ``airflow_k8s_retry.testing`` is only the deprecated alias of the simulator's own distribution.
 
 
 def top_level_modules() -> set[str]:
@@ -30,7 +29,7 @@ def contract(name: str) -> dict[str, object]:
 
 def test_every_product_module_is_under_the_contracts_that_list_them() -> None:
     modules = top_level_modules()
-    assert {"kube", "testing", "operators", "triggers", "cli"} <= modules
+    assert {"kube", "operators", "triggers", "cli"} <= modules
     for name, gaps in EXPECTED_GAPS.items():
         found = contract(name)
         listed = found["source_modules"]

@@ -11,8 +11,10 @@ from pathlib import Path
 import airflow_k8s_retry
 import airflow_k8s_retry_testing
 
-#: The most lines a module of the package may have.
-MAX_MODULE_LINES = 600
+#: The most lines a module of the package may have: a bound on one concept, not a reason to split
+#: one. A module holds one concept (the operator's whole try, one trigger with its event); at this
+#: size a concept that outgrows it is really two.
+MAX_MODULE_LINES = 1000
 
 #: The provider and the simulator's distribution.
 PACKAGES = [Path(p.__file__).parent for p in (airflow_k8s_retry, airflow_k8s_retry_testing)]
@@ -26,4 +28,4 @@ def test_no_module_of_the_package_is_over_the_size_limit() -> None:
     }
     assert len(sizes) > 100, "the packages' modules were not found"
     too_big = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
-    assert too_big == {}, f"modules over {MAX_MODULE_LINES} lines (split them by concept): {too_big}"
+    assert too_big == {}, f"modules over {MAX_MODULE_LINES} lines (is each still one concept?): {too_big}"

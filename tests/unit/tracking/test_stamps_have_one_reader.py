@@ -9,8 +9,14 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
-from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION
-from airflow_k8s_retry.kube.stamps import encode_history, encode_stamp, read_history, read_stamp
+from airflow_k8s_retry.kube.naming import (
+    HISTORY_ANNOTATION,
+    VERDICT_ANNOTATION,
+    encode_history,
+    encode_stamp,
+    read_history,
+    read_stamp,
+)
 from airflow_k8s_retry.triggers.tracker import stamped_verdict
 
 HISTORY = History(

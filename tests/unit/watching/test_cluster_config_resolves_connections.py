@@ -12,9 +12,9 @@ from airflow_k8s_retry.connection import (
     ConnectionConfigError,
     aresolve_cluster_config,
     cluster_config_from_extras,
-    resolve_cluster_config,
+    kubernetes_hook,
 )
-from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError, async_api_client, sync_api_client
+from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError, async_api_client
 
 
 def test_same_cluster_same_way_gives_the_same_key(kubeconfig_file: Path) -> None:
@@ -37,9 +37,15 @@ def test_two_ways_at_once_is_an_error_naming_both() -> None:
         ClusterConfig(kube_config_path="/x", in_cluster=True)
 
 
-async def test_sync_and_async_clients_reach_the_configured_server(kubeconfig_file: Path) -> None:
-    config = ClusterConfig(kube_config_path=str(kubeconfig_file), cluster_context="other")
-    sync_client = sync_api_client(config)
+async def test_the_worker_and_the_trigger_reach_the_same_server(
+    kubeconfig_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker through the provider's ``KubernetesHook``, the trigger through its own loader:
+    one connection, one server, one credential."""
+    extra = {"kube_config_path": str(kubeconfig_file), "cluster_context": "other"}
+    monkeypatch.setenv("AIRFLOW_CONN_K8S_BOTH", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    sync_client = kubernetes_hook("k8s_both").api_client
+    config = await aresolve_cluster_config("k8s_both")
     try:
         assert sync_client.configuration.host == "http://127.0.0.1:9"
         assert sync_client.configuration.auth_settings()["BearerToken"]["value"].endswith("token-two")
@@ -105,10 +111,9 @@ async def test_connection_ids_resolve_like_the_kubernetes_hook(
     extra = {"kube_config_path": str(kubeconfig_file), "namespace": "jobs"}
     monkeypatch.setenv("AIRFLOW_CONN_K8S_WATCHING", json.dumps({"conn_type": "kubernetes", "extra": extra}))
     expected = ClusterConfig(kube_config_path=str(kubeconfig_file), namespace="jobs")
-    assert resolve_cluster_config("k8s_watching") == expected
     assert await aresolve_cluster_config("k8s_watching") == expected
     # None and an absent kubernetes_default fall back to default loading; another absent id is an error.
-    assert resolve_cluster_config(None).mode == "default"
+    assert (await aresolve_cluster_config(None)).mode == "default"
     assert (await aresolve_cluster_config("kubernetes_default")).mode == "default"
     with pytest.raises(Exception, match="isn't defined"):
         await aresolve_cluster_config("no_such_connection")

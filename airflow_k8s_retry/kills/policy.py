@@ -1,19 +1,18 @@
-"""The state of a try's task instance, and the kill policy: which states mean a user (or a
-cleared or deleted run) killed the try, so its pod is deleted by whoever notices first.
+"""The kill policy: which task instance states mean a user (or a cleared or deleted run) killed the
+try, so its pod is deleted by whoever notices first, and which pods such a deletion leaves alone.
 
-One policy for the trigger's ``on_kill`` and after-firing check (``triggers/pod.py``) and the
-api-server's kill listener (``plugins/kills.py``); the worker's own ``on_kill`` is Airflow's signal
-that the try is being killed, so it needs no state.
+One policy for the trigger's ``on_kill`` (:mod:`.trigger`) and the api-server's kill listener
+(:mod:`.listener`); the worker's own ``on_kill`` is Airflow's signal that the try is being killed,
+so it needs no state.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Mapping
+from typing import Any
 
-if TYPE_CHECKING:
-    from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.kube.naming import TryIdentity, read_stamp
 
 #: Task instance states only a user action (or a cleared / deleted run) produces while the task is
 #: deferred or waits for a worker: its pod is deleted in these. In every other state (``deferred``:
@@ -37,6 +36,23 @@ def keep_until_done(work: Awaitable[None]) -> asyncio.Future[None]:
     _KILL_WORK.add(future)
     future.add_done_callback(_KILL_WORK.discard)
     return future
+
+
+def kept_on_kill(pod: Mapping[str, Any] | None, uid: str) -> str | None:
+    """Why a killed task's pod (as read now) is not deleted, or None: delete it by ``uid``.
+
+    Gone or replaced under the same name: nothing to do. Already being deleted (a delete with a
+    grace period is under way): deleting it again changes nothing. Stamped with a verdict: finished
+    business, the worker acted on that verdict and keeps (or is deleting) it itself.
+    """
+    meta = (pod or {}).get("metadata") or {}
+    if pod is None or meta.get("uid") != uid:
+        return "was already gone"
+    if meta.get("deletionTimestamp"):
+        return "is being deleted"
+    if read_stamp(pod) is not None:
+        return "carries a verdict; left to the worker"
+    return None
 
 
 def killed_why(state: str | None) -> str | None:

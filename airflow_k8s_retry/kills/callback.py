@@ -29,6 +29,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_k8s_retry import connection
+from airflow_k8s_retry.kills.sweep import EarlierTryNotGone, sweep_earlier_tries
+from airflow_k8s_retry.kube.errors import KubeError
+from airflow_k8s_retry.kube.lifecycle import SHORT_BACKOFF, delete
+from airflow_k8s_retry.kube.naming import TryIdentity, read_stamp
+from airflow_k8s_retry.kube.pods import PodClient
+
 #: Seconds after a first empty look before the callback of a dead worker's try looks again, for a
 #: create that worker sent just before it died. Well under the DAG processor's callback budget
 #: (``[dag_processor] dag_file_processor_timeout``, 50 s by default).
@@ -50,7 +57,7 @@ def with_lost_try_cleanup(callbacks: Any) -> list[Any]:
 
 #: The class attribute that marks an operator whose tries this callback cleans up
 #: (``RetryingPodOperator`` sets it), read instead of importing that class: its module imports this.
-TRY_OWNER = "_runs_tries_in_pods"
+TRY_OWNER = "runs_tries_in_pods"
 
 
 def _operator_of(context: Any) -> Any:
@@ -66,13 +73,13 @@ def _operator_of(context: Any) -> Any:
     return task if getattr(type(task), TRY_OWNER, False) else None
 
 
-def _pods_of_try(task: Any, client: Any, identity: Any, namespace: str) -> list[dict[str, Any]]:
+def _pods_of_try(task: Any, client: PodClient, identity: TryIdentity, namespace: str) -> list[dict[str, Any]]:
     """The pods labelled with the try; where its worker died elsewhere (the operator did not run
     the try's code in this process) and none is there yet, looked for again after
     :data:`IN_FLIGHT_SETTLE` seconds, for a create that worker sent just before it died."""
     selector = identity.selector("try")
     pods: list[dict[str, Any]] = client.list_pods(namespace, selector)
-    if getattr(task, "_ran_here", True) or any(identity.owns_pod(p) for p in pods):
+    if task.ran_try_here or any(identity.owns_pod(p) for p in pods):
         return pods
     task.log.info(
         "No pod of try %d yet; looking again in %.0f s for a create its worker sent before it died",
@@ -84,12 +91,11 @@ def _pods_of_try(task: Any, client: Any, identity: Any, namespace: str) -> list[
 
 
 def delete_pods_left_by_failed_try(context: Any) -> None:
-    """``on_failure_callback``: delete the pods of the failed try that nothing else will delete."""
-    from airflow_k8s_retry.exceptions import PodFailurePermanent
-    from airflow_k8s_retry.kube import lifecycle
-    from airflow_k8s_retry.kube.errors import KubeError
-    from airflow_k8s_retry.kube.stamps import read_stamp
+    """``on_failure_callback``: delete the pods of the failed try that nothing else will delete.
 
+    Never raises: a cleanup that cannot reach the cluster (a configuration the try itself already
+    failed on, an API that does not answer) says so in one line.
+    """
     task = _operator_of(context)
     if task is None or context.get("ti") is None:
         return
@@ -97,30 +103,36 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
         return
     log = task.log
     try:
-        from airflow_k8s_retry.operators import try_pod
-
-        identity = try_pod.identity_of(context)
+        identity = TryIdentity.of(context["ti"], connection.deployment_id())
         namespace = task.build_try_pod(context)["metadata"]["namespace"]
-        client = task._client()
+        chosen = connection.chosen_cluster(task.in_cluster, task.config_file, task.cluster_context)
+        client, _ = connection.pod_client(task.kubernetes_conn_id, namespace, chosen)
         pods = _pods_of_try(task, client, identity, namespace)
-    except (KubeError, ValueError, RuntimeError, PodFailurePermanent) as exc:
-        # A configuration error (no template, no connection, bad YAML) created no pod: the try
-        # already failed saying so, and a second traceback here would only repeat it.
+    except Exception as exc:
+        # A configuration error (no template, no connection, a kubeconfig that does not exist)
+        # created no pod: the try already failed saying so, and a traceback here would repeat it.
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
         log.warning(
-            "Could not look for pods left by try %s: %s", getattr(context["ti"], "try_number", "?"), exc
+            "Could not look for pods left by try %s: %s: %s",
+            getattr(context["ti"], "try_number", "?"),
+            type(exc).__name__,
+            first,
         )
         return
+    try:
+        _delete_left(task, client, identity, namespace, pods)
+    finally:
+        client.close()
+
+
+def _delete_left(
+    task: Any, client: PodClient, identity: TryIdentity, namespace: str, pods: list[dict[str, Any]]
+) -> None:
+    log, sleep = task.log, type(task).retry_sleep
     # The last try's failure is also the last chance for pods earlier tries left (failed deletes).
     try:
-        lifecycle.sweep_earlier_tries(
-            client,
-            identity,
-            namespace,
-            log=log.warning,
-            sleep=type(task).retry_sleep,
-            backoff=lifecycle.DELETE_BACKOFF,
-        )
-    except lifecycle.EarlierTryNotGone as exc:
+        sweep_earlier_tries(client, identity, namespace, log=log.warning, sleep=sleep, backoff=SHORT_BACKOFF)
+    except EarlierTryNotGone as exc:
         log.error("Pods of earlier tries left behind: %s", exc)
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -130,7 +142,7 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
         if found is not None and found.kept:
             continue
         try:
-            if lifecycle.delete(client, namespace, meta["name"], meta["uid"], sleep=type(task).retry_sleep):
+            if delete(client, namespace, meta["name"], meta["uid"], sleep=sleep):
                 log.warning(
                     "Deleted pod %s/%s: try %d failed without deleting it (its worker died or its delete "
                     "failed)",

@@ -64,9 +64,20 @@ from typing import Any, TypeVar
 
 from airflow.listeners import hookimpl
 
+from airflow_k8s_retry import connection
+from airflow_k8s_retry.compat import triggers_get_on_kill
+from airflow_k8s_retry.kills.policy import KILLED_STATES, kept_on_kill
+from airflow_k8s_retry.kube.errors import Forbidden, KubeError
+from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, retrying
+from airflow_k8s_retry.kube.naming import ON_KILL_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.rbac import rbac_message
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: ``PodStateTrigger``'s classpath, as its ``serialize`` writes it in the trigger row.
+TRIGGER_CLASSPATH = "airflow_k8s_retry.triggers.PodStateTrigger"
 #: The trigger kwargs a kill needs (what ``PodStateTrigger.serialize`` writes).
 POD_KEYS = ("kubernetes_conn_id", "namespace", "pod_name", "pod_uid")
 #: The method a task instance resumes in after a ``PodStateTrigger`` event (operator and sensor).
@@ -145,8 +156,6 @@ def kill_deferred_pod(
             pod = pod_in_trigger((trigger_row_of or trigger_row)(ti))
             if pod is None:
                 return None
-            from airflow_k8s_retry.compat import triggers_get_on_kill
-
             wait = ON_KILL_FIRST if triggers_get_on_kill() else COMMIT_FIRST
             target: Callable[..., Any] = delete_pod_of_killed_task
             args: tuple[Any, ...] = (pod, why)
@@ -210,8 +219,6 @@ def task_instance_state(key: Any) -> tuple[str | None, int] | None:
 
 def _still_killed(key: Any, state_of: StateOf) -> bool:
     """Whether the task instance ``key`` names is still in a state only a kill leaves, on its try."""
-    from airflow_k8s_retry.task_state import KILLED_STATES
-
     now = state_of(key)
     if now is None:
         return True  # the DAG run (or the DAG) was deleted since: the pod is nobody's
@@ -222,9 +229,7 @@ def _still_killed(key: Any, state_of: StateOf) -> bool:
 def pod_in_trigger(trigger: Any) -> dict[str, Any] | None:
     """The pod (:data:`POD_KEYS`) a ``PodStateTrigger`` row watches on behalf of its task, or None
     when the row is another trigger's, follows a pod it does not own, or is gone."""
-    from airflow_k8s_retry.triggers.pod import CLASSPATH
-
-    if trigger is None or trigger.classpath != CLASSPATH:
+    if trigger is None or trigger.classpath != TRIGGER_CLASSPATH:
         return None
     kwargs = trigger.kwargs
     if not kwargs.get("owned", True) or not kwargs.get("identity") or not kwargs.get("pod_uid"):
@@ -301,14 +306,10 @@ def rendered_fields(ti: Any) -> Mapping[str, Any]:
     return row[0] if row is not None and isinstance(row[0], Mapping) else {}
 
 
-def try_identity(ti: Any) -> Any:
+def try_identity(ti: Any) -> TryIdentity:
     """The :class:`~airflow_k8s_retry.kube.naming.TryIdentity` of the current try of ``ti``, as
-    the operator names it (the deployment id from the same setting)."""
-    from airflow.configuration import conf
-
-    from airflow_k8s_retry.kube.naming import TryIdentity
-
-    return TryIdentity.of(ti, conf.get("kubernetes_retry", "deployment_id", fallback="") or "")
+    the operator names it."""
+    return TryIdentity.of(ti, connection.deployment_id())
 
 
 def _decoded_next_kwargs(raw: Any) -> Mapping[str, Any]:
@@ -363,8 +364,6 @@ def delete_try_pods_of_killed_task(
     try ``identity`` names in ``where`` (its namespace and connection) that is not gone, being
     deleted, stamped with a verdict or kept on a kill by its task; retry API errors for about
     22 s. How many this call deleted; never raises (it runs in a thread)."""
-    from airflow_k8s_retry import connection
-
     sleep(wait)
     try:
         if not still_killed():
@@ -404,28 +403,17 @@ def _with_backoff(
     """``action``, again after each pause of ``KILL_BACKOFF`` while the API answers with an error;
     after the last, logs why the pods are ``kept`` (the RBAC rule missing, or the error) and returns
     ``otherwise``."""
-    from airflow_k8s_retry.kube.errors import Forbidden, KubeError
-    from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
-    from airflow_k8s_retry.kube.rbac import rbac_message
-
-    for attempt, pause in enumerate((*KILL_BACKOFF, None)):
-        try:
-            return action()
-        except KubeError as exc:
-            if pause is not None:
-                sleep(pause)
-            elif isinstance(exc, Forbidden):
-                log.warning("%s: %s", kept, rbac_message(exc, verb, "pods", namespace))
-            else:
-                log.warning("%s: %s failed %d times: %s", kept, failing, attempt + 1, exc)
+    try:
+        return retrying(action, KILL_BACKOFF, sleep=sleep)
+    except Forbidden as exc:
+        log.warning("%s: %s", kept, rbac_message(exc, verb, "pods", namespace))
+    except KubeError as exc:
+        log.warning("%s: %s failed %d times: %s", kept, failing, len(KILL_BACKOFF) + 1, exc)
     return otherwise
 
 
-def _delete_try_pods(client: Any, namespace: str, identity: Any, why: str) -> int:
+def _delete_try_pods(client: PodClient, namespace: str, identity: TryIdentity, why: str) -> int:
     """Delete the try's pods that a kill may delete (see :func:`delete_try_pods_of_killed_task`)."""
-    from airflow_k8s_retry.kube.lifecycle import kept_on_kill
-    from airflow_k8s_retry.kube.naming import ON_KILL_ANNOTATION
-
     deleted = 0
     for pod in client.list_pods(namespace, identity.selector("try")):
         meta = pod["metadata"]
@@ -444,9 +432,6 @@ def _delete_try_pods(client: Any, namespace: str, identity: Any, why: str) -> in
 
 
 def _delete(pod: Mapping[str, Any], why: str, sleep: Callable[[float], None]) -> bool:
-    from airflow_k8s_retry import connection
-    from airflow_k8s_retry.kube.lifecycle import kept_on_kill
-
     namespace, name, uid = pod["namespace"], pod["pod_name"], pod["pod_uid"]
     try:
         client, _ = connection.pod_client(pod.get("kubernetes_conn_id"), namespace, pod.get("cluster"))
