@@ -19,11 +19,13 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,6 +36,7 @@ from airflow_k8s_retry.classification import (
     PolicyError,
     RuleCheck,
     Verdict,
+    classify,
     classify_seen_for,
     hint_for,
     rule_named,
@@ -41,6 +44,7 @@ from airflow_k8s_retry.classification import (
 )
 from airflow_k8s_retry.classification.classifier import duration
 from airflow_k8s_retry.classification.retries import RetrySteps
+from airflow_k8s_retry.live_pod import LivePodError, read_live_pod
 from airflow_k8s_retry.live_pod import add_arguments as add_live_arguments
 
 USAGE_ERROR = 2
@@ -250,9 +254,6 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _explain_live(args: argparse.Namespace) -> int:
     """``explain --pod NAME``: the pod and its Events as the cluster has them now."""
-    from airflow_k8s_retry.classification import classify
-    from airflow_k8s_retry.live_pod import LivePodError, read_live_pod
-
     if not args.live_pod:
         print("error: give a pod file (POD.json) or a live pod (--pod NAME)", file=sys.stderr)
         return USAGE_ERROR
@@ -304,9 +305,6 @@ def _explain_task(args: argparse.Namespace) -> int:
     if not (args.dag_id and args.task_id) or args.pod or args.live_pod:
         print("error: --dag-id and --task-id go together, without a pod", file=sys.stderr)
         return USAGE_ERROR
-    import contextlib
-    from datetime import UTC, datetime
-
     # Airflow logs to standard output as it starts; that stays off the answer (JSON with --json).
     with contextlib.redirect_stdout(sys.stderr):
         from airflow_k8s_retry.plugins.tries import load_records, load_task_tries

@@ -26,6 +26,7 @@ Connection extras and tokens are never logged or put into messages.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -191,6 +192,18 @@ def pod_client(
     return PodClient(hook.api_client), namespace or hook.get_namespace() or "default"
 
 
+def kubeconfig_of(conn_id: str) -> str | None:
+    """The kubeconfig file connection ``conn_id`` names (its ``kube_config_path`` extra), or
+    ``None`` (none named, or the connection cannot be read): for saying what is wrong."""
+    from airflow.sdk import BaseHook
+
+    try:
+        path = _field(BaseHook.get_connection(conn_id).extra_dejson or {}, "kube_config_path")
+    except Exception:
+        return None
+    return str(path) if path else None
+
+
 def deployment_id() -> str:
     """This Airflow deployment's ``[kubernetes_retry] deployment_id`` (empty when unset): it labels
     this deployment's pods, so deployments sharing a namespace never touch each other's."""
@@ -205,8 +218,6 @@ def kubernetes_hook(conn_id: str | None, chosen: Mapping[str, Any] | None = None
     ``None`` means default loading, as in the trigger: in-cluster, else ``KUBECONFIG`` as it is
     when the task runs (the client library reads it once, at import), else ``~/.kube/config``.
     """
-    import os
-
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     keep_response_bodies_out_of_logs()  # the hook's client logs pod specs (env values) at DEBUG

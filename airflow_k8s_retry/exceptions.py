@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_k8s_retry.compat import AirflowException, AirflowFailException
+from airflow_k8s_retry.classification.model import Outcome
+from airflow_k8s_retry.compat import AirflowException, AirflowFailException, AirflowSkipException
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification import Verdict
@@ -153,9 +154,6 @@ def failure_class(reason: str) -> type[PodFailure]:
 def exception_for(verdict: Verdict, message: str) -> Exception:
     """The one mapping from a non-success verdict to what the task raises: ``FAIL`` is permanent,
     ``SKIP`` skips, anything else (``RETRY``) costs one try and raises its family's class."""
-    from airflow_k8s_retry.classification.model import Outcome
-    from airflow_k8s_retry.compat import AirflowSkipException
-
     if verdict.outcome is Outcome.FAIL:
         return PodFailurePermanent(message, verdict)
     if verdict.outcome is Outcome.SKIP:

@@ -34,6 +34,10 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk import Variable
+
+from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.kube.errors import Forbidden, KubeError
 from airflow_k8s_retry.kube.quantity import parse_memory
 
 if TYPE_CHECKING:
@@ -285,8 +289,6 @@ def read_caps(
     log: Callable[..., None],
 ) -> list[Cap]:
     """The cluster's caps on ``container`` of ``pod``; a refused or failed read skips its cap."""
-    from airflow_k8s_retry.kube.errors import Forbidden, KubeError
-
     caps: list[Cap] = []
     for resource, namespaced, make in CLUSTER_CAPS:
         where = f" in namespace {namespace}" if namespaced else ""
@@ -435,8 +437,6 @@ def _key(context: Context) -> str:
 
 def load(context: Context, log: Callable[..., None]) -> Record:
     """The task's record, or an empty one (a missing or unreadable Variable starts from scratch)."""
-    from airflow.sdk import Variable
-
     key = _key(context)
     try:
         return Record.from_payload(Variable.get(key, default=None, deserialize_json=True))
@@ -447,8 +447,6 @@ def load(context: Context, log: Callable[..., None]) -> Record:
 
 def save(context: Context, record: Record, log: Callable[..., None]) -> None:
     """Write the task's record (delete the Variable when nothing is left in it)."""
-    from airflow.sdk import Variable
-
     key = _key(context)
     try:
         if record.empty:
@@ -483,8 +481,6 @@ def size_for_try(growth: MemoryGrowth, context: Context, pod: Json, log: Callabl
 
 def oom_container(verdict: Verdict) -> str | None:
     """The container an OOM verdict names (``None`` for another cause)."""
-    from airflow_k8s_retry.classification.model import Reason
-
     if verdict.reason is not Reason.CONTAINER_OOM:
         return None
     named = [e.container for e in verdict.evidence if e.reason is Reason.CONTAINER_OOM and e.container]
@@ -503,8 +499,6 @@ def after_oom(
     """After a try's OOM kill: plan the next try's size, or turn the verdict into a permanent
     failure when the caps allow no more. The verdict's message says which (the failures page and
     Airflow's ``retry_reason`` show it); any other verdict is returned as it is."""
-    from airflow_k8s_retry.classification.model import Outcome
-
     container = oom_container(verdict)
     ran = container_size(ran_on, container) if container is not None else None
     if container is None or ran is None:

@@ -30,6 +30,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_k8s_retry.classification import RULES, Outcome, Reason, rule_grace
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
+
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification.model import Verdict
     from airflow_k8s_retry.classification.policy import FailurePolicy
@@ -90,8 +93,6 @@ def default_verdict_metrics() -> dict[str, tuple[str, str]]:
     execution timeout retries. A ``FailurePolicy`` that changes an outcome sends the same pattern
     with that outcome.
     """
-    from airflow_k8s_retry.classification import RULES, Outcome, Reason
-
     pairs: set[tuple[Outcome, Reason]] = {
         (Outcome.RETRY, Reason.API_REJECTED),
         (Outcome.FAIL, Reason.API_REJECTED),
@@ -189,9 +190,6 @@ def verdict_timing(verdict: Verdict, *, now: float, policy: FailurePolicy | None
     ran out, and the grace wait is the whole time since the sighting. Verdicts that no rule of the
     table produced (a timeout, an API refusal) and stamped verdicts (no history) get no timing.
     """
-    from airflow_k8s_retry.classification import RULES, rule_grace
-    from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
-
     seen = verdict.history.first_seen
     rule = next((r for r in RULES if r.name == verdict.rule), None)
     if not seen or rule is None or not verdict.outcome.is_final:

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
 from airflow_k8s_retry.classification.retries import (
     DEFAULT_STEPS,
     REASON_LIMIT,
@@ -39,7 +41,15 @@ from airflow_k8s_retry.classification.retries import (
     RetryStep,
     RetrySteps,
 )
-from airflow_k8s_retry.compat import HAS_RETRY_POLICIES, RetryPolicyBase
+from airflow_k8s_retry.classification.rules import RULES
+from airflow_k8s_retry.compat import (
+    HAS_RETRY_POLICIES,
+    ChainRetryPolicy,
+    RetryDecision,
+    RetryPolicy,
+    RetryPolicyBase,
+)
+from airflow_k8s_retry.exceptions import PodFailure
 
 if TYPE_CHECKING:
     from airflow_k8s_retry.classification.policy import FailurePolicy
@@ -103,9 +113,6 @@ class PodFailureRetryPolicy(RetryPolicyBase):  # type: ignore[misc]
         return self.table.step_for(reason)
 
     def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None) -> Any:
-        from airflow_k8s_retry.compat import RetryDecision
-        from airflow_k8s_retry.exceptions import PodFailure
-
         if not isinstance(exception, PodFailure):
             return RetryDecision.default()
         reason = reason_text(exception)
@@ -151,7 +158,6 @@ class _RecordingChain:
     @classmethod
     def get(cls) -> type:
         if cls.cls is None:
-            from airflow_k8s_retry.compat import ChainRetryPolicy
 
             class PodReasonChain(ChainRetryPolicy):  # type: ignore[misc]
                 """The DAG author's retry policy first, then ``PodFailureRetryPolicy``'s defaults."""
@@ -159,10 +165,6 @@ class _RecordingChain:
                 def evaluate(
                     self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
                 ) -> Any:
-                    from dataclasses import replace
-
-                    from airflow_k8s_retry.exceptions import PodFailure
-
                     decision = super().evaluate(
                         exception=exception, try_number=try_number, max_tries=max_tries, context=context
                     )
@@ -196,8 +198,6 @@ def effective_retry_policy(task_id: str, policy: object, failure_policy: Failure
     """
     if not HAS_RETRY_POLICIES:
         return None
-    from airflow_k8s_retry.compat import RetryPolicy
-
     if policy is None:
         return PodFailureRetryPolicy()
     if not isinstance(policy, RetryPolicy):
@@ -248,8 +248,6 @@ def _pod_policies(policy: object) -> list[PodFailureRetryPolicy]:
 def check_against(task_id: str, policy: PodFailureRetryPolicy, failure_policy: FailurePolicy | None) -> None:
     """Refuse a retry rule the failure policy makes unreachable: a ``"retry"`` for a cause that is
     permanent or a skip (the task never raises a retryable exception for it)."""
-    from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
-
     failure_policy = failure_policy or DEFAULT_POLICY
     for key, step in sorted(policy.rules.items()):
         if step.action != "retry":
@@ -271,8 +269,6 @@ def _reasons_under(key: str) -> list[Reason]:
 def _outcomes_of(reason: Reason, failure_policy: FailurePolicy) -> set[Outcome]:
     """What a try with this cause can end in (the rules' outcomes, after the failure policy's
     overrides); an exit code also fails or skips by the exit-code lists, and retries otherwise."""
-    from airflow_k8s_retry.classification.rules import RULES
-
     overridden = failure_policy.outcome_for(reason)
     found = {
         overridden or rule.outcome

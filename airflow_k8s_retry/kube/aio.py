@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.kube.config import ClusterConfig, async_configuration, within_plugin_limit
 from airflow_k8s_retry.kube.errors import (
+    Conflict,
     KubeError,
+    NotFound,
     TransportError,
     Unauthorized,
     error_for_status,
@@ -316,8 +318,6 @@ class AsyncKube:
         self, namespace: str, name: str, uid: str, *, grace_period_seconds: int | None = None
     ) -> bool:
         """Delete the pod only if it still has ``uid``. False when it was already gone or replaced."""
-        from airflow_k8s_retry.kube.errors import Conflict, NotFound
-
         body: Json = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
         if grace_period_seconds is not None:
             body["gracePeriodSeconds"] = grace_period_seconds

@@ -29,6 +29,10 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import psutil
+
+from airflow_k8s_retry.kube.errors import TransportError
+
 if TYPE_CHECKING:
     import kubernetes_asyncio.client
 
@@ -260,8 +264,6 @@ class _ExecTokenRefresh:
         self._lock = asyncio.Lock()
 
     async def __call__(self, configuration: Any) -> None:
-        from airflow_k8s_retry.kube.errors import TransportError
-
         try:
             await within_plugin_limit(self._run_once(), PLUGIN_TIMEOUT)
         except TimeoutError:
@@ -300,8 +302,6 @@ def stop_plugins_started_since(since: float) -> int:
     second's slack (process start times are coarse). Only this process's own children are looked
     at, and a plugin that has already exited is skipped.
     """
-    import psutil
-
     stopped = 0
     for child in psutil.Process().children():
         try:

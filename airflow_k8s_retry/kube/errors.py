@@ -8,6 +8,7 @@ Everything in ``kube/`` translates ``kubernetes.client.ApiException``,
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 
@@ -108,8 +109,6 @@ def connection_refused(exc: BaseException) -> bool:
 def _certificate_failure(exc: BaseException) -> bool:
     """Whether a certificate verification failure is anywhere in ``exc``'s causes (urllib3 keeps it
     in ``reason``, aiohttp in ``os_error`` or ``__cause__``)."""
-    import ssl
-
     seen: set[int] = set()
     pending: list[object] = [exc]
     while pending:

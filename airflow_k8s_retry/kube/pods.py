@@ -132,8 +132,6 @@ class CreatedPod:
 def v1pod_from(body: Json) -> Any:
     """``body`` (a pod as JSON) as a ``kubernetes.client.V1Pod``; raises ``ValueError`` when the
     client's models refuse it (a field they require is missing)."""
-    import json
-
     from kubernetes.client import ApiClient
 
     class _Answer:  # what ApiClient.deserialize reads: a response's body

@@ -42,6 +42,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
 
@@ -87,16 +88,17 @@ class SizedTry(NamedTuple):
 
 
 @contextmanager
-def local_config_errors(task_id: str, what: str = "") -> Iterator[None]:
+def local_config_errors(task_id: str, what: str | Callable[[], str] = "") -> Iterator[None]:
     """Errors of local configuration (templates, connections, kubeconfig) fail the task at once:
-    no retry can fix them. One line, naming what is wrong."""
+    no retry can fix them. One line, naming what is wrong (``what``, or what it returns)."""
     try:
         yield
     except (PodFailure, PodFailurePermanent, KubeError):
         raise
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:300]
-        where = f" ({what})" if what else ""
+        where = what() if callable(what) else what
+        where = f" ({where})" if where else ""
         raise PodFailurePermanent(
             f"{task_id}: configuration error{where}: {type(exc).__name__}: {first}"
         ) from None
@@ -292,11 +294,22 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     def _client(self) -> PodClient:
         """The client of the operator's connection (or the default kubeconfig); a broken local
         configuration is a one-line permanent failure naming where it came from."""
-        source = f"connection {self.kubernetes_conn_id!r}"
-        if not self.kubernetes_conn_id:
-            source = f"default kubeconfig, KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}"
-        with local_config_errors(self.task_id, source):
+        with local_config_errors(self.task_id, self._cluster_source):
             return PodClient(self.hook.api_client)
+
+    def _cluster_source(self) -> str:
+        """Where the cluster's configuration comes from, for an error: the connection (or the
+        default kubeconfig) and the kubeconfig file it names, said when that file does not exist."""
+        if not self.kubernetes_conn_id:
+            path = self.config_file or os.environ.get("KUBECONFIG", "")
+            source = f"default kubeconfig, KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}"
+        else:
+            path = self.config_file or connection.kubeconfig_of(self.kubernetes_conn_id)
+            source = f"connection {self.kubernetes_conn_id!r}"
+        if path and os.pathsep not in path:
+            missing = "" if Path(path).expanduser().is_file() else ", which does not exist"
+            source += f", kubeconfig file {path}{missing}"
+        return source
 
     def try_identity(self, context: Context) -> TryIdentity:
         """The try the task instance in ``context`` runs (and the deployment it runs in)."""
@@ -835,8 +848,6 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         """Call ``hook`` on each of the operator's ``callbacks`` (KPO's ``KubernetesPodOperatorCallback``)."""
         if not self.callbacks:
             return
-        from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode
-
         for callback in self.callbacks:
             getattr(callback, hook)(
                 client=self.client, mode=ExecutionMode.ASYNC, context=context, operator=self, **kwargs

@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from airflow_k8s_retry.plugins.failures import DEFAULT_HOURS, RANGES, Summary, summarize
+from airflow_k8s_retry.plugins.page import render
 from airflow_k8s_retry.plugins.tries import load_records
 
 
@@ -83,8 +84,6 @@ def create_app() -> FastAPI:
         dag_id: Annotated[str | None, Query()] = None,
         hours: Annotated[int, Query()] = DEFAULT_HOURS,
     ) -> HTMLResponse:
-        from airflow_k8s_retry.plugins.page import render
-
         summary, dag_ids = summary_for(user, dag_id, hours)
         base = str(request.base_url).rstrip("/")
         return HTMLResponse(render(summary, dag_ids=dag_ids, dag_id=dag_id or None, hours=hours, base=base))

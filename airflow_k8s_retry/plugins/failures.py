@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_k8s_retry.classification import hint_for
-from airflow_k8s_retry.classification.model import Verdict
+from airflow_k8s_retry.classification.model import Reason, Verdict
 from airflow_k8s_retry.report import Snapshot, withhold_termination_messages
 
 #: Outcomes that count as failures on the page (a skip is published too, and shown, not counted).
@@ -124,8 +124,6 @@ def record_from_history(
     ``retry_reason`` when that names a reason code, else the verdict in the event it resumed with;
     ``None`` when the row holds neither (a try of another operator, or one that never deferred on
     Airflow 3.1/3.2)."""
-    from airflow_k8s_retry.classification.model import Reason
-
     event = _event_of(next_kwargs)
     pod_name = _text(event.get("pod_name")) if event is not None else None
     namespace = _text(event.get("namespace")) if event is not None else None

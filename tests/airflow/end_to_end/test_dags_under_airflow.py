@@ -84,6 +84,19 @@ TASKS = {
         """,
         {"example.com/counter:1": {"run": {"xcom": {"rows": 42}, "log": "42 rows"}}},
     ),
+    # A kubeconfig that does not exist: no retry can fix it, and nothing was created to clean up.
+    "broken_config": (
+        """
+        RetryingPodOperator(
+            task_id="broken_config",
+            image="example.com/never:1",
+            config_file="/nonexistent/kubeconfig",
+            retries=2,
+            retry_delay=timedelta(seconds=1),
+        )
+        """,
+        {},
+    ),
     "slow": (
         """
         RetryingPodOperator(
@@ -145,7 +158,7 @@ SCENARIOS.append(
         start_report() >> PodCompletionSensor(
             task_id="wait",
             label_selector="app=report,run={{ ti.xcom_pull(task_ids='start_report') }}",
-            poll_interval=1,
+            poke_interval=1,
         )
         """,
         {"time_scale": FAST, "images": {"busybox:1.36": {"run": {"duration_seconds": 20}}}},
@@ -273,3 +286,22 @@ def test_execution_timeout_ends_the_try_and_deletes_the_pod(runs):
     assert [(t.try_number, t.state) for t in run.result.tries("slow")] == [(1, "failed")]
     one_pod_per_try(run, 1)
     reason_logged_for_each_try(run, "execution.timeout", 1)
+
+
+def test_a_kubeconfig_that_does_not_exist_fails_at_once_in_one_line_and_the_cleanup_in_one(runs):
+    run = runs["e2e"].of_task("broken_config")
+    assert [(t.try_number, t.state) for t in run.result.tries("broken_config")] == [(1, "failed")]
+    assert run.created == []
+    output = run.result.output_of("broken_config")
+    errors = [line for line in output.splitlines() if "configuration error" in line]
+    assert errors, output[-3000:]
+    assert all("kubeconfig file /nonexistent/kubeconfig, which does not exist" in line for line in errors), (
+        errors
+    )
+    # The failure callback that looks for pods left behind cannot reach the cluster either: it says
+    # so in one line, and raises nothing. The one traceback is Airflow's of the task's own failure,
+    # ending in that line; none ends in the client's ConfigException.
+    [looked] = [line for line in output.splitlines() if "Could not look for pods left by try 1" in line]
+    assert "ConfigException" in looked, looked
+    assert output.count("Traceback (most recent call last)") == 1, output[-3000:]
+    assert "config_exception.ConfigException" not in output, output[-3000:]

@@ -8,6 +8,7 @@ callback called with the context, an exception logged and swallowed.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -139,10 +140,25 @@ def test_a_mapped_tasks_dead_worker_pod_is_deleted_too(make_cluster, context, ti
     assert listed and all("map_index=1" in selector and "try_number=1" in selector for selector in listed)
 
 
-def test_a_configuration_error_gives_no_second_traceback_from_the_callback(make_cluster, context, tmp_path):
+@pytest.mark.parametrize("missing", ["pod_template_file", "config_file", "a connection's kube_config_path"])
+def test_a_configuration_error_gives_no_second_traceback_from_the_callback(
+    make_cluster, context, tmp_path, caplog, capsys, monkeypatch, missing
+):
     make_cluster(RUNNING)
-    task = operator(retries=0, pod_template_file=str(tmp_path / "missing.yaml"))
+    absent = str(tmp_path / "missing.yaml")
+    if missing.startswith("a connection"):
+        broken = {"conn_type": "kubernetes", "extra": {"kube_config_path": absent}}
+        monkeypatch.setenv("AIRFLOW_CONN_K8S_BROKEN", json.dumps(broken))
+        task = operator(retries=0)
+        task.kubernetes_conn_id = "k8s_broken"
+    else:
+        task = operator(retries=0, **{missing: absent})
     assert dag_processor_runs_failure_callbacks(task, context) == []
+    # It says so in one line, and nothing more.
+    written = caplog.text + capsys.readouterr().out
+    said = [line for line in written.splitlines() if "Could not look for pods left by try 1" in line]
+    assert len(said) == 1 and "configuration error" in said[0], written[-2000:]
+    assert "Traceback" not in written
 
 
 def test_a_create_still_on_its_way_when_the_callback_first_looks_is_deleted_too(
