@@ -49,7 +49,9 @@ def test_the_examples_of_a_module_run(name: str) -> None:
 
 def test_the_product_has_examples_to_run() -> None:
     """The collection above finds the examples (a finder that found none would pass every module)."""
-    counted = {name: sum(len(t.examples) for t in examples(importlib.import_module(name))) for name in MODULES}
+    counted = {
+        name: sum(len(t.examples) for t in examples(importlib.import_module(name))) for name in MODULES
+    }
     assert counted["airflow_k8s_retry.classification.classifier"] >= 3
     assert counted["airflow_k8s_retry.classification.policy"] >= 2
     assert sum(counted.values()) >= 20
