@@ -28,6 +28,8 @@ source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "_ext"]
 
+# Command-line flags keep their two hyphens (no en dash for "--").
+smartquotes = False
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 

@@ -37,7 +37,9 @@ SECTIONS = (
     Section("Sensor", "airflow_k8s_retry.sensors", base="airflow.sdk.BaseSensorOperator"),
     Section("Triggers", "airflow_k8s_retry.triggers", base="airflow.triggers.base.BaseTrigger"),
     Section(
-        "Classification", "airflow_k8s_retry.classification", names=("FailurePolicy", "classify", "hint_for", "Verdict")
+        "Classification",
+        "airflow_k8s_retry.classification",
+        names=("FailurePolicy", "classify", "hint_for", "Verdict"),
     ),
     Section("Retry policy", "airflow_k8s_retry.retry_policy", names=("PodFailureRetryPolicy", "Delay")),
     Section("Memory growth", "airflow_k8s_retry.memory_growth", names=("MemoryGrowth",)),
