@@ -62,12 +62,6 @@ class FakeCluster:
         ...     client = kubernetes.config.new_client_from_config(str(cluster.kubeconfig))
         ...     kubernetes.client.CoreV1Api(client).list_namespaced_pod("default").items
         []
-
-    With ``clock="manual"``, simulated time stands still until :meth:`advance`::
-
-        with FakeCluster(scenario, clock="manual") as cluster:
-            ...                     # create a pod: it waits for its first scripted step
-            cluster.advance(30)     # returns once every step due in these 30 s has run
     """
 
     def __init__(
