@@ -29,13 +29,18 @@ class Section:
     module: str
     base: str = ""
     names: tuple[str, ...] = ()
+    #: Document the class's own members too; an Airflow operator's, sensor's or trigger's are
+    #: Airflow's protocol (execute, serialize, run), not for DAG authors: their page is the class's.
+    members: bool = True
 
 
 SECTIONS = (
-    Section("Operator", "airflow_k8s_retry.operators", base="airflow.sdk.BaseOperator"),
+    Section("Operator", "airflow_k8s_retry.operators", base="airflow.sdk.BaseOperator", members=False),
     Section("TaskFlow decorator", "airflow_k8s_retry.decorators", names=("retrying_kubernetes_task",)),
-    Section("Sensor", "airflow_k8s_retry.sensors", base="airflow.sdk.BaseSensorOperator"),
-    Section("Triggers", "airflow_k8s_retry.triggers", base="airflow.triggers.base.BaseTrigger"),
+    Section("Sensor", "airflow_k8s_retry.sensors", base="airflow.sdk.BaseSensorOperator", members=False),
+    Section(
+        "Triggers", "airflow_k8s_retry.triggers", base="airflow.triggers.base.BaseTrigger", members=False
+    ),
     Section(
         "Classification",
         "airflow_k8s_retry.classification",
@@ -72,14 +77,15 @@ def public_names(section: Section) -> list[str]:
     return [f"{section.module}.{name}" for name in exported]
 
 
-def page(dotted: str) -> str:
+def page(dotted: str, members: bool = True) -> str:
     """The page of one public name: its title and the autodoc directive that fills it."""
     module, _, name = dotted.rpartition(".")
     target = getattr(importlib.import_module(module), name, None) or importlib.import_module(dotted)
+    options = ("   :members:\n" if members else "") + "   :show-inheritance:\n"
     if isinstance(target, types.ModuleType):
-        title, directive = dotted, f".. automodule:: {dotted}\n   :members:\n   :show-inheritance:\n"
+        title, directive = dotted, f".. automodule:: {dotted}\n{options}"
     elif isinstance(target, type):
-        title, directive = name, f".. autoclass:: {dotted}\n   :members:\n   :show-inheritance:\n"
+        title, directive = name, f".. autoclass:: {dotted}\n{options}"
     else:
         title, directive = f"{name}()", f".. autofunction:: {dotted}\n"
     return (
@@ -97,7 +103,7 @@ def pages() -> dict[str, str]:
         names = public_names(section)
         index += [f"## {section.title}", "", "```{toctree}", ":maxdepth: 1", ""]
         for dotted in names:
-            texts[f"{dotted}.md"] = page(dotted)
+            texts[f"{dotted}.md"] = page(dotted, section.members)
             index.append(dotted)
         index += ["```", ""]
     texts["index.md"] = "\n".join(index)
