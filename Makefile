@@ -1,4 +1,4 @@
-# All set-up happens here: a fresh machine needs only Python 3.11, pip and Debian's packages.
+# All set-up happens here: a fresh machine needs Python 3.11, Go, gcc and Debian's packages (make tools).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -52,15 +52,16 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
   tests/unit/operator tests/simulated/operator tests/unit/sensor tests/simulated/sensor tests/airflow/sensor \
   tests/unit/watching tests/simulated/watching
 
-.PHONY: test lint unit demo bench bench-oom bench-stack bench-smoke tools constraints clean controlplane cluster-up cluster-down chaos \
-  test-compat test-cluster test-deployment test-soak-short soak test-stream-deployment test-stream-cluster
+.PHONY: test lint docs dist-check unit demo bench bench-oom bench-stack tools constraints clean controlplane cluster-up \
+  cluster-down chaos test-compat test-cluster test-deployment test-soak-short soak test-stream-deployment test-stream-cluster \
+  test-clock
 
 # The provider and, beside it, the simulator's own distribution (simulator/, the [testing] extra).
 SIM := ./simulator
 $(STAMP): setup.cfg pyproject.toml simulator/setup.cfg $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip==26.3"
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e $(SIM) -e ".[test,bench,deploy,testing]"
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e $(SIM) -e ".[test,bench,deploy,testing,docs]"
 	touch $(STAMP)
 
 # kubectl (Debian's kubernetes-client) is used by one conformance test of the simulator;
@@ -89,11 +90,28 @@ tools:
 	      || echo "warning: could not install chromium (Debian package chromium)"; \
 	  else echo "warning: chromium missing; install Debian's chromium"; fi; }
 
+# The checks (.pre-commit-config.yaml runs the first four on each commit), the documentation site
+# and both distributions.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	@$(MAKE) --no-print-directory docs dist-check
+
+# The documentation site, from docs/ into docs/_build/html (warnings are errors). The reference pages
+# in docs/api/ are rewritten first when the public classes changed (docs/_ext/api_pages.py).
+docs: $(STAMP)
+	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+
+# Both distributions built as a release builds them (sdist, then the wheel from the sdist) into a
+# temporary folder, and checked as PyPI will render them.
+dist-check: $(STAMP)
+	@out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; \
+	  $(BIN)/python -m build --no-isolation --outdir "$$out" . >"$$out/build.log" 2>&1 \
+	  && $(BIN)/python -m build --no-isolation --outdir "$$out" $(SIM) >>"$$out/build.log" 2>&1 \
+	  || { cat "$$out/build.log"; exit 1; }; \
+	  $(BIN)/twine check --strict "$$out"/*.whl "$$out"/*.tar.gz
 
 # The pure tier (tests/unit): no socket, no subprocess; under a minute on 2 cores.
 unit: $(STAMP)
@@ -104,28 +122,40 @@ unit: $(STAMP)
 # start-ups (each `airflow dags test` costs about 10 s of CPU), so three streams run at once,
 # balanced by their measured times: the main suite; the deployment tier (two deployments side by
 # side), then the Airflow 3.2 leg; the short soak, the cluster tier, then the 3.1 leg. The
-# background streams' output (.test-logs/<stream>.log) is printed at the end, and any part failing
-# fails the target. Each pytest run writes a JUnit report under .test-logs/ with every test's time.
+# background streams' output (.test-logs/<stream>.log) is printed at the end, then each stream's time
+# and the whole run's, and any part failing fails the target. Each pytest run writes a JUnit report
+# under .test-logs/ with every test's time.
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
 #: The background streams, each a test-stream-NAME target below.
 STREAMS := deployment cluster
 
-test: $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
-	@mkdir -p .test-logs; rm -f .test-logs/stream-*.rc
-	@for s in $(STREAMS); do \
+test: test-clock $(STAMP) tools lint controlplane $(COMPAT_STAMPS)
+	@mkdir -p .test-logs; rm -f .test-logs/stream-*.rc .test-logs/stream-*.seconds
+	@mmss() { printf '%d:%02d' $$(($$1 / 60)) $$(($$1 % 60)); }; \
+	  begun=$$(date +%s); \
+	  for s in $(STREAMS); do \
 	  { $(MAKE) --no-print-directory -k test-stream-$$s > .test-logs/stream-$$s.log 2>&1; \
-	    echo $$? > .test-logs/stream-$$s.rc; } & \
+	    echo $$? > .test-logs/stream-$$s.rc; echo $$(($$(date +%s) - begun)) > .test-logs/stream-$$s.seconds; } & \
 	done; \
 	  $(BIN)/pytest -m "not cluster and not deployment and not soak" -n 2 --dist loadfile --durations=25 \
 	    --junitxml=.test-logs/main.xml; \
-	  main=$$?; wait; \
-	  status="main suite exit $$main"; failed=$$main; \
+	  main=$$?; main_seconds=$$(($$(date +%s) - begun)); wait; \
+	  status="main suite exit $$main"; failed=$$main; times=""; \
 	  for s in $(STREAMS); do \
 	    echo "== stream $$s (.test-logs/stream-$$s.log)"; cat .test-logs/stream-$$s.log; \
 	    rc=$$(cat .test-logs/stream-$$s.rc 2>/dev/null || echo 1); \
 	    status="$$status, stream $$s exit $$rc"; failed=$$((failed + rc)); \
+	    times="$$times, stream $$s $$(mmss $$(cat .test-logs/stream-$$s.seconds 2>/dev/null || echo 0))"; \
 	  done; \
-	  echo "== $$status"; test "$$failed" = 0
+	  started=$$(cat .test-logs/started); ended=$$(date +%s); \
+	  echo "== $$status"; \
+	  echo "== times: set-up and checks $$(mmss $$((begun - started))), main suite $$(mmss $$main_seconds)$$times;" \
+	    "the whole run $$(mmss $$((ended - started))) (budget: 15:00 warm, 40:00 on a fresh machine)"; \
+	  test "$$failed" = 0
+
+# When make test started, before its set-up and checks, for the times it prints at the end.
+test-clock:
+	@mkdir -p .test-logs; date +%s > .test-logs/started
 
 # Balanced by measured times on a warm run (seconds, all three streams at once): the deployment tier
 # (690) then the 3.2 leg (185); the short soak (180), the cluster tier (505) then the 3.1 leg (215);
@@ -239,7 +269,7 @@ constraints-%:
 	rm -rf .venv-constraints-$*
 	$(PYTHON) -m venv .venv-constraints-$*
 	.venv-constraints-$*/bin/python -m pip install -q "pip==26.3"
-	.venv-constraints-$*/bin/python -m pip install -q $(SEED_$*) -e $(SIM) -e ".[test,bench,deploy,testing]"
+	.venv-constraints-$*/bin/python -m pip install -q $(SEED_$*) -e $(SIM) -e ".[test,bench,deploy,testing,docs]"
 	mkdir -p constraints/airflow-$*
 	{ echo "# Pinned dependency set for Airflow $* on Python $(PY_MINOR): $(SEED_$*)"; \
 	  echo "# Regenerate with 'make constraints-$*' after changing dependencies in setup.cfg or the seed in the Makefile."; \
@@ -248,4 +278,5 @@ constraints-%:
 	rm -rf .venv-constraints-$*
 
 clean:
-	rm -rf $(VENV) $(COMPAT) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs .soak-logs .test-logs
+	rm -rf $(VENV) $(COMPAT) .mypy_cache .ruff_cache .pytest_cache .airflow-home .demo .chaos-logs .soak-logs .test-logs \
+	  docs/_build

@@ -82,13 +82,17 @@ class PodFailureRetryPolicy(RetryPolicyBase):  # type: ignore[misc]
     Every decision on a pod's failure carries the reason ``"<reason code>: <message>"``. Exceptions
     that are not a pod's failure get no opinion (``RetryDecision.default()``).
 
-    Example::
-
-        PodFailureRetryPolicy(rules={
-            "container.oom": "fail",
-            "image.rate_limited": timedelta(minutes=10),
-            "node": Delay.fixed(0),
-        })
+    Example:
+        >>> from datetime import timedelta
+        >>> policy = PodFailureRetryPolicy(rules={
+        ...     "container.oom": "fail",                      # the same memory would be killed again
+        ...     "image.rate_limited": timedelta(minutes=10),  # a fixed delay
+        ...     "node": Delay.fixed(0),                       # a family: node.disruption, node.lost
+        ... })
+        >>> policy.table.step_for("container.oom").action
+        'fail'
+        >>> [policy.table.step_for(code).delay.seconds for code in ("node.lost", "image.rate_limited")]
+        [0, 600.0]
     """
 
     def __init__(self, rules: Mapping[Any, Any] | None = None, *, defaults: bool = True) -> None:

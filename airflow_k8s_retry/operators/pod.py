@@ -162,18 +162,23 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     Takes every argument of ``KubernetesPodOperator`` (cncf-kubernetes 10.25) with its meaning:
     ``in_cluster``, ``config_file`` and ``cluster_context`` select the cluster on top of the
     connection; ``deferrable=False`` follows the pod from the worker (no triggerer needed);
-    ``logging_interval`` copies the base container's new log lines into the task log while the pod
-    runs, every that many seconds (default :data:`LIVE_LOG_INTERVAL`, 30, where KPO's is ``None``;
-    ``None`` writes the whole log only when the pod ends; each line reaches the task log once);
     ``reattach_on_restart=False``, ``durable=False``, ``random_name_suffix=False`` and
     ``trigger_kwargs`` are accepted with one warning saying what happens instead. ``name`` is the
     pod name's prefix; the name always ends in ``-<digest>-t<try>[-r<relaunch>]``.
     ``startup_timeout_seconds`` and ``schedule_timeout_seconds`` go into the failure policy
     (defaults 900 s and 600 s).
 
-    :param failure_policy: a :class:`~airflow_k8s_retry.classification.policy.FailurePolicy`
-        overriding graces and outcomes of the default rules, and the relaunch budget.
+    :param failure_policy: a :class:`~airflow_k8s_retry.classification.FailurePolicy` overriding
+        graces and outcomes of the default rules, and budgeting relaunches
+        (``FailurePolicy(relaunch_budget=...)``: fresh pods a try may start after the cluster took
+        its pod away, default 3).
     :param poll_interval: seconds between the trigger's safety polls (default 10).
+    :param logging_interval: with ``get_logs=True``, the base container's new log lines reach the
+        task log every ``logging_interval`` seconds while the pod runs, each line once. The default
+        is 30 here, where ``KubernetesPodOperator``'s is ``None``; ``None`` writes the whole log
+        only when the pod ends.
+    :param on_finish_action: ``KubernetesPodOperator``'s: ``"delete_succeeded_pod"`` keeps failed
+        pods (stamped with their verdict, so they are never judged again).
     :param memory_growth: a :class:`~airflow_k8s_retry.memory_growth.MemoryGrowth`: after a try's
         ``container.oom`` verdict, the next try asks for more memory for that container, capped by
         its ``maximum`` and by what the namespace and the nodes allow (the task fails at once when

@@ -139,7 +139,8 @@ def render(summary: Summary, *, dag_ids: list[str], dag_id: str | None, hours: i
         "<h1>Kubernetes pod failures</h1>"
         f'<div class="muted">Verdicts of RetryingPodOperator and PodCompletionSensor tries, {scope}, '
         f"{summary.since:%Y-%m-%d %H:%M} to {summary.until:%Y-%m-%d %H:%M} UTC. "
-        "Each task instance keeps its latest verdict (Airflow clears XComs when the next try starts).</div>"
+        "Every try is listed: the latest from its verdict XCom, "
+        "earlier ones from Airflow's try history.</div>"
         + _filters(dag_ids, dag_id, hours)
         + f'<h2>Failures by reason over time (<span id="total">{summary.failures}</span>)</h2>'
         + (chart(summary, hours) if summary.failures else empty)

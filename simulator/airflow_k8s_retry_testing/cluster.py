@@ -55,14 +55,13 @@ class FakeCluster:
     :param tls: serve HTTPS with a throw-away CA written into the kubeconfig. ``kubectl`` needs it:
         client-go sends bearer tokens only over TLS. The Python clients work either way.
 
-    Example::
-
-        with FakeCluster({"images": {"ghost:1": {"pull": "not_found"}}}, time_scale=0.01) as cluster:
-            config = kubernetes.config.new_client_from_config(str(cluster.kubeconfig))
-
-        with FakeCluster(scenario, clock="manual") as cluster:
-            ...                     # create a pod: it waits for its first scripted step
-            cluster.advance(30)     # returns once every step due in these 30 s has run
+    Example:
+        >>> import kubernetes
+        >>> scenario = {"images": {"ghost:1": {"pull": "not_found"}}}
+        >>> with FakeCluster(scenario, time_scale=0.01) as cluster:
+        ...     client = kubernetes.config.new_client_from_config(str(cluster.kubeconfig))
+        ...     kubernetes.client.CoreV1Api(client).list_namespaced_pod("default").items
+        []
     """
 
     def __init__(
