@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_k8s_retry.compat import AirflowNotFoundException
-from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError, keep_response_bodies_out_of_logs
-from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.config import ClusterConfig, ClusterConfigError
+from airflow_k8s_retry.kube.pods import PodClient, keep_response_bodies_out_of_logs
 
 DEFAULT_CONN_ID = "kubernetes_default"
 _PREFIX = "extra__kubernetes__"

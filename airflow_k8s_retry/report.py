@@ -27,8 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from airflow_k8s_retry.classification.model import Verdict
-from airflow_k8s_retry.classification.reasons import hint_for
+from airflow_k8s_retry.classification.model import Verdict, hint_for
 
 #: The largest failure report, in bytes of UTF-8.
 REPORT_LIMIT = 4096

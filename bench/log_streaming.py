@@ -2,11 +2,12 @@
 trigger copies the base container's new log lines into its log, against the same pods without it.
 
 Both triggers read the log themselves while the pod runs: ``PodStateTrigger`` one ``pods/log``
-request per interval (``kube/logstream.py``), the cncf ``KubernetesPodTrigger`` one per interval on
-top of its ``get pods`` every 2 s (``fetch_container_logs_before_current_sec``). Every variant (a
-side, with one interval or without) gets its own namespace, for the audit log's counts, and its own
-driver process, for its CPU time; all run at once against one simulator at real time (the interval
-is the thing measured, so it is not scaled). The containers write their log over their whole run.
+request per interval (``LogPosition`` in ``triggers/pod.py``), the cncf ``KubernetesPodTrigger``
+one per interval on top of its ``get pods`` every 2 s (``fetch_container_logs_before_current_sec``).
+Every variant (a side, with one interval or without) gets its own namespace, for the audit log's
+counts, and its own driver process, for its CPU time; all run at once against one simulator at
+real time (the interval is the thing measured, so it is not scaled). The containers write their
+log over their whole run.
 """
 
 from __future__ import annotations

@@ -23,14 +23,16 @@ from airflow_k8s_retry.classification.classifier import (
 )
 from airflow_k8s_retry.classification.model import (
     FAILURE_OUTCOMES,
+    REASONS,
     Evidence,
     History,
     Outcome,
     Reason,
     Verdict,
+    hint_for,
+    meaning_of,
 )
 from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy, PolicyError
-from airflow_k8s_retry.classification.reasons import REASONS, hint_for, meaning_of
 from airflow_k8s_retry.classification.registry_messages import pull_cause
 from airflow_k8s_retry.classification.rules import RULES, PolicyField, Rule, Seconds, rule_named
 

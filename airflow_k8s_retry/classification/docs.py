@@ -11,9 +11,8 @@ import re
 import sys
 from pathlib import Path
 
-from airflow_k8s_retry.classification.model import Outcome, Reason
+from airflow_k8s_retry.classification.model import REASONS, Outcome, Reason
 from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
-from airflow_k8s_retry.classification.reasons import REASONS
 from airflow_k8s_retry.classification.rules import RULES, PolicyField, Rule, Seconds
 
 

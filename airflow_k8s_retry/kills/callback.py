@@ -32,9 +32,8 @@ from typing import Any
 from airflow_k8s_retry import connection
 from airflow_k8s_retry.kills.sweep import EarlierTryNotGone, sweep_earlier_tries
 from airflow_k8s_retry.kube.errors import KubeError
-from airflow_k8s_retry.kube.lifecycle import SHORT_BACKOFF, delete
 from airflow_k8s_retry.kube.naming import TryIdentity, read_stamp
-from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.pods import SHORT_BACKOFF, PodClient, delete
 
 #: Seconds after a first empty look before the callback of a dead worker's try looks again, for a
 #: create that worker sent just before it died. Well under the DAG processor's callback budget

@@ -68,9 +68,8 @@ from airflow_k8s_retry import connection
 from airflow_k8s_retry.compat import triggers_get_on_kill
 from airflow_k8s_retry.kills.policy import KILLED_STATES, kept_on_kill
 from airflow_k8s_retry.kube.errors import Forbidden, KubeError
-from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, retrying
 from airflow_k8s_retry.kube.naming import ON_KILL_ANNOTATION, TryIdentity
-from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.pods import KILL_BACKOFF, PodClient, retrying
 from airflow_k8s_retry.kube.rbac import rbac_message
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 pods of a try whose deferral ended badly or whose worker was killed before it held its pod, and
 the pods of earlier relaunches in a try.
 
-Airflow-free, like :mod:`airflow_k8s_retry.kube.lifecycle` underneath it: a
+Airflow-free, like :mod:`airflow_k8s_retry.kube.pods` underneath it: a
 :class:`~airflow_k8s_retry.kube.pods.PodClient`, a :class:`~airflow_k8s_retry.kube.naming.TryIdentity`
 and the try's namespace. Pods are deleted by UID, pods stamped as kept on purpose are left, and
 pods of another deployment, DAG run, map index or task are never touched.
@@ -15,9 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_k8s_retry.kube.errors import BadRequest, Invalid, KubeError
-from airflow_k8s_retry.kube.lifecycle import OUTAGE_BACKOFF, delete
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, TryIdentity, read_stamp
-from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF, PodClient, delete
 
 Json = dict[str, Any]
 Log = Callable[..., None]

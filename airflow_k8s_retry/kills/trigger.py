@@ -9,7 +9,7 @@ only a kill leaves; in any other state (``deferred``: a hand-over; ``scheduled``
 
 The delete reads the pod first and leaves one that is gone, replaced, being deleted or stamped with
 a verdict (:func:`~airflow_k8s_retry.kills.policy.kept_on_kill`), and retries API errors for about
-22 s (:data:`~airflow_k8s_retry.kube.lifecycle.KILL_BACKOFF`, inside Airflow's 30 s
+22 s (:data:`~airflow_k8s_retry.kube.pods.KILL_BACKOFF`, inside Airflow's 30 s
 ``[triggerer] on_kill_timeout``): nothing else deletes a killed task's pod on time.
 """
 
@@ -26,8 +26,8 @@ from airflow_k8s_retry.kube.clock import Clock, within
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Forbidden, KubeError, NotFound
 from airflow_k8s_retry.kube.hub import PodSubscription, WatchHub
-from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF, aretrying
 from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.kube.pods import KILL_BACKOFF, aretrying
 from airflow_k8s_retry.kube.rbac import rbac_message
 
 #: Pauses between looks at the task state after the trigger fired, until its event was accepted: 30 s.

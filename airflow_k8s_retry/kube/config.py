@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psutil
 
 from airflow_k8s_retry.kube.errors import TransportError
+from airflow_k8s_retry.kube.pods import keep_response_bodies_out_of_logs
 
 if TYPE_CHECKING:
     import kubernetes_asyncio.client
@@ -171,29 +172,6 @@ def _kubeconfig_file(config: ClusterConfig, mode: str) -> str | None:
 
 def _in_cluster_available() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and bool(os.environ.get("KUBERNETES_SERVICE_PORT"))
-
-
-#: The clients log every response body at DEBUG: pod specs with env values, Secrets' data.
-_BODY_LOGGERS = ("kubernetes.client.rest", "kubernetes_asyncio.client.rest")
-
-
-class _WithoutResponseBodies(logging.Filter):
-    """Drop the clients' "response body" records, so a DEBUG log level cannot leak secrets."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("response body")
-
-
-_BODY_FILTER = _WithoutResponseBodies()
-
-
-def keep_response_bodies_out_of_logs() -> None:
-    """Filter the clients' response-body DEBUG records out, for every client the package uses
-    (its own, and the cncf provider's ``KubernetesHook``'s); idempotent."""
-    for name in _BODY_LOGGERS:
-        logger = logging.getLogger(name)
-        if _BODY_FILTER not in logger.filters:
-            logger.addFilter(_BODY_FILTER)
 
 
 async def async_api_client(config: ClusterConfig) -> kubernetes_asyncio.client.ApiClient:

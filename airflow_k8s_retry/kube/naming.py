@@ -9,7 +9,7 @@ ones ``KubernetesPodOperator`` sets (``dag_id``, ``task_id``, ``run_id``, ``map_
 Two annotations carry what this package knows about a pod:
 
 * the **verdict stamp** (:data:`VERDICT_ANNOTATION`): the try's verdict, and whether the pod is
-  kept on purpose. Written before a pod is deleted or kept (``lifecycle.finish``), so whatever
+  kept on purpose. Written before a pod is deleted or kept (``pods.finish``), so whatever
   meets the pod afterwards (a late trigger, a sweep, ``explain --pod``) reads the verdict instead
   of judging again;
 * the **history stamp** (:data:`HISTORY_ANNOTATION`): the classifier's memory of a pod still being

@@ -8,7 +8,7 @@ watched, judged and cleaned up. A try's life in the worker reads top to bottom h
 
 1. **build** the try's pod: the provider's pod under this package's per-try name, labels and
    annotations (:meth:`RetryingPodOperator.build_try_pod`), sized by ``memory_growth`` when set;
-2. **create or adopt** it (:func:`~airflow_k8s_retry.kube.lifecycle.create`), after a retry has
+2. **create or adopt** it (:func:`~airflow_k8s_retry.kube.pods.create`), after a retry has
    swept what earlier tries left (:func:`~airflow_k8s_retry.kills.sweep.sweep_earlier_tries`);
 3. **defer** to :class:`~airflow_k8s_retry.triggers.PodStateTrigger` (or, with
    ``deferrable=False``, follow the pod here with the same trigger);
@@ -18,7 +18,7 @@ watched, judged and cleaned up. A try's life in the worker reads top to bottom h
    the XCom result; a failure writes its report (:mod:`airflow_k8s_retry.report`), the logs and any
    partial result;
 6. **clean up**: stamp the verdict and delete the pod by UID (or keep it, as ``on_finish_action``
-   says; :func:`~airflow_k8s_retry.kube.lifecycle.finish`);
+   says; :func:`~airflow_k8s_retry.kube.pods.finish`);
 7. **raise** the verdict's exception (:func:`~airflow_k8s_retry.exceptions.exception_for`):
    Airflow's retries take it from there.
 
@@ -53,9 +53,8 @@ from airflow_k8s_retry.compat import TaskDeferralError, TaskDeferralTimeout, Tas
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent, exception_for
 from airflow_k8s_retry.kills.callback import with_lost_try_cleanup
 from airflow_k8s_retry.kills.sweep import delete_earlier_relaunches, delete_try_pods, sweep_earlier_tries
-from airflow_k8s_retry.kube import lifecycle
+from airflow_k8s_retry.kube import pods
 from airflow_k8s_retry.kube.errors import KubeError
-from airflow_k8s_retry.kube.logstream import LogPosition, read_new_sync
 from airflow_k8s_retry.kube.naming import ON_KILL_ANNOTATION, TI_ANNOTATION, TryIdentity, read_stamp
 from airflow_k8s_retry.kube.pods import CreatedPod, PodClient, PodOfAnotherTry, v1pod_from
 from airflow_k8s_retry.metrics import count_task_verdict
@@ -63,7 +62,14 @@ from airflow_k8s_retry.operators.arguments import failure_policy as failure_poli
 from airflow_k8s_retry.operators.arguments import ignored, refusals
 from airflow_k8s_retry.report import Snapshot, failure_report, log_line
 from airflow_k8s_retry.retry_policy import ignore_retry_policy_before_3_3, install_retry_policy
-from airflow_k8s_retry.triggers.pod import PodEvent, PodStateTrigger, defer_timeout
+from airflow_k8s_retry.triggers.pod import (
+    LogPosition,
+    PodEvent,
+    PodStateTrigger,
+    defer_timeout,
+    new_lines,
+    since_seconds,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -414,7 +420,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         # While the create is on its way no pod is held: a kill deletes the try's pods by label.
         self._pod, self._try_held = None, (identity, meta["namespace"])
         try:
-            created = lifecycle.create(client, pod, identity, relaunch=relaunch, sleep=type(self).retry_sleep)
+            created = pods.create(client, pod, identity, relaunch=relaunch, sleep=type(self).retry_sleep)
         except PodOfAnotherTry as exc:
             raise PodFailure(str(exc)) from None
         except KubeError as exc:
@@ -447,9 +453,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
 
     def _create_failed(self, context: Context, exc: KubeError, namespace: str, name: str) -> Exception:
         """What the task raises when the API refused (or never answered) the try's create: the error
-        is judged (:func:`~airflow_k8s_retry.kube.lifecycle.create_error_verdict`), logged,
+        is judged (:func:`~airflow_k8s_retry.kube.pods.create_error_verdict`), logged,
         published and counted."""
-        verdict = lifecycle.create_error_verdict(exc, namespace, name)
+        verdict = pods.create_error_verdict(exc, namespace, name)
         self.log.error("%s: %s", verdict.reason.value, verdict.message)
         self._push_verdict(context, verdict)
         count_task_verdict(verdict, context, namespace)
@@ -577,7 +583,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self._end(client, pod, verdict, keep=False)
             fresh = self.build_try_pod(context, relaunch + 1)
             return self._launch(context, client, fresh, relaunch + 1, deadline=deadline)
-        keep = lifecycle.keeps(client, pod, self.on_finish_action.value, verdict)
+        keep = pods.keeps(client, pod, self.on_finish_action.value, verdict)
         if verdict.reason is Reason.EXECUTION_TIMEOUT and self.on_kill_action.value != "keep_pod":
             keep = False  # as KPO: a timed-out task is killed and on_kill_action decides; a kept
             # pod would go on running beside the next try
@@ -649,7 +655,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self.log.info("%s\n(pod %s)", report, pod.name)
         else:
             self.log.error("Pod %s: %s", pod.name, report)
-        ran = lifecycle.started_containers(body)
+        ran = pods.started_containers(body)
         if self.get_logs and ran:
             self._write_logs(client, pod, log_position, body)
         skipped_success = verdict.outcome is Outcome.SKIP and verdict.reason is Reason.SUCCEEDED
@@ -666,7 +672,7 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         ``get_logs=True``, when termination messages were withheld from it (the report may show them)."""
         if seen is not None and not (self.get_logs and seen.withheld):
             return seen.pod, seen.events
-        body, events, _ = lifecycle.evidence(client, pod, None, log=self.log.warning)
+        body, events, _ = pods.evidence(client, pod, None, log=self.log.warning)
         return body, events
 
     def _write_logs(
@@ -710,7 +716,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             names = list(containers)
         if base not in names:
             return names
-        lines, _ = read_new_sync(client, pod.namespace, pod.name, base, position, now=time.time())
+        window = since_seconds(position, time.time())
+        raw = client.log(pod.namespace, pod.name, base, timestamps=True, since_seconds=window)
+        lines, _ = new_lines(raw, position)
         self.log.info("Container %s: the log after the %s copied while it ran", base, position.time)
         for line in lines:
             self.log.info(
@@ -794,9 +802,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
     def _end(
         self, client: PodClient, pod: CreatedPod, verdict: Verdict | None, *, keep: bool, grace: Any = None
     ) -> None:
-        """Delete the pod by UID, or keep it stamped (``lifecycle.finish``); never raises."""
+        """Delete the pod by UID, or keep it stamped (``pods.finish``); never raises."""
         where = f"{pod.namespace}/{pod.name}"
-        ending = lifecycle.finish(
+        ending = pods.finish(
             client,
             pod,
             verdict,
@@ -805,11 +813,11 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             sleep=type(self).retry_sleep,
             grace_period_seconds=grace,
         )
-        if ending is lifecycle.Ending.KEPT:
+        if ending is pods.Ending.KEPT:
             self.log.info("Keeping pod %s (on_finish_action=%s)", where, self.on_finish_action.value)
-        elif ending is lifecycle.Ending.DELETED:
+        elif ending is pods.Ending.DELETED:
             self.log.info("Deleted pod %s (uid %s)", where, pod.uid)
-        if ending is not lifecycle.Ending.LEFT:
+        if ending is not pods.Ending.LEFT:
             self._pod = None
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:

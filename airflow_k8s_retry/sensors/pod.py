@@ -25,7 +25,7 @@ from airflow_k8s_retry.classification.model import Outcome
 from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
 from airflow_k8s_retry.compat import AirflowSensorTimeout, AirflowSkipException
 from airflow_k8s_retry.exceptions import PodFailure, PodSelectionError, exception_for
-from airflow_k8s_retry.kube import lifecycle
+from airflow_k8s_retry.kube import pods
 from airflow_k8s_retry.kube.errors import KubeError
 from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
 from airflow_k8s_retry.kube.targets import TargetError, check_target
@@ -37,8 +37,6 @@ from airflow_k8s_retry.triggers.target import PodTargetTrigger, Target, TargetEv
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-__all__ = ["PodCompletionSensor", "PodSelectionError"]
 
 #: Sensor arguments that mean nothing for a sensor that never pokes, with the reason it refuses them.
 _REFUSED: dict[str, tuple[Any, str]] = {
@@ -242,7 +240,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
     def _report(self, client: PodClient, pod_event: PodEvent) -> str:
         """The failure with its evidence: the pod's state, its Events and its last log lines."""
         pod = _pod_of(pod_event)
-        body, events, tail = lifecycle.evidence(client, pod, lifecycle.FIRST_CONTAINER, log=self.log.warning)
+        body, events, tail = pods.evidence(client, pod, pods.FIRST_CONTAINER, log=self.log.warning)
         return failure_report(pod_event.verdict, pod=body, events=events, log_tail=tail)
 
     def _delete(self, client: PodClient, pod_event: PodEvent) -> None:
@@ -251,10 +249,8 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         the cleanup, decides how the task ends."""
         pod = _pod_of(pod_event)
         sleep = type(self).retry_sleep
-        ending = lifecycle.finish(
-            client, pod, pod_event.verdict, kept=False, log=self.log.warning, sleep=sleep
-        )
-        if ending is lifecycle.Ending.DELETED:
+        ending = pods.finish(client, pod, pod_event.verdict, kept=False, log=self.log.warning, sleep=sleep)
+        if ending is pods.Ending.DELETED:
             self.log.info("Deleted pod %s/%s (delete_pod_on_finish)", pod.namespace, pod.name)
 
 

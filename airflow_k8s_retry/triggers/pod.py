@@ -28,10 +28,12 @@ verdict. A kill of the deferred task is :mod:`airflow_k8s_retry.kills`' business
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -46,7 +48,6 @@ from airflow_k8s_retry.kube.clock import Clock, WallClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from airflow_k8s_retry.kube.hub import PodChange, PodSubscription, WatchHub
-from airflow_k8s_retry.kube.logstream import LogPosition, read_new
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, MANAGED_SELECTOR, TryIdentity, encode_history
 from airflow_k8s_retry.kube.rbac import rbac_message
 from airflow_k8s_retry.report import Snapshot, withhold_termination_messages
@@ -74,6 +75,104 @@ def defer_timeout(deadline: float | None, now: float) -> timedelta | None:
     if deadline is None:
         return None
     return timedelta(seconds=max(0.0, deadline - now)) + DEFER_TIMEOUT_PADDING
+
+
+# -- where the copy of a log stopped -------------------------------------------------------------
+#
+# ``logging_interval`` copies the base container's new lines into the trigger's log while the pod
+# runs, and the worker then writes the rest. The API has no cursor for ``pods/log``: it takes a
+# relative ``sinceSeconds`` with one-second resolution, on the server's clock. So every read asks
+# for a generous window with ``timestamps=true``, and the kubelet's own timestamp of each line
+# decides what is new: a :class:`LogPosition` is the timestamp of the last line read and how many
+# lines carried exactly that timestamp (a burst of writes can share one). Lines at or before the
+# position are dropped, whatever the window returned. This assumes the kubelet's timestamps do not
+# go backwards within one container's log, which holds for one stream; stdout and stderr written
+# within the same instant may interleave either way.
+
+#: Extra seconds each read reaches back beyond the position: covers the one-second resolution
+#: and a clock skew between this process and the node.
+WINDOW_MARGIN = 60
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """Where a log read stopped: the last line's timestamp, and the lines read with exactly it."""
+
+    time: str
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if stamp_key(self.time) is None:
+            raise ValueError(f"LogPosition.time must be an RFC 3339 timestamp, got {self.time!r}")
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"LogPosition.count must be a whole number >= 1, got {self.count!r}")
+
+    @property
+    def epoch(self) -> float:
+        key = stamp_key(self.time)
+        assert key is not None
+        return key[0] + key[1] / 1e9
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"time": self.time, "count": self.count}
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any] | None) -> LogPosition | None:
+        if not data:
+            return None
+        return cls(time=str(data["time"]), count=int(data.get("count", 1)))
+
+
+def stamp_key(text: str) -> tuple[int, int] | None:
+    """``(epoch seconds, nanoseconds)`` of a kubelet timestamp, or None when ``text`` is not one."""
+    match = _STAMP.match(text)
+    if match is None:
+        return None
+    base, fraction, zone = match.groups()
+    try:
+        at = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
+    except ValueError:
+        return None
+    return int(at.timestamp()), int((fraction or "").ljust(9, "0"))
+
+
+def new_lines(raw: str, position: LogPosition | None) -> tuple[list[str], LogPosition | None]:
+    """The lines of a timestamped log read that come after ``position``, and the new position.
+
+    Empty writes move the position but are not returned; a line without a timestamp continues the
+    line before it.
+    """
+    after = stamp_key(position.time) if position is not None else None
+    seen_at_after = position.count if position is not None else 0
+    out: list[str] = []
+    last: tuple[str, tuple[int, int]] | None = None
+    count, fresh = 0, False
+    for line in raw.split("\n"):
+        stamp, _, message = line.partition(" ")
+        key = stamp_key(stamp)
+        if key is None:
+            if fresh and line:
+                out.append(line)
+            continue
+        if after is not None and key < after:
+            fresh = False
+            continue
+        count = count + 1 if last is not None and last[1] == key else 1
+        last = (stamp, key)
+        fresh = after is None or key > after or count > seen_at_after
+        if fresh and message.strip():
+            out.append(message.rstrip("\r"))
+    if last is None:
+        return out, position
+    return out, LogPosition(last[0], count)
+
+
+def since_seconds(position: LogPosition | None, now: float) -> int | None:
+    """The ``sinceSeconds`` that reaches back to ``position`` (None: read from the start)."""
+    if position is None:
+        return None
+    return max(1, math.ceil(now - position.epoch) + WINDOW_MARGIN)
 
 
 # -- the event ------------------------------------------------------------------------------------
@@ -417,13 +516,15 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
 
     async def _stream_logs(self, sub: PodSubscription, container: str) -> None:
         """Copy the container's log lines written since the last read into this trigger's log."""
+        window = since_seconds(self._log_position, time.time())
         try:
-            lines, self._log_position = await read_new(
-                sub.kube, self.namespace, self.pod_name, container, self._log_position, now=time.time()
+            raw = await sub.kube.read_log(
+                self.namespace, self.pod_name, container=container, timestamps=True, since_seconds=window
             )
         except KubeError as exc:
             self.log.warning("Pod %s: could not read the log of %s (%s)", self.pod_name, container, exc)
             return
+        lines, self._log_position = new_lines(raw, self._log_position)
         for line in lines:
             self.log.info("[%s] %s", container, line)
 

@@ -20,8 +20,8 @@ from airflow.triggers.base import TriggerEvent
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.compat import triggers_get_on_kill
 from airflow_k8s_retry.kills import listener as kills
-from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
 from airflow_k8s_retry.kube.naming import encode_stamp
+from airflow_k8s_retry.kube.pods import KILL_BACKOFF
 from airflow_k8s_retry.triggers import PodStateTrigger
 from tests.simulated.operator.test_operator_lifecycle import client_for, defer, operator, verdict
 

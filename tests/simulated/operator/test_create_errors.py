@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.kube.errors import translate
-from airflow_k8s_retry.kube.lifecycle import create_error_outcome, create_error_verdict
+from airflow_k8s_retry.kube.pods import create_error_outcome, create_error_verdict
 
 
 def status(code: int, reason: str, message: str) -> ApiException:

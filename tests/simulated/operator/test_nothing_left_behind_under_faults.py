@@ -19,9 +19,8 @@ from kubernetes.client.exceptions import ApiException
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.compat import AirflowFailException
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-from airflow_k8s_retry.kube.lifecycle import OUTAGE_BACKOFF
 from airflow_k8s_retry.kube.naming import read_stamp
-from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF, PodClient
 from airflow_k8s_retry.operators import RetryingPodOperator
 from tests.simulated.operator.test_operator_lifecycle import (
     client_for,
@@ -439,7 +438,7 @@ def test_the_next_try_is_not_started_beside_an_earlier_pod_it_cannot_delete(
     make_cluster, context, ti, no_backoff_sleep
 ):
     from airflow_k8s_retry.kills.sweep import EarlierTryNotGone
-    from airflow_k8s_retry.kube.lifecycle import OUTAGE_BACKOFF as SWEEP_BACKOFF
+    from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF as SWEEP_BACKOFF
 
     cluster = make_cluster(LONG_RUNNING)
     first = defer(operator(), context)  # its worker dies: nothing deletes the pod

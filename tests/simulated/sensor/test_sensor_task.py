@@ -25,8 +25,7 @@ from airflow_k8s_retry.compat import (
     TaskDeferred,
 )
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-from airflow_k8s_retry.kube.lifecycle import OUTAGE_BACKOFF
-from airflow_k8s_retry.kube.pods import PodClient
+from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF, PodClient
 from airflow_k8s_retry.sensors import PodCompletionSensor
 from airflow_k8s_retry.sensors import pod as sensor_module
 from airflow_k8s_retry.triggers.target import Judged, Target, TargetEvent

@@ -23,8 +23,8 @@ from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
-from airflow_k8s_retry.kube.lifecycle import KILL_BACKOFF
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
+from airflow_k8s_retry.kube.pods import KILL_BACKOFF
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import Request, mark, requests, until_watching

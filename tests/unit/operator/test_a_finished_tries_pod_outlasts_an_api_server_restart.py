@@ -9,8 +9,7 @@ from typing import Any, cast
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
 from airflow_k8s_retry.kube.errors import KubeError
-from airflow_k8s_retry.kube.lifecycle import Ending, finish
-from airflow_k8s_retry.kube.pods import CreatedPod, PodClient
+from airflow_k8s_retry.kube.pods import CreatedPod, Ending, PodClient, finish
 
 
 class RestartingApiServer:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_k8s_retry.kube.logstream import LogPosition, new_lines, since_seconds, stamp_key
+from airflow_k8s_retry.triggers.pod import LogPosition, new_lines, since_seconds, stamp_key
 
 LOG = (
     "2026-12-01T12:00:00.100000000Z one\n"
