@@ -36,10 +36,6 @@ from airflow_k8s_retry.kube.pods import PodClient, keep_response_bodies_out_of_l
 
 DEFAULT_CONN_ID = "kubernetes_default"
 _PREFIX = "extra__kubernetes__"
-#: KPO's cluster arguments, which select the cluster on top of the connection as the provider's
-#: ``KubernetesHook`` does: ``in_cluster`` (when not ``None``) replaces the extra ``in_cluster``,
-#: ``config_file`` the extra ``kube_config_path``, ``cluster_context`` the extra ``cluster_context``.
-CLUSTER_ARGUMENTS = ("in_cluster", "config_file", "cluster_context")
 
 
 def chosen_cluster(
@@ -114,7 +110,9 @@ def cluster_config_from_extras(
     extras: Mapping[str, Any], *, conn_id: str | None = None, chosen: Mapping[str, Any] | None = None
 ) -> ClusterConfig:
     """Build a :class:`ClusterConfig` from a ``kubernetes`` connection's extras, with a task's
-    cluster arguments (``chosen``, see :data:`CLUSTER_ARGUMENTS`) laid over them.
+    cluster arguments (``chosen``: ``in_cluster``, when not ``None``, replaces the extra
+    ``in_cluster``, ``config_file`` the extra ``kube_config_path``, ``cluster_context`` the extra
+    ``cluster_context``, as in the provider's ``KubernetesHook``) laid over them.
 
     Example::
 

@@ -80,9 +80,6 @@ CAUSE_RANK: dict[Reason, int] = {
     Reason.IMAGE_WRONG_PLATFORM: 7,
 }
 
-#: The pull causes, in the order they are checked.
-PULL_CAUSES: tuple[Reason, ...] = tuple(reason for reason, _ in _FAMILIES)
-
 
 def pull_cause(message: str) -> Reason | None:
     """Return the cause a pull error message states, or ``None`` when it states none.

@@ -14,10 +14,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-#: The label the Job controller puts on every pod it creates (with ``batch.kubernetes.io/job-name``
-#: on Kubernetes 1.27 and later).
-JOB_NAME_LABEL = "job-name"
-
 _FAILED = ("Failed", "FailureTarget")
 _COMPLETE = ("Complete", "SuccessCriteriaMet")
 

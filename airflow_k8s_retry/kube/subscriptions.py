@@ -216,10 +216,6 @@ class PodSubscription:
         return changes
 
     @property
-    def events_changed(self) -> bool:
-        return self._events_changed
-
-    @property
     def pending(self) -> bool:
         return bool(self._changes) or self._events_changed
 
