@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
-from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, DEFAULT_QUEUE_TIMEOUT
 from airflow_k8s_retry.classification.reasons import REASONS
 from airflow_k8s_retry.classification.rules import RULES, PolicyField, Rule, Seconds
 
@@ -34,12 +34,14 @@ def outcome_cell(rule: Rule) -> str:
 def grace_cell(rule: Rule) -> str:
     if rule.grace is None:
         return "-"
-    if isinstance(rule.grace, PolicyField):
+    if isinstance(rule.grace, PolicyField) and rule.grace.name == "queue_timeout":
+        text = f"{rule.grace}, unset: the task's `execution_timeout`, else {Seconds(DEFAULT_QUEUE_TIMEOUT)}"
+    elif isinstance(rule.grace, PolicyField):
         text = f"{rule.grace}, {Seconds(rule.grace.resolve(DEFAULT_POLICY))}"
     else:
         text = str(rule.grace)
     if rule.extension is not None:
-        text += f" (+ {rule.extension} after a scale-up)"
+        text += f" (+ {rule.extension} while a node is being provisioned)"
     return text
 
 

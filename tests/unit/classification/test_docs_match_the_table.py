@@ -41,7 +41,10 @@ def test_every_column_of_every_rule_row_matches_rules() -> None:
             assert grace == "-"
         else:
             minutes, secs = divmod(round(seconds), 60)
-            assert (f"{minutes} min" if minutes and not secs else f"{round(seconds)} s") in grace, rule.name
+            hours, odd = divmod(minutes, 60)
+            shown = f"{hours} h" if hours and not odd and not secs else None
+            shown = shown or (f"{minutes} min" if minutes and not secs else f"{round(seconds)} s")
+            assert shown in grace, rule.name
         assert why.replace("\\|", "|") == rule.why
 
 
