@@ -24,6 +24,7 @@ longer deferred (Airflow 3.3.0-3.3.2 also call it when a trigger merely moves to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -53,9 +54,11 @@ from airflow_k8s_retry.task_state import (
 from airflow_k8s_retry.triggers.tracker import (
     Emit,
     FetchLogs,
+    LogTail,
     LookAgain,
     PodTracker,
     ReadDirectly,
+    ReadWorkload,
     Revive,
     SleepUntil,
     Step,
@@ -338,7 +341,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 # out of this log line and of the event, which Airflow stores as it is.
                 return withhold_termination_messages(step.verdict, tracker.pod)
             if isinstance(step, LookAgain):
-                step = tracker.looked(await self._look(sub), sub.events, self.clock.now())
+                fresh, tail = await self._look(sub, step.log_tail)
+                step = tracker.looked(fresh, sub.events, self.clock.now(), tail)
             else:
                 step = tracker.apply(sub.drain(), sub.events, self.clock.now())
 
@@ -354,6 +358,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             await self._read_directly(sub)
         elif isinstance(step, FetchLogs):
             await self._stream_logs(sub, step.container)
+        elif isinstance(step, ReadWorkload):
+            tracker.workload_read(*await sub.kube.workload_of(self.namespace, self.pod_uid))
         elif isinstance(step, SleepUntil):
             await self._wait(sub, step.until, step.wake)
 
@@ -384,15 +390,23 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         else:
             sub.offer(PodChange(pod=pod))
 
-    async def _look(self, sub: PodSubscription) -> dict[str, Any] | None:
-        """The last look before a failure leaves: the pod now (None when gone or unreadable)."""
+    async def _look(
+        self, sub: PodSubscription, tail: LogTail | None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The last look before a failure leaves: the pod now (None when gone or unreadable), and the
+        last lines of the log the tracker asked for (None: none asked, or unreadable)."""
+        text = None
+        with contextlib.suppress(KubeError):
+            text = (
+                None if tail is None else await sub.kube.read_log(self.namespace, self.pod_name, **tail.read)
+            )
         try:
-            return await sub.kube.read_pod(self.namespace, self.pod_name)
+            return await sub.kube.read_pod(self.namespace, self.pod_name), text
         except NotFound:
-            return None
+            return None, text
         except KubeError as exc:
             self.log.warning("Pod %s: last look failed (%s); the verdict stands", self.pod_name, exc)
-            return None
+            return None, text
 
     async def _stream_logs(self, sub: PodSubscription, container: str) -> None:
         """Copy the container's log lines written since the last read into this trigger's log."""
