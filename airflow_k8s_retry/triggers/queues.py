@@ -21,7 +21,7 @@ from typing import Any
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 #: The first gate note comes after this long (a queue with room admits within seconds), then one
 #: every :data:`QUEUE_NOTE_EVERY`.
-QUEUE_FIRST_NOTE = 60.0
+QUEUE_FIRST_NOTE = 30.0
 QUEUE_NOTE_EVERY = 300.0
 #: The Workload conditions that say where admission stands, in the order they happen.
 ADMISSION_CONDITIONS = ("QuotaReserved", "Admitted")

@@ -96,3 +96,22 @@ def test_a_gated_pod_cannot_name_its_node(api: Any) -> None:
         "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared"
         in raised.value.body
     )
+
+
+def test_a_scenario_admits_a_gated_pod_as_an_admission_queue_does() -> None:
+    scenario = {
+        **BASE_SCENARIO,
+        "disruptions": [{"pod_name_prefix": "queued-", "after_seconds": 30, "kind": "admit"}],
+    }
+    with FakeCluster(scenario, time_scale=FAST) as sim:
+        api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(sim.kubeconfig)))
+        api.create_namespaced_pod("default", gated_body("queued-1", "kueue.x-k8s.io/admission"))
+        assert sim.wait_for(pod_is("queued-1", lambda p: phase(p) == "Running"), 5)
+        changes = [
+            r["change"] for r in sim.audit_records() if r["kind"] == "lifecycle" and r["name"] == "queued-1"
+        ]
+        assert changes[:3] == ["created", "admitted", "scheduled"], changes
+        # Now, by hand.
+        api.create_namespaced_pod("default", gated_body("held", "kueue.x-k8s.io/admission"))
+        sim.disrupt("held", "admit")
+        assert sim.wait_for(pod_is("held", lambda p: phase(p) == "Running"), 5)

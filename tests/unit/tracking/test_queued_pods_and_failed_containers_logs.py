@@ -69,39 +69,39 @@ def sleep(step: Step) -> SleepUntil:
 def test_a_kueue_queued_pod_gets_a_note_every_five_minutes_with_its_workloads_word() -> None:
     tracker = PodTracker(pod_uid="u-1", started=T0)
     first = sleep(tracker.apply([Change(gated(1, KUEUE))], [], T0))
-    assert (first.until, first.wake, first.notes) == (T0 + 86400, (T0 + 60,), ())
-    # A minute in: the note wants Kueue's word first.
-    assert tracker.apply([], [], T0 + 60) == ReadWorkload()
+    assert (first.until, first.wake, first.notes) == (T0 + 86400, (T0 + 30,), ())
+    # Half a minute in: the note wants Kueue's word first.
+    assert tracker.apply([], [], T0 + 30) == ReadWorkload()
     tracker.workload_read(WORKLOAD)
-    noted = sleep(tracker.apply([], [], T0 + 60))
+    noted = sleep(tracker.apply([], [], T0 + 30))
     assert noted.notes == (
         f"schedule.gated: held by scheduling gate {KUEUE} since {clock(T0)}; waiting until "
         f"{clock(T0 + 86400)} (queue_timeout); Kueue Workload pod-p-3f2a1: QuotaReserved=False (Pending): "
         "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
         "default-flavor, 3 more needed",
     )
-    assert (noted.until, noted.wake) == (T0 + 86400, (T0 + 360,))
+    assert (noted.until, noted.wake) == (T0 + 86400, (T0 + 330,))
     # Nothing in between, then the next note five minutes later, with a fresh read.
     assert sleep(tracker.apply([], [], T0 + 200)).notes == ()
-    assert tracker.apply([], [], T0 + 360) == ReadWorkload()
+    assert tracker.apply([], [], T0 + 330) == ReadWorkload()
 
 
 def test_a_workload_read_that_is_refused_is_never_asked_again() -> None:
     tracker = PodTracker(pod_uid="u-1", started=T0)
     tracker.apply([Change(gated(1, KUEUE))], [], T0)
-    assert tracker.apply([], [], T0 + 60) == ReadWorkload()
+    assert tracker.apply([], [], T0 + 30) == ReadWorkload()
     tracker.workload_read(None, readable=False)  # a 403, or no Kueue here
-    assert sleep(tracker.apply([], [], T0 + 60)).notes == (
+    assert sleep(tracker.apply([], [], T0 + 30)).notes == (
         f"schedule.gated: held by scheduling gate {KUEUE} since {clock(T0)}; waiting until "
         f"{clock(T0 + 86400)} (queue_timeout)",
     )
-    assert len(sleep(tracker.apply([], [], T0 + 360)).notes) == 1  # a note, and no read
+    assert len(sleep(tracker.apply([], [], T0 + 330)).notes) == 1  # a note, and no read
 
 
 def test_another_queues_gate_gets_notes_without_reads() -> None:
     tracker = PodTracker(pod_uid="u-1", started=T0)
     tracker.apply([Change(gated(1, "example.com/quota", "example.com/license"))], [], T0)
-    notes = sleep(tracker.apply([], [], T0 + 60)).notes
+    notes = sleep(tracker.apply([], [], T0 + 30)).notes
     assert notes[0].startswith(
         "schedule.gated: held by scheduling gates example.com/quota, example.com/license"
     )
@@ -110,7 +110,7 @@ def test_another_queues_gate_gets_notes_without_reads() -> None:
 def test_with_an_execution_timeout_the_queue_waits_until_that_deadline() -> None:
     tracker = PodTracker(pod_uid="u-1", started=T0, execution_deadline=T0 + 7200)
     assert sleep(tracker.apply([Change(gated(1, "example.com/quota"))], [], T0)).until == T0 + 7200
-    assert "(execution_timeout)" in sleep(tracker.apply([], [], T0 + 60)).notes[0]
+    assert "(execution_timeout)" in sleep(tracker.apply([], [], T0 + 30)).notes[0]
     # The feed was quiet for long: the tracker reads the pod itself, and judges what it read.
     assert isinstance(tracker.apply([], [], T0 + 7200), ReadDirectly)
     ended = tracker.apply([Change(gated(2, "example.com/quota"))], [], T0 + 7200)
