@@ -495,10 +495,12 @@ class PodTracker:
         name = next((e.container for e in verdict.evidence if e.container), None)
         status = self.pod.get("status") or {}
         statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-        entry = next((c for c in statuses if (c or {}).get("name") == name), None)
-        if entry is None:
-            return None
-        return LogTail(container=str(name), previous="terminated" not in (entry.get("state") or {}))
+        entry = next((c for c in statuses if (c or {}).get("name") == name), None) or {}
+        if "terminated" in (entry.get("state") or {}):
+            return LogTail(container=str(name))
+        if "terminated" in (entry.get("lastState") or {}):
+            return LogTail(container=str(name), previous=True)
+        return None  # the container never ran: it has no log
 
     def _grace_since(self, verdict: Verdict, now: float) -> float | None:
         """When the signal whose grace runs was first seen (the classifier's history has it)."""

@@ -196,3 +196,16 @@ def test_a_failure_that_does_not_rest_on_an_exit_reads_no_log() -> None:
     pod["status"]["phase"] = "Pending"
     step = PodTracker(pod_uid="u-1", started=T0).apply([Change(pod)], [], T0)
     assert isinstance(step, LookAgain) and step.log_tail is None
+
+
+def test_a_container_that_never_ran_has_no_log_to_read() -> None:
+    pod = failed(1)
+    pod["status"]["phase"] = "Pending"
+    pod["status"]["containerStatuses"][0]["state"] = {
+        "waiting": {"reason": "RunContainerError", "message": "failed to start container"}
+    }
+    tracker = PodTracker(pod_uid="u-1", started=T0)
+    sleep(tracker.apply([Change(pod)], [], T0))
+    step = tracker.apply([Change(pod)], [], T0 + 180)
+    assert isinstance(step, LookAgain) and step.verdict.reason is Reason.CONTAINER_CREATE_ERROR
+    assert step.log_tail is None
