@@ -393,20 +393,20 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     async def _look(
         self, sub: PodSubscription, tail: LogTail | None
     ) -> tuple[dict[str, Any] | None, str | None]:
-        """The last look before a failure leaves: the pod now (None when gone or unreadable), and the
+        """The last look before a failure leaves: the pod now (None when gone or unreadable), then the
         last lines of the log the tracker asked for (None: none asked, or unreadable)."""
-        text = None
-        with contextlib.suppress(KubeError):
-            text = (
-                None if tail is None else await sub.kube.read_log(self.namespace, self.pod_name, **tail.read)
-            )
+        pod: dict[str, Any] | None = None
         try:
-            return await sub.kube.read_pod(self.namespace, self.pod_name), text
+            pod = await sub.kube.read_pod(self.namespace, self.pod_name)
         except NotFound:
-            return None, text
+            pass
         except KubeError as exc:
             self.log.warning("Pod %s: last look failed (%s); the verdict stands", self.pod_name, exc)
-            return None, text
+        if pod is None or tail is None:
+            return pod, None
+        with contextlib.suppress(KubeError):
+            return pod, await sub.kube.read_log(self.namespace, self.pod_name, **tail.read)
+        return pod, None
 
     async def _stream_logs(self, sub: PodSubscription, container: str) -> None:
         """Copy the container's log lines written since the last read into this trigger's log."""
