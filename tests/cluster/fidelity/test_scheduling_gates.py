@@ -86,3 +86,29 @@ def test_a_gated_pod_waits_its_gates_only_shrink_and_lifting_the_last_schedules_
     assert real["add a gate"]["http"] == 422
     assert real["name a node"]["http"] == 422
     assert real["lifted"] == {"phase": "Running", "PodScheduled": "True", "gates": None}
+
+
+def _admitted(side: Side) -> dict[str, Any]:
+    """The scenario's ``admit`` (``admitted-`` pods, 2 s after creation) lifts the gate, as Kueue
+    would: FakeCluster's scripted admission and the harness's merge patch on the real API server."""
+    name = side.unique("admitted-")
+    rv = side.api.list_namespaced_pod("default").metadata.resource_version
+    side.api.create_namespaced_pod(
+        "default", pod_body(name, LONG, schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    )
+    try:
+        seen = follow(side.api, name, _phase("Running"), resource_version=rv, timeout=60)
+        first, last = seen[0][1], seen[-1][1]
+        return {
+            "created gated": (condition(first, "PodScheduled") or {}).get("reason"),
+            "running": last["status"].get("phase"),
+            "gates": last["spec"].get("schedulingGates"),
+        }
+    finally:
+        delete_now(side.api, name)
+
+
+def test_a_scenarios_admission_lifts_the_gate_on_both(backends: Backends):
+    seen = backends.run(_admitted)
+    assert_same(seen)
+    assert seen["real"] == {"created gated": "SchedulingGated", "running": "Running", "gates": None}
