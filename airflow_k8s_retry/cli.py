@@ -13,6 +13,7 @@ stays import-light: the simulator loads only when ``simulate`` runs, and Airflow
 Example:
     $ airflow-k8s-retry explain pod.json --events events.json --elapsed 120
     $ airflow-k8s-retry explain pod.json --trace     # also every rule considered before the match
+    $ airflow-k8s-retry explain pod.json --log base=base.log   # with the failed container's log tail
     $ airflow-k8s-retry explain --dag-id etl --task-id load   # every try of a task and its cause
 """
 
@@ -95,6 +96,30 @@ def load_events(path: str) -> list[Mapping[str, Any]]:
     if bad:
         raise InputError(f"events file {path}: item {bad[0]} is not an Event object")
     return items
+
+
+def load_logs(pod: Mapping[str, Any], specs: Sequence[str]) -> dict[str, str]:
+    """Read ``explain --log [CONTAINER=]FILE`` arguments: each container's last log lines (without a
+    container, the pod's first main container)."""
+    logs: dict[str, str] = {}
+    for spec in specs:
+        container, sep, path = spec.partition("=")
+        if not sep:
+            container, path = _first_container(pod), spec
+        if not container:
+            raise InputError(f"--log {spec}: the pod names no container; give one as --log CONTAINER={path}")
+        try:
+            logs[container] = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise InputError(f"cannot read log file {path}: {exc.strerror or exc}") from None
+    return logs
+
+
+def _first_container(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    first = containers[0] if isinstance(containers, list) and containers else None
+    return str(first.get("name") or "") if isinstance(first, Mapping) else ""
 
 
 def load_policy(path: str) -> FailurePolicy:
@@ -235,15 +260,17 @@ def _explain(args: argparse.Namespace) -> int:
         pod = load_pod(args.pod)
         events = load_events(args.events) if args.events else []
         policy = load_policy(args.policy) if args.policy else None
+        logs = load_logs(pod, args.log)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     now = time.time()
     verdict = classify_seen_for(
-        pod, events, elapsed=args.elapsed, now=now, policy=policy, relaunches=args.relaunches
+        pod, events, elapsed=args.elapsed, now=now, policy=policy, relaunches=args.relaunches, logs=logs
     )
-    # Which rule matches depends on the pod, its Events and the pull causes they state, not on time.
-    checks = trace(pod, events, now=now) if args.trace else None
+    # Which rule matches depends on the pod, its Events, its logs and the pull causes they state, not
+    # on time.
+    checks = trace(pod, events, now=now, logs=logs) if args.trace else None
     if args.json:
         json.dump(explanation(verdict, now=now, elapsed=args.elapsed, checks=checks), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -257,8 +284,9 @@ def _explain_live(args: argparse.Namespace) -> int:
     if not args.live_pod:
         print("error: give a pod file (POD.json) or a live pod (--pod NAME)", file=sys.stderr)
         return USAGE_ERROR
-    if args.events:
-        print("error: --events goes with a pod file; --pod reads the pod's Events itself", file=sys.stderr)
+    if args.events or args.log:
+        flag = "--events" if args.events else "--log"
+        print(f"error: {flag} goes with a pod file; --pod reads the cluster as it is", file=sys.stderr)
         return USAGE_ERROR
     try:
         policy = load_policy(args.policy) if args.policy else None
@@ -393,6 +421,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--events",
         metavar="EVENTS.json",
         help="the pod's Events: kubectl get events --field-selector involvedObject.name=NAME -o json",
+    )
+    explain.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        metavar="[CONTAINER=]FILE",
+        help="a failed container's last log lines, as the trigger reads them (kubectl logs NAME -c CONTAINER "
+        "--tail 20 [--previous]); CONTAINER defaults to the pod's first container; repeatable",
     )
     explain.add_argument(
         "--elapsed",

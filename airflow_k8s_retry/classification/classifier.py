@@ -33,6 +33,7 @@ def classify(
     now: float,
     policy: FailurePolicy | None = None,
     relaunches: int = 0,
+    logs: Mapping[str, str] | None = None,
 ) -> Verdict:
     """Classify one observation of a pod.
 
@@ -43,6 +44,8 @@ def classify(
     :param now: the current time, epoch seconds, on the caller's clock.
     :param policy: the DAG author's changes to the default rules.
     :param relaunches: fresh pods already started in this try after disruptions.
+    :param logs: the last lines of a container's log, by container name, where they were read (a
+        failed container's log may say why it could not start: ``exec format error``).
     :return: the verdict of the first rule in ``RULES`` that matches; its ``history`` is what to
         pass to the next call.
 
@@ -52,7 +55,7 @@ def classify(
         >>> (v.outcome.value, v.reason.value, v.deadline)
         ('wait', 'pod.running', 1600.0)
     """
-    obs = _observe(pod, events, history, now)
+    obs = _observe(pod, events, history, now, logs)
     policy = policy if policy is not None else DEFAULT_POLICY
     updated = obs.history
     if obs.exists and obs.phase == "Pending":
@@ -82,6 +85,7 @@ def trace(
     history: History | None = None,
     *,
     now: float,
+    logs: Mapping[str, str] | None = None,
 ) -> tuple[RuleCheck, ...]:
     """Every rule ``classify`` considers for this observation, in order, ending with the match.
 
@@ -91,7 +95,7 @@ def trace(
         ['running']
     """
     checks: list[RuleCheck] = []
-    for check in _walk(_observe(pod, events, history, now)):
+    for check in _walk(_observe(pod, events, history, now, logs)):
         checks.append(check)
         if check.matched:
             break
@@ -99,13 +103,17 @@ def trace(
 
 
 def _observe(
-    pod: Mapping[str, Any] | None, events: object, history: History | None, now: float
+    pod: Mapping[str, Any] | None,
+    events: object,
+    history: History | None,
+    now: float,
+    logs: Mapping[str, str] | None = None,
 ) -> Observation:
     if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
         raise ValueError(f"classify(now=...) must be finite epoch seconds, got {now!r}")
     if isinstance(events, History):
         raise TypeError("classify(): a History was passed as events; pass it as history=...")
-    return observe(pod, events, history if history is not None else History(), float(now))
+    return observe(pod, events, history if history is not None else History(), float(now), logs)
 
 
 def _walk(obs: Observation) -> Iterator[RuleCheck]:
@@ -234,6 +242,7 @@ def classify_seen_for(
     now: float,
     policy: FailurePolicy | None = None,
     relaunches: int = 0,
+    logs: Mapping[str, str] | None = None,
 ) -> Verdict:
     """Classify one observation as if every signal in it had been seen ``elapsed`` seconds ago.
 
@@ -244,11 +253,11 @@ def classify_seen_for(
         raise ValueError(f"elapsed must be a finite number of seconds, got {elapsed!r}")
     if elapsed < 0:
         raise ValueError(f"elapsed must be >= 0 seconds, got {elapsed!r}")
-    first = classify(pod, events, None, now=now, policy=policy, relaunches=relaunches)
+    first = classify(pod, events, None, now=now, policy=policy, relaunches=relaunches, logs=logs)
     start = float(now) - float(elapsed)
     strongest = first.history.strongest
     backdated = History(
         first_seen={key: start for key in first.history.first_seen},
         strongest=replace(strongest, seen_at=start) if strongest is not None else None,
     )
-    return classify(pod, events, backdated, now=now, policy=policy, relaunches=relaunches)
+    return classify(pod, events, backdated, now=now, policy=policy, relaunches=relaunches, logs=logs)

@@ -1,8 +1,10 @@
-"""The tables of ``docs/classification.md``, generated from ``RULES`` and ``REASONS``.
+"""The tables of ``docs/classification.md`` (and the reason codes of ``docs/failures-page.md``),
+generated from ``RULES`` and ``REASONS``.
 
-The doc keeps each table between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers; a test
-checks that the doc holds exactly what this module generates, so the doc cannot drift from the code.
-Regenerate with ``python -m airflow_k8s_retry.classification.docs docs/classification.md``.
+A doc keeps each table between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers; a test
+checks that the docs hold exactly what this module generates, so they cannot drift from the code.
+Regenerate with ``python -m airflow_k8s_retry.classification.docs docs/classification.md
+docs/failures-page.md``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 from pathlib import Path
 
 from airflow_k8s_retry.classification.model import REASONS, Outcome, Reason
-from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, DEFAULT_QUEUE_TIMEOUT
 from airflow_k8s_retry.classification.rules import RULES, PolicyField, Rule, Seconds
 
 
@@ -33,12 +35,14 @@ def outcome_cell(rule: Rule) -> str:
 def grace_cell(rule: Rule) -> str:
     if rule.grace is None:
         return "-"
-    if isinstance(rule.grace, PolicyField):
+    if isinstance(rule.grace, PolicyField) and rule.grace.name == "queue_timeout":
+        text = f"{rule.grace}, unset: the task's `execution_timeout`, else {Seconds(DEFAULT_QUEUE_TIMEOUT)}"
+    elif isinstance(rule.grace, PolicyField):
         text = f"{rule.grace}, {Seconds(rule.grace.resolve(DEFAULT_POLICY))}"
     else:
         text = str(rule.grace)
     if rule.extension is not None:
-        text += f" (+ {rule.extension} after a scale-up)"
+        text += f" (+ {rule.extension} while a node is being provisioned)"
     return text
 
 
@@ -84,22 +88,28 @@ def section(text: str, name: str) -> str | None:
 
 def render(text: str) -> str:
     """``text`` with every marked table replaced by its generated form."""
-    for name, build in TABLES.items():
+    marked = [name for name in TABLES if _block(name).search(text) is not None]
+    if not marked:
+        names = ", ".join(TABLES)
+        raise ValueError(f"no <!-- BEGIN name --> ... <!-- END name --> markers in the doc (names: {names})")
+    for name in marked:
         found = _block(name).search(text)
-        if found is None:
-            raise ValueError(f"no <!-- BEGIN {name} --> ... <!-- END {name} --> markers in the doc")
-        text = text[: found.start(2)] + build() + "\n" + text[found.end(2) :]
+        assert found is not None
+        text = text[: found.start(2)] + TABLES[name]() + "\n" + text[found.end(2) :]
     return text
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if not argv:
         print(
-            "usage: python -m airflow_k8s_retry.classification.docs docs/classification.md", file=sys.stderr
+            "usage: python -m airflow_k8s_retry.classification.docs docs/classification.md "
+            "[docs/failures-page.md ...]",
+            file=sys.stderr,
         )
         return 2
-    path = Path(argv[0])
-    path.write_text(render(path.read_text(encoding="utf-8")), encoding="utf-8")
+    for name in argv:
+        path = Path(name)
+        path.write_text(render(path.read_text(encoding="utf-8")), encoding="utf-8")
     return 0
 
 

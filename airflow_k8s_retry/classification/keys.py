@@ -30,6 +30,8 @@ NODE_DISRUPTION = SignalKey("node.disruption")
 NODE_LOST = SignalKey("node.lost")
 NODE_LOST_UNKNOWN_PHASE = SignalKey("node.lost.unknown_phase")
 UNSCHEDULABLE = SignalKey("schedule.unschedulable")
+#: Written while the pod waits behind scheduling gates (its queue deadline runs from it).
+SCHEDULING_GATED = SignalKey("schedule.gated")
 
 
 def of_reason(reason: Reason) -> SignalKey:
@@ -69,5 +71,6 @@ def gone_after(reason: Reason) -> SignalKey:
 
 
 def scale_up(event_identity: str) -> SignalKey:
-    """One cluster-autoscaler scale-up Event, by its identity (it extends the schedule wait)."""
+    """One Event saying a node is being provisioned for the pod (cluster-autoscaler's scale-up,
+    Karpenter's nomination), by its identity: it extends the schedule wait."""
     return SignalKey(f"schedule.scale_up:{event_identity}")

@@ -41,6 +41,8 @@ class Sighting(StrEnum):
     BASE_DONE = "base_done"  # the base container is done; its sidecars do not decide
     NATIVE_SIDECARS = "native_sidecars"  # the main containers are done; native sidecars do not decide
     BEHIND = "behind"  # the kubelet's status is older than the pod's spec (observedGeneration)
+    GATED = "gated"  # scheduling gates hold the pod back (spec.schedulingGates)
+    EXEC_FORMAT = "exec_format"  # the runtime could not execute the entrypoint (exec format error)
     WAITING = "waiting"  # a container waits with this reason
     PULL = "pull"  # a pull error whose cause is known
     LOOP = "loop"  # CrashLoopBackOff
@@ -93,6 +95,11 @@ SIGNALS = {137: "SIGKILL", 143: "SIGTERM", 139: "SIGSEGV", 134: "SIGABRT"}
 #: Containers that never exit by themselves and only serve the main containers: the cncf provider's
 #: XCom sidecar (it waits to be told to stop after the result is read) and the istio proxy.
 HELPER_CONTAINERS = frozenset({"airflow-xcom-sidecar", "istio-proxy"})
+#: The runtime (runc, crun, a shell's ``exec``) saying the entrypoint is not a binary this node can
+#: execute: "exec /app: exec format error" (runc 1.1+), "exec user process caused: exec format error"
+#: (older runc), "exec container process `/app`: Exec format error" (crun). A program of the task
+#: that fails to start another one says "fork/exec ..." and is not the image's entrypoint.
+_EXEC_FORMAT = re.compile(r"(?<!fork/)\bexec\b[^\n]{0,300}?\bexec format error", re.IGNORECASE)
 #: Kubelet eviction messages that blame the pod's own ephemeral-storage limits, not the node.
 _OWN_STORAGE_LIMIT = re.compile(
     r"exceeds the total limit of containers|exceeded its local ephemeral storage limit"
@@ -351,6 +358,38 @@ def _finished_fact(
         termination_reason=term.reason,
         termination_message=term.message,
     )
+
+
+def exec_format_error(obs: Observation) -> Fact | None:
+    """a failed or crash-looping container whose waiting message, termination message (with
+    `FallbackToLogsOnError`, the end of its log) or log tail says the runtime could not execute its
+    entrypoint: "exec /app: exec format error", "exec user process caused: exec format error",
+    "exec container process `/app`: Exec format error"
+    """
+    for container in obs.containers:
+        if not (obs.blocks(container) and obs.decides(container)):
+            continue
+        failed = [
+            t for t in (container.terminated, container.last_terminated) if t is not None and t.exit_code
+        ]
+        texts = [("status", container.waiting_message), *(("status", t.message) for t in failed)]
+        if failed or container.waiting_reason:
+            texts.append(("log", obs.log_tails.get(container.name, "")))
+        hits = ((source, _EXEC_FORMAT.search(text)) for source, text in texts)
+        source, found = next(((s, m) for s, m in hits if m is not None), ("", None))
+        if found is None:
+            continue
+        detail = found.group(0)  # the runtime's line only: the rest of a log or message is the task's
+        return Fact(
+            Sighting.EXEC_FORMAT,
+            keys.of_container(Reason.IMAGE_WRONG_PLATFORM, container.name),
+            container.label,
+            detail,
+            (cite(Reason.IMAGE_WRONG_PLATFORM, container, detail, source),),
+            container.name,
+            image=container.image,
+        )
+    return None
 
 
 def oom_killed(obs: Observation) -> Fact | None:

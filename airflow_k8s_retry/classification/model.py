@@ -62,6 +62,8 @@ class Reason(StrEnum):
     STARTUP_TIMEOUT = "startup.timeout"
     UNSCHEDULABLE = "schedule.unschedulable"
     SCHEDULE_TIMEOUT = "schedule.timeout"
+    SCHEDULE_GATED = "schedule.gated"
+    SCHEDULE_QUEUE_TIMEOUT = "schedule.queue_timeout"
     IMAGE_INVALID_NAME = "image.invalid_name"
     IMAGE_NEVER_PULL = "image.never_pull"
     IMAGE_NOT_FOUND = "image.not_found"
@@ -71,10 +73,12 @@ class Reason(StrEnum):
     IMAGE_TLS_ERROR = "image.tls_error"
     IMAGE_WRONG_PLATFORM = "image.wrong_platform"
     IMAGE_SHORT_NAME = "image.short_name"
+    IMAGE_POLICY_REFUSED = "image.policy_refused"
     IMAGE_PULL_BACKOFF = "image.pull_backoff"
     CONFIG_MISSING_SECRET = "config.missing_secret"
     CONFIG_MISSING_CONFIGMAP = "config.missing_configmap"
     CONFIG_ERROR = "config.error"
+    CONFIG_SPEC_CONFLICT = "config.spec_conflict"
     CONTAINER_CREATE_ERROR = "container.create_error"
     VOLUME_MOUNT_FAILED = "volume.mount_failed"
     NODE_DISRUPTION = "node.disruption"
@@ -112,7 +116,9 @@ REASONS: Mapping[Reason, ReasonInfo] = {
     Reason.STARTING:                   ReasonInfo("the pod is pending with no known problem yet (wait)", "nothing to do yet; if it stays pending, look at the pod's Events"),
     Reason.STARTUP_TIMEOUT:            ReasonInfo("pending longer than `startup_timeout`", "read the pod's Events (kubectl describe pod) for what it waited on, or raise startup_timeout"),
     Reason.UNSCHEDULABLE:              ReasonInfo("the scheduler cannot place the pod yet (wait)", "check the pod's requests, nodeSelector, affinity and tolerations against the nodes"),
-    Reason.SCHEDULE_TIMEOUT:           ReasonInfo("unschedulable longer than `schedule_timeout` (plus autoscaler time)", "lower the pod's requests, relax its nodeSelector/affinity/tolerations, or add capacity"),
+    Reason.SCHEDULE_TIMEOUT:           ReasonInfo("unschedulable longer than `schedule_timeout` (plus the time a node being provisioned for it may take)", "lower the pod's requests, relax its nodeSelector/affinity/tolerations, or add capacity"),
+    Reason.SCHEDULE_GATED:             ReasonInfo("the pod waits behind scheduling gates (`spec.schedulingGates`, e.g. Kueue's admission queue) and has not been considered for scheduling yet (wait)", "nothing to do while the queue works; if it lasts, look at the queue (kubectl get workloads for Kueue) or whoever owns the gate"),
+    Reason.SCHEDULE_QUEUE_TIMEOUT:     ReasonInfo("held by scheduling gates longer than `queue_timeout` (the task's `execution_timeout` ends the wait first when it is set)", "check why the queue never admitted the pod (Kueue: the Workload's QuotaReserved/Admitted message), or raise queue_timeout"),
     Reason.IMAGE_INVALID_NAME:         ReasonInfo("the image reference cannot be parsed", "fix the image reference: lowercase repository, registry/repository:tag or @sha256:digest"),
     Reason.IMAGE_NEVER_PULL:           ReasonInfo("`imagePullPolicy: Never` and the image is not on the node", "preload the image on every node, or set imagePullPolicy to IfNotPresent"),
     Reason.IMAGE_NOT_FOUND:            ReasonInfo("the registry says the image or tag does not exist", "check the image name and tag (and, for Docker Hub, the pull secret of a private repository)"),
@@ -120,12 +126,14 @@ REASONS: Mapping[Reason, ReasonInfo] = {
     Reason.IMAGE_RATE_LIMITED:         ReasonInfo("the registry, or the kubelet's own pull QPS, is throttling pulls", "authenticate pulls, use a registry mirror or pull-through cache, or pull less often"),
     Reason.IMAGE_REGISTRY_UNAVAILABLE: ReasonInfo("the registry failed (5xx), could not be reached, or the transfer was cut off", "check the registry's status and the node's network, DNS and proxy to the registry"),
     Reason.IMAGE_TLS_ERROR:            ReasonInfo("the node does not trust the registry's certificate, or TLS is misconfigured", "install the registry's CA on the nodes (or renew its expired certificate); an HTTP-only registry needs a runtime mirror entry"),
-    Reason.IMAGE_WRONG_PLATFORM:       ReasonInfo("the image has no variant for the node's OS/architecture", "publish the image for this platform, or pin the pod with nodeSelector kubernetes.io/arch"),
+    Reason.IMAGE_WRONG_PLATFORM:       ReasonInfo("the image has no variant for the node's OS/architecture, or its entrypoint is not a binary the node can run (`exec format error`)", "publish the image for this platform, or pin the pod with nodeSelector kubernetes.io/arch"),
     Reason.IMAGE_SHORT_NAME:           ReasonInfo("CRI-O refused an unqualified image name (short-name policy)", "use a fully qualified image name, e.g. docker.io/library/python:3.12"),
+    Reason.IMAGE_POLICY_REFUSED:       ReasonInfo("the node's image policy refused the image: a signature it requires is missing or does not verify (CRI-O `SignatureValidationFailed`, containerd's image verifier)", "sign the image (or fix its signature) so the node's policy accepts it, or ask the cluster's admins which registries and signers the policy trusts"),
     Reason.IMAGE_PULL_BACKOFF:         ReasonInfo("pulls fail and no cause was ever reported", "run kubectl describe pod for the pull error, and check the image name and registry access"),
     Reason.CONFIG_MISSING_SECRET:      ReasonInfo("a Secret, or a key in it, is missing", "create the Secret (and key) the pod references in its namespace, or fix the reference"),
     Reason.CONFIG_MISSING_CONFIGMAP:   ReasonInfo("a ConfigMap, or a key in it, is missing", "create the ConfigMap (and key) the pod references in its namespace, or fix the reference"),
-    Reason.CONFIG_ERROR:               ReasonInfo("another container configuration error", "read the CreateContainerConfigError message: runAsNonRoot with a root image, a bad subPath or env reference"),
+    Reason.CONFIG_ERROR:               ReasonInfo("another container configuration error (one that may clear: a cache still syncing, a file or subPath another container creates)", "read the CreateContainerConfigError message: a bad subPath or env reference"),
+    Reason.CONFIG_SPEC_CONFLICT:       ReasonInfo("the container's security settings contradict its image, so the kubelet refuses it on every node (`runAsNonRoot` with a root, non-numeric or invalid image user, or `runAsUser: 0`)", "give the container a non-root numeric user (securityContext.runAsUser, or a numeric USER in the image), or drop runAsNonRoot"),
     Reason.CONTAINER_CREATE_ERROR:     ReasonInfo("the runtime could not create or start the container, or its sandbox", "read the runtime's message: a wrong command or entrypoint, a failing hook, or CNI/runtime trouble on the node"),
     Reason.VOLUME_MOUNT_FAILED:        ReasonInfo("a volume cannot be attached or mounted", "check the PVC and its volume (still attached elsewhere? right zone?) and any Secret or ConfigMap volume"),
     Reason.NODE_DISRUPTION:            ReasonInfo("the cluster took the pod away: preemption, eviction, drain, taint, shutdown, admission", "nothing in the task to fix; if it keeps happening, check the node (taints, labels, capacity, drains) and the pod's PriorityClass"),

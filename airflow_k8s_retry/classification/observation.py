@@ -10,7 +10,7 @@ that cannot start is why the main containers wait.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_k8s_retry.classification.model import Evidence, History, Reason
@@ -18,7 +18,13 @@ from airflow_k8s_retry.classification.registry_messages import CAUSE_RANK, pull_
 
 #: Waiting reasons of the kubelet that mean an image pull failed.
 PULL_WAITING_REASONS = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "ErrImagePullBackOff", "RegistryUnavailable"}
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImagePullBackOff",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+    }
 )
 #: Waiting reasons whose message may state an image cause: the pull reasons, and the image inspection
 #: that comes before a pull (CRI-O's short-name policy answers there).
@@ -175,6 +181,15 @@ class Observation:
     base: str = ""  # the base container, when the pod names one of its main containers so
     generation: int | None = None  # metadata.generation
     observed_generation: int | None = None  # status.observedGeneration (absent before Kubernetes 1.33)
+    scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates[].name, in spec order
+    #: The last lines of a container's log, by container name (the trigger reads them before a
+    #: container's failure leaves; ``explain --log``); empty when none was read.
+    log_tails: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        """Whether the pod's work runs: phase ``Running``, or any container reported running."""
+        return self.phase == "Running" or any(c.running for c in self.containers)
 
     @property
     def title(self) -> str:
@@ -376,7 +391,13 @@ def _pull_evidence(
     return causes, history
 
 
-def observe(pod: Mapping[str, Any] | None, events: object, history: History, now: float) -> Observation:
+def observe(
+    pod: Mapping[str, Any] | None,
+    events: object,
+    history: History,
+    now: float,
+    logs: Mapping[str, str] | None = None,
+) -> Observation:
     """Flatten ``pod`` and ``events``; ``history`` comes back with the strongest pull cause."""
     data = mapping(pod)
     meta = mapping(data.get("metadata"))
@@ -415,6 +436,12 @@ def observe(pod: Mapping[str, Any] | None, events: object, history: History, now
         base=base,
         generation=integer(meta.get("generation")),
         observed_generation=integer(status.get("observedGeneration")),
+        scheduling_gates=tuple(
+            name
+            for name in (text(mapping(g).get("name")) for g in sequence(spec.get("schedulingGates")))
+            if name
+        ),
+        log_tails={text(k): text(v) for k, v in mapping(logs).items()},
     )
 
 

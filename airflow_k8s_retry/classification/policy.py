@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from airflow_k8s_retry.classification.model import Outcome, Reason
@@ -43,9 +43,15 @@ class FailurePolicy:
     :param startup_timeout: seconds a pod may stay pending without another explanation.
     :param schedule_timeout: seconds a pod may stay unschedulable.
     :param running_recheck: seconds between safety re-checks of a running pod.
-    :param scale_up_timeout: seconds an unschedulable pod may wait after cluster-autoscaler
-        triggered a scale-up for it (a node usually takes minutes to join); never more than
+    :param scale_up_timeout: seconds an unschedulable pod may wait after an Event says a node is
+        being provisioned for it (cluster-autoscaler's ``TriggeredScaleUp``, Karpenter's
+        ``Nominated``; a node usually takes minutes to join, a GPU node ten and more), counted from
+        the newest such Event, until one says provisioning failed; never more than
         ``schedule_timeout + scale_up_timeout`` in all.
+    :param queue_timeout: seconds a pod may wait behind scheduling gates (an admission queue such as
+        Kueue's) before the try is retried as ``schedule.queue_timeout``; ``schedule_timeout`` starts
+        only once the last gate is lifted. ``None`` (the default): until the task's
+        ``execution_timeout`` when it has one, else :data:`DEFAULT_QUEUE_TIMEOUT` (24 hours).
 
     Example:
         >>> FailurePolicy(grace={"image.not_found": 5}, outcomes={"image.unauthorized": "fail"},
@@ -62,6 +68,7 @@ class FailurePolicy:
     schedule_timeout: float = 600.0
     running_recheck: float = 600.0
     scale_up_timeout: float = 900.0
+    queue_timeout: float | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -84,7 +91,9 @@ class FailurePolicy:
                 "use 0 to turn every disruption into a retry"
             )
         for name in _NUMBER_FIELDS:
-            set_(self, name, _seconds(f"FailurePolicy.{name}", self.timeout(name), positive=True))
+            if name == "queue_timeout" and self.queue_timeout is None:
+                continue  # the task's execution_timeout, else DEFAULT_QUEUE_TIMEOUT
+            set_(self, name, _seconds(f"FailurePolicy.{name}", getattr(self, name), positive=True))
 
     def __hash__(self) -> int:
         # The mappings make the generated hash fail; the payload is the value's identity.
@@ -101,7 +110,15 @@ class FailurePolicy:
                 return self.running_recheck
             case "scale_up_timeout":
                 return self.scale_up_timeout
+            case "queue_timeout":
+                return DEFAULT_QUEUE_TIMEOUT if self.queue_timeout is None else self.queue_timeout
         raise KeyError(f"FailurePolicy has no timeout field {name!r}; fields: {', '.join(_NUMBER_FIELDS)}")
+
+    def until_execution_timeout(self) -> FailurePolicy:
+        """This policy for a task with an ``execution_timeout``: a ``queue_timeout`` left unset waits
+        for as long as a policy may (:data:`MAX_SECONDS`), so the task's own deadline, which the
+        trigger enforces, ends a queued wait first."""
+        return self if self.queue_timeout is not None else replace(self, queue_timeout=MAX_SECONDS)
 
     def grace_for(self, reason: Reason) -> float | None:
         """The grace the policy sets for ``reason``, or ``None`` to keep the rule's default."""
@@ -124,6 +141,7 @@ class FailurePolicy:
             "schedule_timeout": self.schedule_timeout,
             "running_recheck": self.running_recheck,
             "scale_up_timeout": self.scale_up_timeout,
+            "queue_timeout": self.queue_timeout,
         }
 
     @classmethod
@@ -162,6 +180,11 @@ def _reason(field_name: str, key: object, valid: frozenset[Reason]) -> Reason:
 #: The longest grace or timeout a policy may set (30 days): anything longer is a typo, and past
 #: year 9999 it could not even be shown as a time.
 MAX_SECONDS = 30 * 86400.0
+#: How long a pod may wait behind scheduling gates when neither ``queue_timeout`` nor the task's
+#: ``execution_timeout`` says: a day, longer than a busy Kueue queue usually holds a workload, short
+#: enough that a gate nobody will ever lift (a removed queue, a controller that failed to remove it)
+#: does not hold a task for good.
+DEFAULT_QUEUE_TIMEOUT = 86400.0
 
 
 def _seconds(name: str, value: object, *, positive: bool = False) -> float:

@@ -20,6 +20,13 @@ import re
 from airflow_k8s_retry.classification.model import Reason
 
 # Checked in this order: the first family with a match names the cause.
+#: The node's image policy refused the image: CRI-O's signature policy (the kubelet's
+#: ``SignatureValidationFailed`` since 1.28; containers/image's "Source image rejected: ..." before
+#: CRI-O used that code) or a containerd 2 image verifier plugin ("image verifier X blocked pull").
+_POLICY = re.compile(
+    r"signaturevalidationfailed|signature validation failed|source image rejected"
+    r"|image verifier \S+ blocked pull",
+)
 #: The image exists, but not for this node's platform (containerd, dockershim/moby, CRI-O wording).
 _WRONG_PLATFORM = re.compile(
     r"no match for platform in manifest|no matching manifest for \S+ in the manifest list"
@@ -58,6 +65,7 @@ _UNAUTHORIZED = re.compile(
 )
 
 _FAMILIES: tuple[tuple[Reason, re.Pattern[str]], ...] = (
+    (Reason.IMAGE_POLICY_REFUSED, _POLICY),
     (Reason.IMAGE_WRONG_PLATFORM, _WRONG_PLATFORM),
     (Reason.IMAGE_SHORT_NAME, _SHORT_NAME),
     (Reason.IMAGE_RATE_LIMITED, _RATE_LIMITED),
@@ -78,6 +86,7 @@ CAUSE_RANK: dict[Reason, int] = {
     Reason.IMAGE_NOT_FOUND: 5,
     Reason.IMAGE_SHORT_NAME: 6,
     Reason.IMAGE_WRONG_PLATFORM: 7,
+    Reason.IMAGE_POLICY_REFUSED: 8,
 }
 
 

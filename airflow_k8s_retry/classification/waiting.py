@@ -6,6 +6,7 @@ reporting, the pod is not placed or not started yet, and the catch-all. They con
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from airflow_k8s_retry.classification import keys
@@ -24,6 +25,7 @@ from airflow_k8s_retry.classification.observation import (
     IMAGE_WAITING_REASONS,
     PULL_WAITING_REASONS,
     ContainerView,
+    EventView,
     Observation,
 )
 from airflow_k8s_retry.classification.registry_messages import pull_cause
@@ -31,15 +33,26 @@ from airflow_k8s_retry.classification.registry_messages import pull_cause
 # --- the kubelet has not caught up, or a container cannot start -----------------------------------
 
 
-def status_behind_spec(obs: Observation) -> Fact | None:
-    """`status.observedGeneration` present and behind `metadata.generation` (the kubelet has not yet
-    acted on a spec change, e.g. a resize); absent on clusters before 1.33: never matches"""
+def _behind(obs: Observation, reason: Reason) -> Fact | None:
     seen, wanted = obs.observed_generation, obs.generation
     if seen is None or wanted is None or seen >= wanted:
         return None
     detail = f"status.observedGeneration {seen}, metadata.generation {wanted}"
-    evidence = (cite(Reason.NODE_LOST, None, detail),)
+    evidence = (cite(reason, None, detail),)
     return Fact(Sighting.BEHIND, keys.status_behind(wanted), obs.title, detail, evidence)
+
+
+def status_behind_spec_while_running(obs: Observation) -> Fact | None:
+    """the pod runs (phase `Running` or a container running) and `status.observedGeneration` is
+    behind `metadata.generation` (an in-place resize the kubelet has not reported on yet)"""
+    return _behind(obs, Reason.STATUS_BEHIND_SPEC) if obs.running else None
+
+
+def status_behind_spec(obs: Observation) -> Fact | None:
+    """`status.observedGeneration` present and behind `metadata.generation` on a pod whose work does
+    not run (the kubelet has not yet acted on a spec change, e.g. a new image); absent on clusters
+    before 1.33: never matches"""
+    return None if obs.running else _behind(obs, Reason.NODE_LOST)
 
 
 def _waiting(obs: Observation, reason: Reason, waiting: Iterable[str]) -> Fact | None:
@@ -99,6 +112,34 @@ def _pull(cause: Reason, doc: str) -> Matcher:
 
 
 _CAUSE = "pull or inspect error whose strongest cause (status or Events)"
+_pulled_policy = _pull(Reason.IMAGE_POLICY_REFUSED, "")
+
+
+def image_policy_refused(obs: Observation) -> Fact | None:
+    """waiting `SignatureValidationFailed`, or a pull error (status or Events) or `CreateContainerError`
+    saying the node's image policy refused the image: "SignatureValidationFailed: Source image
+    rejected: A signature was required, but no signature exists" (CRI-O), "Source image rejected:
+    ..." (CRI-O before it used that code), "image verifier bindir blocked pull of ..." (containerd 2)"""
+    # The kubelet reports this waiting reason only when the runtime said so (ErrSignatureValidationFailed).
+    said = _waiting(obs, Reason.IMAGE_POLICY_REFUSED, ["SignatureValidationFailed"])
+    pulled = said or _pulled_policy(obs)
+    if pulled is not None:
+        return pulled
+    # CRI-O also checks the policy when it creates the container (an image pulled before it changed).
+    container = first_matching(
+        obs,
+        lambda c: (
+            c.waiting_reason == "CreateContainerError"
+            and pull_cause(c.waiting_message) is Reason.IMAGE_POLICY_REFUSED
+        ),
+    )
+    return (
+        None
+        if container is None
+        else _waiting_fact(Reason.IMAGE_POLICY_REFUSED, container, image=container.image)
+    )
+
+
 image_wrong_platform = _pull(
     Reason.IMAGE_WRONG_PLATFORM,
     f'{_CAUSE} is the platform: "no match for platform in manifest" (containerd), "no matching manifest '
@@ -162,6 +203,30 @@ def _config(kind: str | None, reason: Reason, doc: str) -> Matcher:
     return match
 
 
+#: The kubelet's ``verifyRunAsNonRoot`` (pkg/kubelet/kuberuntime/security_context_others.go and
+#: _windows.go): the container's effective security context against the user its image config names.
+#: Both are the same on every node and at every later time, so no wait or retry changes the answer.
+_NON_ROOT_CONFLICT = re.compile(
+    r"container has runAsNonRoot and image (?:will run as root|has non-numeric user|has an invalid user id)"
+    r"|runAsUser breaks non-root policy|will be regarded as root identity and will break non-root policy",
+)
+
+
+def config_spec_conflict(obs: Observation) -> Fact | None:
+    """`CreateContainerConfigError` from the kubelet's non-root check: "container has runAsNonRoot and
+    image will run as root", "... image has non-numeric user (nobody), cannot verify user is non-root",
+    "... image has an invalid user id", "container's runAsUser breaks non-root policy"
+    """
+    container = first_matching(
+        obs,
+        lambda c: (
+            c.waiting_reason == "CreateContainerConfigError"
+            and _NON_ROOT_CONFLICT.search(c.waiting_message) is not None
+        ),
+    )
+    return None if container is None else _waiting_fact(Reason.CONFIG_SPEC_CONFLICT, container)
+
+
 missing_secret = _config(
     "secret",
     Reason.CONFIG_MISSING_SECRET,
@@ -173,7 +238,8 @@ missing_configmap = _config(
 config_error = _config(
     None,
     Reason.CONFIG_ERROR,
-    "any other `CreateContainerConfigError` (e.g. `runAsNonRoot` with a root image)",
+    'any other `CreateContainerConfigError` (e.g. "services have not yet been read at least once, cannot '
+    'construct envvars", "failed to prepare subPath for volumeMount")',
 )
 
 
@@ -276,17 +342,57 @@ def phase_unknown(obs: Observation) -> Fact | None:
 # --- not placed or not started yet ---------------------------------------------------------------
 
 
+def scheduling_gated(obs: Observation) -> Fact | None:
+    """`spec.schedulingGates` not empty (an admission queue such as Kueue's `kueue.x-k8s.io/admission`
+    holds the pod; the API server sets `PodScheduled=False` with reason `SchedulingGated`)"""
+    if not obs.exists or not obs.scheduling_gates or obs.phase not in ("Pending", ""):
+        return None
+    gates = ", ".join(obs.scheduling_gates)
+    cond = obs.condition("PodScheduled")
+    said = join("PodScheduled=False", cond.reason, cond.message) if cond is not None else ""
+    evidence = (cite(Reason.SCHEDULE_GATED, None, join(f"spec.schedulingGates [{gates}]", said)),)
+    return Fact(Sighting.GATED, keys.SCHEDULING_GATED, obs.title, gates, evidence)
+
+
+#: Events that say a node is being provisioned for the pod: cluster-autoscaler's scale-up, and
+#: Karpenter's (and EKS Auto Mode's) nomination to a NodeClaim it launches or a node that just joined.
+_PROVISIONING = frozenset({"TriggeredScaleUp", "Nominated"})
+#: Events that say no node is coming: cluster-autoscaler found no node group to grow, or (GKE) its
+#: scale-up failed; Karpenter could not fit the pod to any NodePool ("Failed to schedule pod, ...").
+_NOT_PROVISIONING = frozenset({"NotTriggerScaleUp", "FailedScaleUp"})
+_KARPENTER_REFUSAL = "Failed to schedule pod, "
+
+
+def _provisioner_events(obs: Observation) -> tuple[list[EventView], list[EventView]]:
+    """The Events promising a node for the pod, and those saying none is coming, oldest first."""
+    promised = [
+        e
+        for e in obs.events_named(*_PROVISIONING)
+        if e.reason != "Nominated" or "should schedule on" in e.message
+    ]
+    refused = [*obs.events_named(*_NOT_PROVISIONING)]
+    refused += [e for e in obs.events_named("FailedScheduling") if e.message.startswith(_KARPENTER_REFUSAL)]
+    return promised, sorted(refused, key=lambda e: e.stamp)
+
+
 def unschedulable(obs: Observation) -> Fact | None:
-    """`PodScheduled=False` (`Unschedulable`, `SchedulingGated`)"""
+    """`PodScheduled=False` (`Unschedulable`); a node being provisioned for it (`TriggeredScaleUp`,
+    Karpenter's `Nominated` "Pod should schedule on: nodeclaim/...") extends the wait until an Event
+    says provisioning failed (`NotTriggerScaleUp`, `FailedScaleUp`, Karpenter's "Failed to schedule
+    pod, ...")"""
     cond = obs.condition("PodScheduled")
     if cond is None or cond.status != "False":
         return None
-    failed = obs.events_named("FailedScheduling")
-    detail = cond.message or (failed[-1].message if failed else "") or cond.reason or "no reason given"
+    scheduler = [
+        e for e in obs.events_named("FailedScheduling") if not e.message.startswith(_KARPENTER_REFUSAL)
+    ]
+    detail = cond.message or (scheduler[-1].message if scheduler else "") or cond.reason or "no reason given"
     evidence = [cite(Reason.UNSCHEDULABLE, None, join("PodScheduled=False", cond.reason, cond.message))]
-    scale_ups = obs.events_named("TriggeredScaleUp")
-    refusals = obs.events_named("NotTriggerScaleUp")
-    latest = max((*scale_ups, *refusals), key=lambda e: e.stamp, default=None)
+    promised, refused = _provisioner_events(obs)
+    # A refusal newer than a promise ends the extension: only promises made after it still count.
+    last_refusal = refused[-1].stamp if refused else ""
+    extending = [e for e in promised if e.stamp > last_refusal]
+    latest = max((*promised, *refused), key=lambda e: e.stamp, default=None)
     related = None
     if latest is not None:
         related = (latest.reason, latest.message)
@@ -297,7 +403,7 @@ def unschedulable(obs: Observation) -> Fact | None:
         obs.title,
         detail,
         tuple(evidence),
-        extension_keys=tuple(keys.scale_up(e.identity) for e in scale_ups),
+        extension_keys=tuple(keys.scale_up(e.identity) for e in extending),
         related=related,
     )
 

@@ -113,6 +113,8 @@ _PULL_TEXT: Mapping[Reason, str] = {
     "the same architecture cannot run it (publish the image for this platform, or pin kubernetes.io/arch)",
     Reason.IMAGE_SHORT_NAME: "the runtime (CRI-O) refuses the unqualified image name under its short-name "
     "policy; name the registry in the image, e.g. docker.io/library/...",
+    Reason.IMAGE_POLICY_REFUSED: "the node's image policy refuses it (a signature it requires is missing or "
+    "does not verify); every node with the same policy refuses it alike",
 }
 
 
@@ -130,27 +132,60 @@ def _waiting(what: str) -> Formatter:
     return lambda f: f"{f.subject}: {what} ({f.detail})"
 
 
+#: What the newest provisioning Event says, by its reason (``waiting._provisioner_events``).
+_PROVISIONER_SAYS = {
+    "TriggeredScaleUp": "cluster-autoscaler is adding a node",
+    "NotTriggerScaleUp": "cluster-autoscaler will not add a node",
+    "FailedScaleUp": "cluster-autoscaler's scale-up failed",
+    "Nominated": "a node is being provisioned for it (Karpenter)",
+    "FailedScheduling": "Karpenter will not provision a node",
+}
+
+
 def _unschedulable(f: Fact) -> str:
     text = f"{f.subject} cannot be scheduled: {f.detail}"
     if f.related is not None:
         reason, message = f.related
-        verb = "is adding a node" if reason == "TriggeredScaleUp" else "will not add a node"
-        text += f"; cluster-autoscaler {verb} ({message})"
+        text += f"; {_PROVISIONER_SAYS.get(reason, reason)} ({message})"
     return text
+
+
+def _wrong_platform(f: Fact) -> str:
+    if f.sighting is Sighting.EXEC_FORMAT:
+        image = f" {f.image}" if f.image else ""
+        return (
+            f"{f.subject} cannot execute its entrypoint ({f.detail}): the image{image} is built for another "
+            "architecture than this node's, or its entrypoint is not a binary (a script without a #! line, "
+            "a truncated file)"
+        )
+    return _pull(Reason.IMAGE_WRONG_PLATFORM)(f)
+
+
+def _queued(f: Fact) -> str:
+    return (
+        f"{f.subject} waits behind scheduling gates ({f.detail}): an admission queue holds it, and the "
+        "scheduler has not tried to place it yet"
+    )
 
 
 FORMATTERS: Mapping[Reason, Formatter] = {
     Reason.SUCCEEDED: _succeeded,
     Reason.RUNNING: lambda f: f"{f.subject} is running",
+    Reason.STATUS_BEHIND_SPEC: lambda f: (
+        f"{f.subject} runs, and its node's kubelet has not yet reported on a change to its spec "
+        f"({f.detail}); the work goes on, and only evidence that the node or container is gone would end it"
+    ),
     Reason.RESIZE_INFEASIBLE: lambda f: (
         f"{f.subject} is running with its current resources; the node refused its in-place resize "
         f"as infeasible ({f.detail})"
     ),
     Reason.STARTUP_TIMEOUT: lambda f: f"{f.subject} has not started yet",
     Reason.SCHEDULE_TIMEOUT: _unschedulable,
+    Reason.SCHEDULE_QUEUE_TIMEOUT: _queued,
     Reason.IMAGE_INVALID_NAME: _waiting("the image reference is not valid"),
     Reason.IMAGE_NEVER_PULL: _waiting("imagePullPolicy is Never and the image is not on the node"),
     **{reason: _pull(reason) for reason in _PULL_TEXT},
+    Reason.IMAGE_WRONG_PLATFORM: _wrong_platform,
     Reason.IMAGE_PULL_BACKOFF: lambda f: (
         f"{f.subject} cannot pull {f.image or 'its image'} and no cause is known yet ({f.detail})"
     ),
@@ -161,6 +196,9 @@ FORMATTERS: Mapping[Reason, Formatter] = {
         "a ConfigMap or a key in it is missing (or the configmap cache is still syncing)"
     ),
     Reason.CONFIG_ERROR: _waiting("its configuration is invalid"),
+    Reason.CONFIG_SPEC_CONFLICT: _waiting(
+        "its security settings contradict its image; the kubelet refuses it on every node"
+    ),
     Reason.CONTAINER_CREATE_ERROR: _create_error,
     Reason.VOLUME_MOUNT_FAILED: lambda f: f"{f.subject} cannot mount a volume: {f.detail}",
     Reason.NODE_DISRUPTION: _disruption,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_k8s_retry.kube.config import ClusterConfig, async_configuration, within_plugin_limit
 from airflow_k8s_retry.kube.errors import (
     Conflict,
+    Forbidden,
     KubeError,
     NotFound,
     TransportError,
@@ -59,6 +61,11 @@ MERGE_PATCH = "application/merge-patch+json"
 REQUEST_POOL_SIZE = 100
 #: How long loading credentials may take: a credential plugin that hangs must not hang the caller.
 CONNECT_TIMEOUT = 60.0
+#: Kueue's API group and the versions it serves Workloads in, newest first (v1beta2 since 0.15), and
+#: the label it puts on the Workload of a plain pod, with the pod's UID (since 0.5).
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
 @dataclass(frozen=True)
@@ -341,17 +348,18 @@ class AsyncKube:
         tail_lines: int | None = None,
         timestamps: bool = False,
         since_seconds: int | None = None,
+        previous: bool = False,
     ) -> str:
-        """A container's log so far (``timestamps``: each line starts with the kubelet's time)."""
-        kwargs: dict[str, Any] = {}
-        if container:
-            kwargs["container"] = container
-        if tail_lines is not None:
-            kwargs["tail_lines"] = tail_lines
-        if timestamps:
-            kwargs["timestamps"] = True
-        if since_seconds is not None:
-            kwargs["since_seconds"] = since_seconds
+        """A container's log so far (``timestamps``: each line starts with the kubelet's time;
+        ``previous``: of the container's run before the current one)."""
+        asked = {
+            "container": container or None,
+            "tail_lines": tail_lines,
+            "previous": previous or None,
+            "timestamps": timestamps or None,
+            "since_seconds": since_seconds,
+        }
+        kwargs: dict[str, Any] = {k: v for k, v in asked.items() if v is not None}
         what = f"reading the log of pod {namespace}/{name}"
         for attempt in (1, 2):
             sent_under = self._auth_generation
@@ -414,6 +422,45 @@ class AsyncKube:
             field_selector=field_selector,
             timeout_seconds=timeout_seconds,
         )
+
+    # -- Kueue's Workloads, for what the task log says about a queued pod ----------------------
+
+    async def workload_of(self, namespace: str, pod_uid: str) -> tuple[Json | None, bool]:
+        """The Kueue Workload of a plain pod (labelled with the pod's UID; None: none yet, or the read
+        failed), and whether asking again may answer: not after a 403, nor where no Kueue serves
+        Workloads (404), which is how a caller that merely wants to tell more stays quiet."""
+        try:
+            return await self._find_workload(namespace, pod_uid), True
+        except (Forbidden, NotFound):
+            return None, False
+        except KubeError:
+            return None, True
+
+    async def _find_workload(self, namespace: str, pod_uid: str) -> Json | None:
+        from kubernetes_asyncio import client
+
+        api = client.CustomObjectsApi(self.api_client)
+        selector = f"{KUEUE_JOB_UID_LABEL}={pod_uid}"
+        for version in KUEUE_VERSIONS:
+            try:
+                listing = functools.partial(
+                    api.list_namespaced_custom_object,
+                    KUEUE_GROUP,
+                    version,
+                    namespace,
+                    "workloads",
+                    label_selector=selector,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+                data = await self._json(listing, f"listing Kueue workloads in {namespace}")
+            except NotFound:
+                if version == KUEUE_VERSIONS[-1]:
+                    raise
+                continue  # a Kueue older than 0.15 serves v1beta1 only
+            items = data.get("items") or []
+            return dict(items[0]) if items else None
+        return None
 
     # -- jobs (batch/v1), for the sensor following a Job's pods -------------------------------
 

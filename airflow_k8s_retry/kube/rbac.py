@@ -19,6 +19,8 @@ Each rule, and who needs it:
 * ``events``: ``list`` and ``watch`` (trigger and sensor: Events are evidence, e.g.
   ``FailedMount``; operator: the failure report).
 * ``batch`` ``jobs``: ``list`` and ``watch`` (sensor only, following a Job's pods).
+* ``kueue.x-k8s.io`` ``workloads``: ``list`` (trigger and sensor, optional: a queued pod's log
+  quotes why Kueue has not admitted its Workload yet; without it the log names the gates only).
 
 A ``403`` the code cannot work around is reported with :func:`rbac_message`: one line naming the
 verb, the resource and where, so the fix is one rule away.
@@ -37,6 +39,7 @@ NAMESPACED_RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("", "pods/exec", frozenset({"create", "get"})),
     ("", "events", frozenset({"list", "watch"})),
     ("batch", "jobs", frozenset({"list", "watch"})),
+    ("kueue.x-k8s.io", "workloads", frozenset({"list"})),
 )
 #: What the optional ClusterRole adds: one LIST+WATCH of this package's pods and of pod Events
 #: over all namespaces, instead of one per namespace.

@@ -28,6 +28,7 @@ verdict. A kill of the deferred task is :mod:`airflow_k8s_retry.kills`' business
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
 import time
@@ -54,9 +55,11 @@ from airflow_k8s_retry.report import Snapshot, withhold_termination_messages
 from airflow_k8s_retry.triggers.tracker import (
     Emit,
     FetchLogs,
+    LogTail,
     LookAgain,
     PodTracker,
     ReadDirectly,
+    ReadWorkload,
     Revive,
     SleepUntil,
     Step,
@@ -458,7 +461,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 # out of this log line and of the event, which Airflow stores as it is.
                 return withhold_termination_messages(step.verdict, tracker.pod), seen
             if isinstance(step, LookAgain):
-                step = tracker.looked(await self._look(sub), sub.events, self.clock.now())
+                fresh, tail = await self._look(sub, step.log_tail)
+                step = tracker.looked(fresh, sub.events, self.clock.now(), tail)
             else:
                 step = tracker.apply(sub.drain(), sub.events, self.clock.now())
 
@@ -474,6 +478,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             await self._read_directly(sub)
         elif isinstance(step, FetchLogs):
             await self._stream_logs(sub, step.container)
+        elif isinstance(step, ReadWorkload):
+            tracker.workload_read(*await sub.kube.workload_of(self.namespace, self.pod_uid))
         elif isinstance(step, SleepUntil):
             await self._wait(sub, step.until, step.wake)
 
@@ -504,15 +510,23 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         else:
             sub.offer(PodChange(pod=pod))
 
-    async def _look(self, sub: PodSubscription) -> dict[str, Any] | None:
-        """The last look before a failure leaves: the pod now (None when gone or unreadable)."""
+    async def _look(
+        self, sub: PodSubscription, tail: LogTail | None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The last look before a failure leaves: the pod now (None when gone or unreadable), then the
+        last lines of the log the tracker asked for (None: none asked, or unreadable)."""
+        pod: dict[str, Any] | None = None
         try:
-            return await sub.kube.read_pod(self.namespace, self.pod_name)
+            pod = await sub.kube.read_pod(self.namespace, self.pod_name)
         except NotFound:
-            return None
+            pass
         except KubeError as exc:
             self.log.warning("Pod %s: last look failed (%s); the verdict stands", self.pod_name, exc)
-            return None
+        if pod is None or tail is None:
+            return pod, None
+        with contextlib.suppress(KubeError):
+            return pod, await sub.kube.read_log(self.namespace, self.pod_name, **tail.read)
+        return pod, None
 
     async def _stream_logs(self, sub: PodSubscription, container: str) -> None:
         """Copy the container's log lines written since the last read into this trigger's log."""

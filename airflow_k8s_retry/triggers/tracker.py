@@ -5,10 +5,13 @@ The trigger's I/O (the shared watch, direct reads, annotations, log reads, sleep
 received (pod changes, the pod's Events, the time) and performs the :class:`Step` it gets back:
 
 * :class:`Emit`: the verdict to send; the tracker is done.
-* :class:`LookAgain`: read the pod once more before a failure leaves (:meth:`PodTracker.looked`).
+* :class:`LookAgain`: read the pod once more before a failure leaves (:meth:`PodTracker.looked`),
+  and the failed container's last log lines where they may say why (``exec format error``).
 * :class:`Revive`: the last look withdrew the verdict; follow the pod again.
 * :class:`ReadDirectly`: the feed has said nothing for a long while; read the pod itself.
 * :class:`FetchLogs`: stream the base container's new log lines (``logging_interval``).
+* :class:`ReadWorkload`: a gate note is due on a pod Kueue holds: read its Workload first
+  (:meth:`PodTracker.workload_read`; :mod:`.queues`).
 * :class:`SleepUntil`: wait for news or the time; ``wake`` lists extra wake-ups (a progress
   line, the next log read) that change nothing unless they fall due.
 
@@ -27,9 +30,11 @@ from typing import Any, Protocol
 from airflow_k8s_retry.classification import FailurePolicy, classify
 from airflow_k8s_retry.classification.classifier import trace
 from airflow_k8s_retry.classification.model import Evidence, History, Outcome, Reason, Verdict
+from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
 from airflow_k8s_retry.classification.rules import RULES
 from airflow_k8s_retry.kube.naming import read_history, read_stamp
 from airflow_k8s_retry.kube.ordering import event_time, is_older
+from airflow_k8s_retry.triggers import queues
 
 Json = dict[str, Any]
 
@@ -62,6 +67,11 @@ NODE_LOSS_MARGIN = 10.0
 NODE_LOSS_EVENTS = frozenset({"NodeNotReady"})
 
 _GRACE_RULES = frozenset(rule.name for rule in RULES if rule.outcome is not Outcome.WAIT and rule.grace)
+#: The rule of a pod held by scheduling gates: its note says more, and less often (:mod:`.queues`).
+QUEUED_RULE = "scheduling_gated"
+#: A failure resting on a container's exit may have its cause in its log only (``exec format error``).
+LOG_TAIL_REASONS = frozenset({Reason.CONTAINER_EXIT_CODE, Reason.CONTAINER_CREATE_ERROR})
+LOG_TAIL_LINES = 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,9 +88,24 @@ class Emit(Step):
     verdict: Verdict
 
 
+@dataclass(frozen=True)
+class LogTail:
+    """Which log the last look reads: a container's current run, or (``previous``) the one before."""
+
+    container: str
+    previous: bool = False
+
+    @property
+    def read(self) -> dict[str, Any]:
+        """The arguments of the log read (``AsyncKube.read_log``)."""
+        return {"container": self.container, "tail_lines": LOG_TAIL_LINES, "previous": self.previous}
+
+
 @dataclass(frozen=True, kw_only=True)
 class LookAgain(Step):
     verdict: Verdict
+    #: Also read this log's last :data:`LOG_TAIL_LINES` lines, and pass them to :meth:`PodTracker.looked`.
+    log_tail: LogTail | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +121,11 @@ class ReadDirectly(Step):
 @dataclass(frozen=True, kw_only=True)
 class FetchLogs(Step):
     container: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadWorkload(Step):
+    """Read the Kueue Workload of the pod (by its UID), then pass it to :meth:`PodTracker.workload_read`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +204,9 @@ class PodTracker:
     stamped: Json | None = None
 
     def __post_init__(self) -> None:
+        # A queue with no deadline of its own waits until the task's: the trigger enforces that one.
+        policy = self.policy or DEFAULT_POLICY
+        self.judging = policy.until_execution_timeout() if self.execution_deadline is not None else policy
         self.initial_history = self.history
         self.pod: Json | None = None
         self.gone = False
@@ -190,6 +223,14 @@ class PodTracker:
         self.logs_at: float | None = None
         #: Since when the history differs from what is stamped on the pod (None: it does not).
         self.unsaved_since: float | None = None
+        #: The last lines of failed containers' logs, read with a last look (container -> text).
+        self.log_tails: dict[str, str] = {}
+        self.tail_asked: LogTail | None = None
+        #: Whether Kueue's Workloads may be read (a 403 or 404 ends it), and the last one's summary
+        #: with the gate note it was read for.
+        self.may_read_workloads = True
+        self.workload: str | None = None
+        self.workload_for: float | None = None
 
     @property
     def quiet_limit(self) -> float:
@@ -223,16 +264,23 @@ class PodTracker:
         if not news and now < self.due and self.waiting is not None:
             # An extra wake-up (a progress line, a log read), not a timer of the verdict: judging
             # again would move a running pod's re-check deadline with every log read.
+            if self._workload_due(self.waiting, now):
+                return ReadWorkload()
             note = self._grace_note(self.waiting, now)
             remember = self._to_remember(self.waiting, now)
             return self._sleep([self.due], now, remember=remember, notes=[note] if note else [])
         return self._judge(now)
 
-    def looked(self, fresh: Json | None, events: Sequence[Json], now: float) -> Step:
-        """The result of the last look (``None``: gone, or the read failed): emit or withdraw."""
+    def looked(
+        self, fresh: Json | None, events: Sequence[Json], now: float, log_tail: str | None = None
+    ) -> Step:
+        """The result of the last look (``None``: gone, or the read failed): emit or withdraw;
+        ``log_tail``: the last lines of the log the :class:`LookAgain` asked for, if read."""
         verdict, self.looking = self.looking, None
         self.events = list(events)
         assert verdict is not None, "looked() answers a LookAgain step"
+        if log_tail is not None and self.tail_asked is not None:
+            self.log_tails[self.tail_asked.container] = log_tail
         if fresh is None or _uid_of(fresh) != self.pod_uid:
             return Emit(verdict=verdict)
         self.pod = fresh  # what the verdict that follows is judged on
@@ -248,6 +296,13 @@ class PodTracker:
             self.gone = self.unseen = False
             return Revive(pod=fresh, notes=tuple(notes))
         return Emit(verdict=again, notes=tuple(notes))
+
+    def workload_read(self, workload: Json | None, readable: bool = True) -> None:
+        """The answer to a :class:`ReadWorkload`: the pod's Kueue Workload (``None``: none yet, or the
+        read failed for now); ``readable`` False (a 403, or no Workload API: no Kueue) ends the reads."""
+        self.may_read_workloads = readable
+        self.workload = queues.workload_summary(workload) if workload is not None else None
+        self.workload_for = self.note_at
 
     def stamped_on_pod(self, history: History) -> None:
         """The trigger stamped ``history`` on the pod (a :class:`Step`'s ``remember``)."""
@@ -294,12 +349,14 @@ class PodTracker:
         hold = None if self.gone else self._relaunch_hold(verdict, self.pod, now, notes)
         if verdict.outcome.is_final and hold is None:
             if verdict.outcome in LOOK_AGAIN:
-                self.looking = verdict
-                return LookAgain(verdict=verdict, notes=tuple(notes))
+                self.looking, self.tail_asked = verdict, self._log_tail_for(verdict)
+                return LookAgain(verdict=verdict, notes=tuple(notes), log_tail=self.tail_asked)
             return Emit(verdict=verdict, notes=tuple(notes))
         if self._overdue(now):
             remember = None if verdict.outcome.is_final else self._to_remember(None, now)
             return Emit(verdict=self._timed_out(verdict, now), remember=remember, notes=tuple(notes))
+        if self._workload_due(verdict, now):
+            return ReadWorkload()  # then judged again, with the Workload's word for the note
         remember = None if verdict.outcome.is_final else self._to_remember(verdict, now)
         note = self._grace_note(verdict, now)
         if note:
@@ -333,7 +390,8 @@ class PodTracker:
         events = self.events
         if pod is None and self.unseen and self.pod is not None:
             events = without_later_node_loss(events, self.pod)
-        return classify(pod, events, history, now=now, policy=self.policy, relaunches=self.relaunches)
+        policy, logs = self.judging, self.log_tails
+        return classify(pod, events, history, now=now, policy=policy, relaunches=self.relaunches, logs=logs)
 
     def _overdue(self, now: float) -> bool:
         return self.execution_deadline is not None and now >= self.execution_deadline
@@ -391,21 +449,58 @@ class PodTracker:
         return until if now < until else None
 
     def _grace_note(self, verdict: Verdict, now: float) -> str | None:
-        """Once a minute while a grace runs: what is awaited, since when, and until when."""
+        """Once a minute while a grace runs: what is awaited, since when, and until when; for a pod
+        held by scheduling gates, once every few minutes, which gates and what its queue says."""
         if verdict.outcome is not Outcome.WAIT or verdict.rule not in _GRACE_RULES or self.gone:
             self.note_at = None
             return None
+        queued = verdict.rule == QUEUED_RULE
         if self.note_at is None:
             # The first line after a minute of waiting (a pod starting normally is pending for a
             # while), then one a minute, also when the cause changes (a pull error becoming clearer).
-            self.note_at = now + GRACE_NOTE_EVERY
+            self.note_at = now + (queues.QUEUE_FIRST_NOTE if queued else GRACE_NOTE_EVERY)
         if now < self.note_at:
             return None
-        self.note_at = now + GRACE_NOTE_EVERY
+        self.note_at = now + (queues.QUEUE_NOTE_EVERY if queued else GRACE_NOTE_EVERY)
         since = self._grace_since(verdict, now) or now
         assert verdict.deadline is not None
+        if queued:
+            return self._queue_note(verdict, since)
         awaited = verdict.reason.value
         return f"{awaited}: waiting since {_clock(since)}, giving up at {_clock(verdict.deadline)}"
+
+    def _queue_note(self, verdict: Verdict, since: float) -> str:
+        assert verdict.deadline is not None
+        until, what = verdict.deadline, "queue_timeout"
+        if self.execution_deadline is not None and self.execution_deadline <= until:
+            until, what = self.execution_deadline, "execution_timeout"
+        return queues.queue_note(queues.gates_of(self.pod), since, until, what, self.workload)
+
+    def _workload_due(self, verdict: Verdict, now: float) -> bool:
+        """Whether the gate note that falls due now wants Kueue's Workload read first."""
+        return (
+            verdict.rule == QUEUED_RULE
+            and self.may_read_workloads
+            and self.note_at is not None
+            and now >= self.note_at
+            and self.workload_for != self.note_at
+            and queues.KUEUE_GATE in queues.gates_of(self.pod)
+        )
+
+    def _log_tail_for(self, verdict: Verdict) -> LogTail | None:
+        """The log the last look reads with a failure that rests on a container's exit: the
+        container's current run when it terminated, else (crash-looping) the run before."""
+        if verdict.reason not in LOG_TAIL_REASONS or self.pod is None:
+            return None
+        name = next((e.container for e in verdict.evidence if e.container), None)
+        status = self.pod.get("status") or {}
+        statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        entry = next((c for c in statuses if (c or {}).get("name") == name), None) or {}
+        if "terminated" in (entry.get("state") or {}):
+            return LogTail(container=str(name))
+        if "terminated" in (entry.get("lastState") or {}):
+            return LogTail(container=str(name), previous=True)
+        return None  # the container never ran: it has no log
 
     def _grace_since(self, verdict: Verdict, now: float) -> float | None:
         """When the signal whose grace runs was first seen (the classifier's history has it)."""

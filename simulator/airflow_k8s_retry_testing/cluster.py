@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from airflow_k8s_retry_testing import seeds
-from airflow_k8s_retry_testing.scenario import Fault, Scenario, ScenarioError
+from airflow_k8s_retry_testing.scenario import DISRUPTION_KINDS, Fault, Scenario, ScenarioError
 
 if TYPE_CHECKING:
     from airflow_k8s_retry_testing.controllers.timers import ManualTime
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-DISRUPTION_KINDS = ("evict", "preempt", "node_lost", "delete")
 CLOCKS = ("scaled", "manual")
 
 
@@ -433,7 +432,8 @@ class FakeCluster:
         self._call(self._faults.clear)
 
     def disrupt(self, name: str, kind: str, namespace: str = "default") -> None:
-        """Disrupt a live pod right now: ``evict``, ``preempt``, ``node_lost`` or ``delete``."""
+        """Disrupt a live pod right now: ``evict``, ``preempt``, ``node_lost`` or ``delete``; or ``admit``
+        it (lift its scheduling gates, as an admission queue does)."""
         if kind not in DISRUPTION_KINDS:
             raise ValueError(f"disrupt(kind={kind!r}): use one of {', '.join(DISRUPTION_KINDS)}")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 PULL_BEHAVIOURS = ("ok", "not_found", "unauthorized", "rate_limited", "invalid_name")
-DISRUPTION_KINDS = ("evict", "preempt", "node_lost", "delete")
+DISRUPTION_KINDS = ("evict", "preempt", "node_lost", "delete", "admit")
 FAULT_STATUSES: tuple[int | str, ...] = (500, 429, 410, 403, "reset", "slow", "lost")
 FAULT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*")
 
@@ -292,7 +292,8 @@ class Disruption:
     """Disrupt pods whose name starts with a prefix, ``after_seconds`` after each one is created.
 
     ``count`` limits how many pods are hit (default 1, so a relaunched pod survives); ``None``
-    hits every matching pod.
+    hits every matching pod. ``admit`` is the one kind that is no disruption: it lifts the pod's
+    scheduling gates, as an admission queue (Kueue) does when it admits the pod.
     """
 
     pod_name_prefix: str

@@ -1,6 +1,6 @@
 """A user marks a deferred task instance failed through the REST API: the triggerer cancels the
 trigger, ``on_kill`` confirms the task instance is no longer deferred and deletes the pod by UID,
-and the api-server's listener (``plugins/kills.py``) finds it gone. With no triggerer running the
+and the api-server's listener (``kills/listener.py``) finds it gone. With no triggerer running the
 trigger at that moment, the listener deletes the pod itself.
 """
 

@@ -242,6 +242,7 @@ class Resources:
         if info.resource == "pods":
             new["spec"] = new.get("spec") or {}
             causes += pod_strategy.pod_spec_immutable(current["spec"], new["spec"])
+            causes += pod_strategy.added_gates(current["spec"], new["spec"])
             new["status"] = current.get("status", {})  # status is written through pods/status only
         if info.resource == "jobs":
             new["status"] = current.get("status", {})  # the Job controller's
@@ -254,6 +255,8 @@ class Resources:
         info.uid = meta.get("uid")
         if info.resource == "pods" and finalizers_before != meta.get("finalizers"):
             self.components.finalizers_changed(new)
+        if info.resource == "pods" and pod_strategy.gates_lifted(current["spec"], new["spec"]):
+            self.components.gates_lifted(new)
         return new
 
     # -- delete ----------------------------------------------------------------------------------

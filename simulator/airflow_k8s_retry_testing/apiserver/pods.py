@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from airflow_k8s_retry_testing.controllers.components import Components
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
+#: The condition kube-apiserver gives a pod created with scheduling gates.
+SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 _MUTABLE_SPEC_FIELDS = ("activeDeadlineSeconds", "tolerations")
 _DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
@@ -59,6 +61,7 @@ def validate_pod_spec(spec: Any) -> list[Cause]:
         return [("FieldValueRequired", "spec.containers", "Required value")]
     causes = _container_causes(spec)
     causes += _volume_causes(spec)
+    causes += _gate_causes(spec)
     policy = spec.get("restartPolicy")
     if policy not in (None, *RESTART_POLICIES):
         causes.append(
@@ -111,9 +114,41 @@ def _volume_causes(spec: Obj) -> list[Cause]:
     return causes
 
 
+def _gate_causes(spec: Obj) -> list[Cause]:
+    """A new pod's scheduling gates: no name twice, and no node named before the last is lifted."""
+    causes: list[Cause] = []
+    names = [g.get("name") if isinstance(g, dict) else None for g in spec.get("schedulingGates") or []]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            causes.append(("FieldValueDuplicate", f"spec.schedulingGates[{i}]", f'Duplicate value: "{name}"'))
+    if names and spec.get("nodeName"):
+        message = "Forbidden: cannot be set until all schedulingGates have been cleared"
+        causes.append(("FieldValueForbidden", "spec.nodeName", message))
+    return causes
+
+
+def added_gates(old: Obj, new: Obj) -> list[Cause]:
+    """Scheduling gates may only be removed after a pod is created, as kube-apiserver says."""
+    before = {g.get("name") for g in old.get("schedulingGates") or [] if isinstance(g, dict)}
+    return [
+        (
+            "FieldValueForbidden",
+            f"spec.schedulingGates[{i}].name",
+            f"Forbidden: only deletion is allowed, but found new scheduling gate '{g.get('name')}'",
+        )
+        for i, g in enumerate(new.get("schedulingGates") or [])
+        if isinstance(g, dict) and g.get("name") not in before
+    ]
+
+
+def gates_lifted(old: Obj, new: Obj) -> bool:
+    return bool(old.get("schedulingGates")) and not new.get("schedulingGates")
+
+
 def pod_spec_immutable(old: Obj, new: Obj) -> list[Cause]:
     def strip(spec: Obj) -> Obj:
         spec = copy.deepcopy(spec)
+        spec.pop("schedulingGates", None)  # judged by added_gates
         for group in ("containers", "initContainers"):
             for c in spec.get(group) or []:
                 c.pop("image", None)
@@ -161,6 +196,17 @@ def default_pod(pod: Obj) -> None:
     for c in containers:
         _default_container(c)
     pod["status"] = {"phase": "Pending", "qosClass": qos_class(containers)}
+    if spec.get("schedulingGates"):
+        pod["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_iso(),
+                "reason": "SchedulingGated",
+                "message": SCHEDULING_GATED_MESSAGE,
+            }
+        ]
 
 
 def _default_container(c: Obj) -> None:

@@ -67,6 +67,12 @@ class Components:
         """A pod was marked for deletion with this grace period (0: removed at once)."""
         self.kubelet.delete(pod, grace)
 
+    def gates_lifted(self, pod: Obj) -> None:
+        """The pod's last scheduling gate was removed: the scheduler considers it now."""
+        run = self.run_of(pod)
+        if run is not None:
+            self.status.after(run, SCHEDULE_DELAY, self.scheduler.schedule, run)
+
     def finalizers_changed(self, pod: Obj) -> None:
         self.kubelet.finalizers_changed(pod)
 

@@ -5,7 +5,9 @@
 * ``preempt``: ``DisruptionTarget=True/PreemptionByScheduler``, a ``Preempted`` Event, then a
   graceful deletion;
 * ``node_lost``: the node stops reporting (``controllers/nodes.py`` takes it from there);
-* ``delete``: a graceful deletion by someone else.
+* ``delete``: a graceful deletion by someone else;
+* ``admit``: the pod's scheduling gates are lifted (as Kueue does when it admits the pod), and the
+  scheduler considers it.
 
 ``evict_via_api`` is the Eviction API (``POST pods/NAME/eviction``): the condition, then a
 graceful deletion of the object.
@@ -63,8 +65,21 @@ class Disruptions:
         elif kind == "delete":
             self.status.store.lifecycle(pod, "deleted_externally")
             self._delete(run, pod, pod_strategy.spec_grace(pod))
+        elif kind == "admit":
+            self._admit(run, pod)
         else:
-            raise ValueError(f"unknown disruption kind {kind!r}; use evict, preempt, node_lost or delete")
+            raise ValueError(
+                f"unknown disruption kind {kind!r}; use evict, preempt, node_lost, delete or admit"
+            )
+
+    def _admit(self, run: PodRun, pod: Obj) -> None:
+        if not pod["spec"].get("schedulingGates"):
+            return
+        spec = {k: v for k, v in pod["spec"].items() if k != "schedulingGates"}
+        admitted = {**pod, "metadata": dict(pod["metadata"]), "spec": spec}
+        self.status.store.put("pods", admitted, "MODIFIED")
+        self.status.store.lifecycle(admitted, "admitted")
+        self.status.after(run, 0.02, self.kubelet.scheduler.schedule, run)
 
     def evict_via_api(self, run: PodRun, grace: int) -> None:
         """POST pods/NAME/eviction: DisruptionTarget, then a graceful deletion (the object goes away)."""

@@ -1,7 +1,8 @@
 """The scheduler and the cluster autoscaler: which node a pod runs on, and when there is none.
 
-Like kube-scheduler, it binds a pod to the first node it fits (resources, pod count, node
-selector) or marks it ``PodScheduled=False/Unschedulable`` with the scheduler's
+Like kube-scheduler, it leaves a pod with scheduling gates alone until the last is lifted, binds a
+pod to the first node it fits (resources, pod count, node selector) or marks it
+``PodScheduled=False/Unschedulable`` with the scheduler's
 ``0/N nodes are available: ...`` message and retries every 10 simulated seconds. With a scenario
 ``autoscaler``, an unschedulable pod that a new node would fit triggers a scale-up, announced by
 the cluster-autoscaler's ``TriggeredScaleUp`` Event, and the pods waiting are retried once the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from airflow_k8s_retry_testing.apiserver.pods import SCHEDULING_GATED_MESSAGE
 from airflow_k8s_retry_testing.controllers.runs import Node, PodRun
 from airflow_k8s_retry_testing.controllers.status import StatusManager
 from airflow_k8s_retry_testing.scenario import NodeSpec
@@ -35,6 +37,11 @@ class Scheduler:
 
     def schedule(self, run: PodRun) -> None:
         if run.node is not None or run.deleting:
+            return
+        pod = self.status.pod(run)
+        if pod is not None and pod["spec"].get("schedulingGates"):
+            # Like kube-scheduler, skip a gated pod until its last gate is lifted (gates_lifted).
+            self.status.condition(run, "PodScheduled", False, "SchedulingGated", SCHEDULING_GATED_MESSAGE)
             return
         reasons: dict[str, int] = {}
         for node in self.nodes:

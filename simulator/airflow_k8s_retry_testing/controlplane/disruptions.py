@@ -15,7 +15,9 @@ The disruptor watches pods in every namespace; ``after_seconds`` (times the scen
 * ``node_lost``: stops the KWOK process that plays the victim's node (one per node, as one
   kubelet per node), so that node's heartbeats (its Lease) stop; the real node lifecycle
   controller marks it not ready after its grace period (50 s) and the taint eviction controller
-  evicts its pods after their ``tolerationSeconds`` (300 s by default).
+  evicts its pods after their ``tolerationSeconds`` (300 s by default);
+* ``admit``: lifts the pod's scheduling gates with a JSON merge patch, as Kueue's controller does
+  when it admits the pod; the real scheduler then places it.
 
 It is one part of the harness process (:mod:`.harness`), which feeds it every pod it sees, and
 writes what it did to the harness's log.
@@ -108,6 +110,10 @@ class Disruptor:
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
         self.core.create_namespaced_pod_eviction(name, namespace, body)
+
+    def _admit(self, namespace: str, name: str, uid: str) -> None:
+        body = {"metadata": {"uid": uid}, "spec": {"schedulingGates": None}}  # the uid: a precondition
+        self.core.patch_namespaced_pod(name, namespace, body, _content_type="application/merge-patch+json")
 
     def _delete(self, namespace: str, name: str, uid: str) -> None:
         self.core.delete_namespaced_pod(name, namespace, body={"preconditions": {"uid": uid}})

@@ -228,3 +228,50 @@ def test_trace_in_json_names_each_rule_and_whether_it_matched(
     # Without the Events the decayed status names no cause: a different rule, a different trace.
     _, out, _ = run(["explain", pod, "--json", "--trace"], capsys)
     assert json.loads(out)["trace"][-1]["rule"] == "image_pull_backoff"
+
+
+#: Queued, provisioning, refused, conflicting and lagging pods: (corpus case, expected verdict).
+NEW_CLASSES = [
+    "scheduling_gated_an_hour_in_a_kueue_queue",
+    "scheduling_gated_past_the_queue_deadline",
+    "unschedulable_karpenter_nominated_gpu_nodeclaim",
+    "unschedulable_karpenter_nominated_then_refused",
+    "unschedulable_scale_up_then_backoff_after_failed_scale_up",
+    "signature_validation_failed_decayed_to_back_off",
+    "exec_format_error_in_the_termination_message",
+    "exec_format_error_in_the_log_of_a_crash_loop",
+    "exec_format_error_old_runc_in_the_log",
+    "run_as_non_root_non_numeric_image_user",
+    "observed_generation_lags_for_long_while_a_resize_runs",
+]
+
+
+@pytest.mark.parametrize("name", NEW_CLASSES)
+def test_explain_judges_queued_provisioning_refused_and_lagging_pods_as_the_corpus(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = corpus(name)
+    argv = ["explain", write(tmp_path, "pod.json", case["pod"]), "--json"]
+    argv += ["--events", write(tmp_path, "events.json", case["events"])]
+    argv += ["--elapsed", str(case.get("elapsed_seconds", 0))]
+    for container, text in (case.get("logs") or {}).items():
+        argv += ["--log", f"{container}={write(tmp_path, f'{container}.log', text)}"]
+    status, out, err = run(argv, capsys)
+    assert (status, err) == (0, "")
+    result = json.loads(out)
+    assert (result["outcome"], result["reason"]) == (case["expect"]["outcome"], case["expect"]["reason"])
+    assert result["hint"] == hint_for(result["reason"])
+
+
+def test_a_log_without_a_container_is_the_first_containers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = corpus("exec_format_error_old_runc_in_the_log")
+    pod = write(tmp_path, "pod.json", case["pod"])
+    _, out, _ = run(["explain", pod, "--json"], capsys)
+    assert json.loads(out)["reason"] == "container.exit_code"  # the pod alone: an exit code
+    log = write(tmp_path, "base.log", case["logs"]["base"])
+    _, out, _ = run(["explain", pod, "--json", "--log", log], capsys)
+    assert json.loads(out)["reason"] == "image.wrong_platform"
+    status, _, err = run(["explain", pod, "--log", str(tmp_path / "missing.log")], capsys)
+    assert status == 2 and "cannot read log file" in err

@@ -47,6 +47,8 @@ EXPECTED = {
         {"export": (2, "success"), "join": (1, "failed") if HAS_RETRY_POLICIES else (4, "failed")},
         pods=3 if HAS_RETRY_POLICIES else 6,
     ),
+    # Held by its scheduling gate past schedule_timeout, admitted, run: one try, one pod.
+    "08_queued_pod": Expected("success", {"train_when_admitted": (1, "success")}, pods=1),
 }
 
 
@@ -114,3 +116,14 @@ def test_nothing_is_left_running_and_the_demo_table_prints(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["dag", "task", "try"]
     assert sum(1 for line in lines[2:] if line.strip()) == len(outcome.rows)
+
+
+def test_the_queued_pod_waited_as_queued_and_its_log_says_what_held_it(outcome: Outcome):
+    """08: the gate held the pod past schedule_timeout (20 s) until the scenario admitted it (45 s):
+    the try waited as queued, and its log named the gate once (the first note, after 30 s); the
+    simulator serves no Kueue, so the note says nothing of a Workload."""
+    output = outcome.results["08_queued_pod"].output
+    notes = [line for line in output.splitlines() if "schedule.gated: held by scheduling gate" in line]
+    assert len(notes) == 1, output[-4000:]
+    assert "kueue.x-k8s.io/admission" in notes[0] and "Kueue Workload" not in notes[0]
+    assert "schedule.timeout" not in output

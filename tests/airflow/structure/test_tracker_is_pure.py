@@ -25,7 +25,7 @@ def test_importing_the_tracker_in_a_fresh_interpreter_loads_no_io_module() -> No
         "airflow_k8s_retry.classification",
         "airflow_k8s_retry.kube.naming",
         "airflow_k8s_retry.kube.ordering",
-        "airflow_k8s_retry.kube.naming",
+        "airflow_k8s_retry.triggers.queues",
         "airflow_k8s_retry.triggers.tracker",
     )
     # The packages themselves load too: kube/'s and triggers/' (whose PodStateTrigger loads lazily).

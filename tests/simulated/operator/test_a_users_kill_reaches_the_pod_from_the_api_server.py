@@ -1,4 +1,4 @@
-"""When a user marks a deferred task failed, the api-server's listener (``plugins/kills.py``)
+"""When a user marks a deferred task failed, the api-server's listener (``kills/listener.py``)
 deletes its pod, after giving the trigger's ``on_kill`` its turn: what covers a kill that reaches
 no running trigger (a triggerer hand-over, every triggerer down). The trigger row is Airflow's own
 ``Trigger`` model, built from the trigger the operator deferred on; the pod is in the simulator,

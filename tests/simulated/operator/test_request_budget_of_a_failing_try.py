@@ -12,7 +12,9 @@ counted, whoever made it. The target is at most 8 per try; a try costs 6 (try 1:
 - the worker's ``execute_complete``: the verdict stamp (one PATCH with the UID as precondition:
   whatever meets the pod while it terminates reads the verdict instead of judging it again) and
   the DELETE by UID. The failure report reads nothing: the pod and its Events as the trigger
-  judged them travel in its event. A pod whose container never ran has no log to read.
+  judged them travel in its event. A pod whose container never ran has no log to read; one whose
+  container ran and failed costs two log reads: the last look's last lines (where the runtime's
+  ``exec format error`` would be) and the task log's.
 
 A triggerer opens one LIST+WATCH of pods and one of Events per namespace and shares them between
 every trigger in it (``tests/watching/test_many_triggers_share_one_watch.py``); a try that is the
@@ -153,7 +155,8 @@ def test_a_failed_try_whose_container_ran_reads_only_its_log(make_cluster, conte
 
     with caplog.at_level("INFO"):
         made = asyncio.run(scenario())
-    # The create; the trigger's last look; the log; the verdict stamp; the DELETE (and, alone in
-    # its namespace, the triggerer's feeds).
-    own = {"create pods": 1, "get pods": 1, "get pods/log": 1, "patch pods": 1, "delete pods": 1}
+    # The create; the trigger's last look at the pod and at its failed container's last log lines
+    # (where the runtime's exec format error would be); the log for the task log; the verdict
+    # stamp; the DELETE (and, alone in its namespace, the triggerer's feeds).
+    own = {"create pods": 1, "get pods": 1, "get pods/log": 2, "patch pods": 1, "delete pods": 1}
     assert Counter(made) == Counter(own) + Counter(FEEDS), made

@@ -24,7 +24,8 @@ def requests(cluster: FakeCluster) -> dict[str, list[str]]:
     Each feed makes one request at a time, so its order is exact: ``"pods in default"`` (with its
     label selector, if any, in brackets), ``"jobs in default"``, ``"events in all namespaces"``;
     each asks ``list`` or ``watch``. ``"reads"`` are the pods read one by one (``get <name>``, the
-    last look) and a failed Job's pods listed afresh (``list job <name>'s pods``). The test's own
+    last look, and ``log <name>``, the failed container's last log lines that go with it) and a
+    failed Job's pods listed afresh (``list job <name>'s pods``). The test's own
     creates and deletes are left out; an injected fault shows instead of the status.
     """
     jobs = {j["metadata"]["uid"]: j["metadata"]["name"] for j in cluster.jobs()}
@@ -34,7 +35,8 @@ def requests(cluster: FakeCluster) -> dict[str, list[str]]:
             continue
         selector = (parse_qs(urlsplit(record["request_uri"]).query).get("labelSelector") or [""])[0]
         if record["verb"] in ("get", "patch"):
-            stream, what = "reads", f"{record['verb']} {record['name']}"
+            verb = "log" if record["resource"] == "pods/log" else record["verb"]
+            stream, what = "reads", f"{verb} {record['name']}"
         elif selector.startswith(CONTROLLER_UID):
             stream, what = "reads", f"list job {jobs.get(selector.removeprefix(CONTROLLER_UID))}'s pods"
         else:

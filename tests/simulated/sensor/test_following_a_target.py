@@ -140,6 +140,11 @@ def watching(cluster: FakeCluster, name: str) -> str:
     return f"Watching pod default/{name} (uid {found['metadata']['uid']})"
 
 
+def look(name: str) -> list[str]:
+    """The last look at a pod whose container failed: the pod, then the container's last log lines."""
+    return [f"get {name} 200", f"log {name} 200"]
+
+
 def left_to_the_job(name: str, why: str) -> str:
     """The trigger's log line when a failed pod of Job ``etl`` is not the end: the Job replaces it."""
     return f"Pod {name} of job etl: {why}; the Job decides what comes next"
@@ -202,7 +207,7 @@ async def test_a_selector_follows_the_newest_matching_pod(cluster: FakeCluster, 
     verdict = event.event.verdict
     assert (verdict.outcome, verdict.reason) == (Outcome.RETRY, Reason.CONTAINER_EXIT_CODE)
     assert phase(cluster, "report-old") == "Running"
-    assert requests(cluster) == {**switched, "reads": ["get report-new 200"]}  # its last look
+    assert requests(cluster) == {**switched, "reads": look("report-new")}  # its last look
 
 
 @pytest.fixture
@@ -262,7 +267,7 @@ async def test_a_job_that_fails_reports_the_cause_of_its_last_pod(cluster: FakeC
     await log.says(left_to_the_job(first, f"container.exit_code ({EXIT_3})"))
     run_until(cluster, lambda c: len(created(c)) == 2)
     last = created(cluster)[1]
-    replaced = {**feeds, "events in all namespaces": WATCHED * 2, "reads": [f"get {first} 200"]}
+    replaced = {**feeds, "events in all namespaces": WATCHED * 2, "reads": look(first)}
     await made(cluster, replaced)
     assert log.decisions()[1:] == [
         watching(cluster, first),
@@ -285,8 +290,8 @@ async def test_a_job_that_fails_reports_the_cause_of_its_last_pod(cluster: FakeC
     assert final == {**feeds, "events in all namespaces": WATCHED * 2}
     # The last pod's last look and the LIST of the failed Job's pods, one each: the pods' and the
     # Jobs' watches deliver the pod's failure and the Job's independently, so in either order.
-    assert reads[0] == f"get {first} 200"
-    assert sorted(reads[1:]) == sorted([f"get {last} 200", "list job etl's pods 200"])
+    assert reads[:2] == look(first)
+    assert sorted(reads[2:]) == sorted([*look(last), "list job etl's pods 200"])
 
 
 async def a_second_after(cluster: FakeCluster, name: str) -> None:
@@ -365,7 +370,7 @@ async def test_a_job_failed_before_the_sensor_started_reports_its_last_pod_which
     else:
         # Both pods are known: the last is judged (after its last look) and left to the Job, whose
         # state is not known yet.
-        judged["reads"] = [f"get {last} 200"]
+        judged["reads"] = look(last)
         decided = [
             WAITING_FOR_ETL,
             watching(cluster, last),
@@ -379,9 +384,10 @@ async def test_a_job_failed_before_the_sensor_started_reports_its_last_pod_which
     event = await run.finish(within=20)
     assert_the_cause_of_the_last_pod(event, cluster, last)
     # The later feed lists and watches; the other read follows.
-    after = f"get {last} 200" if first == "jobs" else "list job etl's pods 200"
+    after = look(last) if first == "jobs" else ["list job etl's pods 200"]
     await made(
-        cluster, {**judged, f"{later} in default": ["list 500", *WATCHED], "reads": [*judged["reads"], after]}
+        cluster,
+        {**judged, f"{later} in default": ["list 500", *WATCHED], "reads": [*judged["reads"], *after]},
     )
     await later_feed.close()
     await events.close()
@@ -416,7 +422,7 @@ async def test_a_job_s_failure_seen_before_its_last_pod_reports_that_pod(
     assert requests(cluster) == {
         **judged,
         "pods in default": [*WATCHED, "watch 200"],
-        "reads": ["list job etl's pods 200", f"get {last} 200"],
+        "reads": ["list job etl's pods 200", *look(last)],
     }
 
 
@@ -443,7 +449,7 @@ async def test_a_selector_on_a_jobs_pods_is_judged_as_the_job(cluster: FakeClust
         await log.says(decided[-1])
         run_until(cluster, lambda c, n=n: len(created(c)) == n + 2)
         judged["pods in default"] = judged["events in all namespaces"] = WATCHED * (n + 2)
-        judged["reads"] = [*judged.get("reads", []), f"get {failed} 200"]
+        judged["reads"] = [*judged.get("reads", []), *look(failed)]
         await made(cluster, judged)
         decided.append(watching(cluster, created(cluster)[n + 1]))
     assert log.decisions() == decided
@@ -462,8 +468,8 @@ async def test_a_selector_on_a_jobs_pods_is_judged_as_the_job(cluster: FakeClust
     assert final == {k: v for k, v in judged.items() if k != "reads"}
     # The last pod's last look and the LIST of the failed Job's pods, one each, in either order
     # (the pods' and the Jobs' watches deliver the pod's failure and the Job's independently).
-    assert reads[:2] == judged["reads"]
-    assert sorted(reads[2:]) == sorted([f"get {last} 200", "list job etl's pods 200"])
+    assert reads[:4] == judged["reads"]
+    assert sorted(reads[4:]) == sorted([*look(last), "list job etl's pods 200"])
 
 
 async def test_says_what_it_waits_for_once_a_minute_and_times_out(

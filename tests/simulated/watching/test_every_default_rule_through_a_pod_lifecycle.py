@@ -68,6 +68,8 @@ class Case:
     reads: tuple[tuple[str, int], ...] = (("get", 200),)
 
 
+#: The last look before a failure that rests on a container's exit: the pod, then the container's log.
+LOOK_AND_LOG = (("get", 200), ("get", 200))
 #: Simulated seconds from a pod's creation until it runs.
 STARTED = 0.3
 #: A disruption of a running pod, run to its end (the container stops within 0.55 s).
@@ -122,9 +124,10 @@ CASES = {
         pod={"resources": {"requests": {"cpu": "5000"}}},
     ),
     "oom killed retries": Case("oom:1", Outcome.RETRY, "container.oom"),
-    "non-zero exit retries": Case("fails:1", Outcome.RETRY, "container.exit_code"),
+    # The last look at a container that exited: the pod, then its last log lines.
+    "non-zero exit retries": Case("fails:1", Outcome.RETRY, "container.exit_code", reads=LOOK_AND_LOG),
     "exit code in fail_on_exit_codes fails": Case(
-        "fails:1", Outcome.FAIL, "container.exit_code", policy={"fail_on_exit_codes": [3]}
+        "fails:1", Outcome.FAIL, "container.exit_code", policy={"fail_on_exit_codes": [3]}, reads=LOOK_AND_LOG
     ),
     "exit code in skip_on_exit_codes skips": Case(
         "fails:1", Outcome.SKIP, "container.exit_code", policy={"skip_on_exit_codes": [3]}, reads=()

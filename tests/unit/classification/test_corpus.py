@@ -1,14 +1,15 @@
 """Every real-world case in corpus/ gets the verdict its file expects.
 
 A case file holds ``description``, ``pod`` (API JSON), ``events`` (API JSON), optionally
-``elapsed_seconds`` (how long its signals have been seen), ``policy`` (a ``FailurePolicy``
-payload) and ``relaunches``, and ``expect`` (``outcome`` and ``reason``). A case whose wording was
-copied from a public report carries ``source``: the ``url`` where that exact ``text`` was seen, the
-``runtime`` (and ``registry``) it came from, and ``seen_as`` (which field or log showed it); the pod
-and Events around the text are written for the case. A case for a field a newer Kubernetes added
-(native sidecars, restart rules, resize conditions, ``observedGeneration``) carries ``shape``: the
-``url`` of the Kubernetes documentation or KEP that defines the field, and the ``fields`` of the
-case's pod (dotted paths, ``[i]`` for a list item) written in that shape.
+``elapsed_seconds`` (how long its signals have been seen), ``policy`` (a ``FailurePolicy`` payload),
+``relaunches`` and ``logs`` (the last lines of a container's log, by container name, as the trigger
+reads them before a failure leaves), and ``expect`` (``outcome`` and ``reason``). A case whose
+wording was copied from a public report carries ``source``: the ``url`` where that exact ``text``
+was seen, the ``runtime`` (and ``registry``) it came from, and ``seen_as`` (which field or log
+showed it); the pod and Events around the text are written for the case. A case for a field a newer
+Kubernetes added (native sidecars, restart rules, resize conditions, ``observedGeneration``) carries
+``shape``: the ``url`` of the Kubernetes documentation or KEP that defines the field, and the
+``fields`` of the case's pod (dotted paths, ``[i]`` for a list item) written in that shape.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ CORPUS = Path(__file__).parent / "corpus"
 CASES = sorted(CORPUS.glob("*.json"))
 NOW = 1_773_480_000.0
 FIELDS = {
-    *("description", "source", "shape", "pod", "events", "elapsed_seconds", "expect", "policy", "relaunches")
+    *("description", "source", "shape", "pod", "events", "elapsed_seconds", "expect", "policy", "relaunches"),
+    "logs",
 }
 SOURCE_FIELDS = {"url", "runtime", "registry", "seen_as", "text"}
 
@@ -51,6 +53,7 @@ def verdict_for(case: dict[str, Any]) -> Verdict:
         now=NOW,
         policy=FailurePolicy.from_payload(case.get("policy")),
         relaunches=case.get("relaunches", 0),
+        logs=case.get("logs"),
     )
 
 
@@ -77,9 +80,11 @@ def test_corpus_reaches_every_rule_a_pod_file_can_reach() -> None:
 
 
 def messages(case: dict[str, Any]) -> list[str]:
-    """Every message text of the case: pod status, container states, Events."""
+    """Every message text of the case: pod status and conditions, container states, Events, logs."""
     status = case["pod"].get("status") or {}
     found = [str(status.get("message", ""))]
+    found += [str(c.get("message", "")) for c in status.get("conditions") or []]
+    found += [str(text) for text in (case.get("logs") or {}).values()]
     for key in ("initContainerStatuses", "containerStatuses"):
         for entry in status.get(key) or []:
             for state in (entry.get("state") or {}).values():

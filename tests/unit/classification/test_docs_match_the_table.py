@@ -1,4 +1,5 @@
-"""docs/classification.md shows the rule table and the reason codes exactly as the code has them."""
+"""docs/classification.md shows the rule table and the reason codes exactly as the code has them, and
+docs/failures-page.md the reason codes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from airflow_k8s_retry.classification.docs import reasons_table, render, rules_t
 from tests.support.paths import REPO
 
 DOC = REPO / "docs" / "classification.md"
+FAILURES_PAGE = REPO / "docs" / "failures-page.md"
 
 
 def rows(name: str) -> list[list[str]]:
@@ -23,6 +25,12 @@ def test_the_doc_holds_the_generated_tables() -> None:
     assert section(text, "rules") == rules_table() + "\n"
     assert section(text, "reasons") == reasons_table() + "\n"
     assert render(text) == text, "run: python -m airflow_k8s_retry.classification.docs docs/classification.md"
+
+
+def test_the_failures_page_doc_lists_every_reason_code_with_its_meaning_and_hint() -> None:
+    text = FAILURES_PAGE.read_text()
+    assert section(text, "reasons") == reasons_table() + "\n"
+    assert render(text) == text, "run: python -m airflow_k8s_retry.classification.docs docs/failures-page.md"
 
 
 def test_every_column_of_every_rule_row_matches_rules() -> None:
@@ -41,7 +49,10 @@ def test_every_column_of_every_rule_row_matches_rules() -> None:
             assert grace == "-"
         else:
             minutes, secs = divmod(round(seconds), 60)
-            assert (f"{minutes} min" if minutes and not secs else f"{round(seconds)} s") in grace, rule.name
+            hours, odd = divmod(minutes, 60)
+            shown = f"{hours} h" if hours and not odd and not secs else None
+            shown = shown or (f"{minutes} min" if minutes and not secs else f"{round(seconds)} s")
+            assert shown in grace, rule.name
         assert why.replace("\\|", "|") == rule.why
 
 

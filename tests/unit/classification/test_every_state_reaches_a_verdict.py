@@ -18,7 +18,7 @@ from airflow_k8s_retry.classification import (
     classify,
 )
 from airflow_k8s_retry.classification.policy import OVERRIDE_OUTCOMES
-from airflow_k8s_retry.classification.rules import graceable_reasons, overridable_reasons
+from airflow_k8s_retry.classification.rules import graceable_reasons, overridable_reasons, rule_named
 from tests.unit.classification.pod_strategies import JSON, events, garbage_pods, pods
 
 T0 = 1_773_480_000.0
@@ -94,8 +94,8 @@ def test_a_stuck_state_reaches_a_final_verdict_by_its_deadline(
 ) -> None:
     first = classify(pod, evs, now=T0, policy=policy, relaunches=relaunches)
     event(f"{first.outcome.value} by {first.rule}")
-    if first.outcome is not Outcome.WAIT or first.reason in (Reason.RUNNING, Reason.RESIZE_INFEASIBLE):
-        return  # final already, or running (its deadline is a re-check, not a failure)
+    if first.outcome is not Outcome.WAIT or rule_named(first.rule).outcome is Outcome.WAIT:
+        return  # final already, or a re-check rule (running, a refused resize, a running pod's lag)
     assert first.deadline is not None
     # Nothing changes but the time: still waiting just before the deadline, final at it.
     before = first.deadline - min(1.0, (first.deadline - T0) / 2)

@@ -219,7 +219,7 @@ KUBELET_WAITING_REASONS = {
     "InvalidImageName": "invalid_image_name",
     "ErrImageNeverPull": "image_never_pull",
     "ImageInspectError": "container_error",
-    "SignatureValidationFailed": "container_error",
+    "SignatureValidationFailed": "image_policy_refused",
     "CreateContainerConfigError": "config_error",
     "CreateContainerError": "container_error",
     "PreCreateHookError": "container_error",
@@ -248,7 +248,9 @@ def test_every_kubelet_waiting_reason_has_a_rule(waiting: str, rule: str) -> Non
     verdict = classify(pod, now=T0)
     assert verdict.rule == rule
     assert verdict.outcome is (
-        Outcome.FAIL if rule in ("invalid_image_name", "image_never_pull") else Outcome.WAIT
+        Outcome.FAIL
+        if rule in ("invalid_image_name", "image_never_pull", "image_policy_refused")
+        else Outcome.WAIT
     )
 
 

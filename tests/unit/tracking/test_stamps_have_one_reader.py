@@ -1,4 +1,4 @@
-"""The pod annotations this package writes (``kube/stamps.py``): what is written reads back the
+"""The pod annotations this package writes (``kube/naming.py``): what is written reads back the
 same, and whatever else sits in an annotation (a foreign value, a truncated edit, another
 version's shape) reads as no stamp instead of raising inside a trigger, a sweep or ``explain``."""
 
