@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.realcluster import RealCluster, process_cpu_seconds
-from bench.stack_measure import logged_worker_seconds, read_audit, session_usage
+from bench.stack_measure import RUN_SECONDS, logged_worker_seconds, namespace, read_audit, session_usage
 
 DAG_TEMPLATE = Path(__file__).with_name("stack_dags") / "stack.py"
 RESULTS = Path(__file__).with_name("results") / "stack"
@@ -72,7 +72,6 @@ DEFERRABLE = ("rpo", "kpo_deferrable")
 #: new log lines into the task log every 30 s, one log read per pod each time), ours without live
 #: logs (as the cncf operator, which writes the log when the pod ends), and the deferrable KPO.
 SCALE_OPERATORS = ("rpo", "rpo_quiet", "kpo_deferrable")
-RUN_SECONDS = 10
 EVICT_AFTER = 5
 #: The kinds of failed try, each in a namespace of its own per operator.
 FAILURES = ("exit", "oom", "evict")
@@ -177,10 +176,6 @@ PACING_POOL = "stack_paced"
 
 #: Each operator's mark in its pods' names (``name``): the disruptor tells them apart by name.
 MARK = {"rpo": "rpo", "rpo_quiet": "rpoq", "kpo_deferrable": "kpod", "kpo": "kpo"}
-
-
-def namespace(operator: str, kind: str) -> str:
-    return f"{kind}-{operator}".replace("_", "-")
 
 
 def evictions(sizes: Sizes) -> list[dict[str, Any]]:

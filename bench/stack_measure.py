@@ -21,11 +21,18 @@ from bench.realcluster import read_audit_events
 
 #: The user Airflow's processes (and the benchmark's own set-up) talk to kube-apiserver as.
 ADMIN = "kubernetes-admin"
+#: Seconds each benchmark pod runs (its image's scripted ``duration_seconds``).
+RUN_SECONDS = 10
 #: Seconds each operator waits, by default, before a failed image pull fails the try, from the first
 #: sighting of the failed pull: ours 90 (the rule ``image_not_found``: a just-pushed tag or a registry
 #: hiccup can look missing); the cncf operator (provider 10.x) fails the try at the first
 #: ``ErrImagePull`` ("Image cannot be pulled, unable to start").
 PULL_GRACE = {"rpo": 90.0, "kpo_deferrable": 0.0, "kpo": 0.0}
+
+
+def namespace(operator: str, kind: str) -> str:
+    """The namespace of one operator's tasks of one kind (each has its own, to count its requests)."""
+    return f"{kind}-{operator}".replace("_", "-")
 
 
 @dataclass

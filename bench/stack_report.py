@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.phases import percentile
-from bench.stack_measure import PULL_GRACE, STAGES, Audit, kind_of, turnaround_stages, turnarounds
+from bench.stack_measure import (
+    PULL_GRACE,
+    RUN_SECONDS,
+    STAGES,
+    Audit,
+    kind_of,
+    namespace,
+    turnaround_stages,
+    turnarounds,
+)
 
 LABELS = {
     "rpo": "RetryingPodOperator",
@@ -273,8 +282,6 @@ def _fmt(value: Any) -> str:
 
 
 def report(result: dict[str, Any], plan_name: str) -> str:
-    from bench.stack import RUN_SECONDS
-
     lines = [
         "# Whole-stack benchmark",
         "",
@@ -442,8 +449,6 @@ def plot(result: dict[str, Any], folder: Path, name: str) -> None:
 def recount(result: dict[str, Any], audit: Audit, logs: Path | None = None) -> dict[str, Any]:
     """``result``'s request figures counted again from its run's audit log (kept with
     ``--workdir``), as :func:`summarize` counts them now; with ``logs``, the turnarounds' stages."""
-    from bench.stack import namespace
-
     for r in result["rows"]:
         if logs is not None and staged(r["kind"], r["turnarounds"]):
             r["stages_p50"] = stage_medians(audit, logs, f"stack_{r['operator']}_{r['phase']}", r["kind"])
