@@ -214,11 +214,11 @@ controlplane:
 	@tools/controlplane/build.sh >/dev/null
 
 cluster-up: $(STAMP) controlplane
-	$(BIN)/python -m airflow_k8s_retry_testing.controlplane up --bin "$$(tools/controlplane/build.sh --path)" \
+	$(BIN)/python -m tools.controlplane up --bin "$$(tools/controlplane/build.sh --path)" \
 	  --dir .cluster $(if $(SCENARIO),--scenario "$(SCENARIO)")
 
 cluster-down: $(STAMP)
-	$(BIN)/python -m airflow_k8s_retry_testing.controlplane down --dir .cluster
+	$(BIN)/python -m tools.controlplane down --dir .cluster
 
 demo: $(STAMP)
 	$(BIN)/python -m demo.run

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.phases import Backend
 from bench.simulator import SimulatorProcess
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase, read_tries
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase, read_tries
 
 IMAGE = "notavalidimage"
 RETRIES = 3

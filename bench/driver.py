@@ -186,10 +186,15 @@ async def wait_running(kubeconfig: Path, namespaces: set[str], count: int, limit
             await asyncio.sleep(2)
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far, from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # After the command name: state is field 3, utime and stime are fields 14 and 15 (1-based).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def components_cpu(pids: dict[str, int]) -> dict[str, float]:
     """CPU seconds so far of each named process (kube-apiserver, etcd)."""
-    from bench.realcluster import process_cpu_seconds
-
     return {name: process_cpu_seconds(pid) for name, pid in pids.items()}
 
 

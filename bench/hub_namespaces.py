@@ -27,7 +27,7 @@ from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import WATCH_SCOPE_ENV, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_home import use_throwaway_airflow_home
+from tools.airflow_home import use_throwaway_airflow_home
 
 # A throw-away Airflow home, removed at exit, before anything imports Airflow (the modules above
 # do not).

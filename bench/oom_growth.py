@@ -34,7 +34,7 @@ from tempfile import mkdtemp
 from typing import Any
 
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import AirflowHome, MigratedDatabase
+from tools.airflow_runner import AirflowHome, MigratedDatabase
 
 TIME_SCALE = 0.02  # 10 simulated minutes in 12 real seconds
 IMAGE = "example.com/train:1"

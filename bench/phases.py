@@ -21,9 +21,9 @@ from bench.driver import SETUP_AGENT
 from bench.harness import start_driver
 from bench.simulator import SimulatorProcess
 
-#: A phase's cluster: ``SimulatorProcess`` (the default) or ``bench.realcluster.RealCluster``, built
-#: from a work folder and a scenario dict, used as a context manager with ``kubeconfig`` and
-#: ``records()``.
+#: A phase's cluster: ``SimulatorProcess`` (the default) or
+#: ``tools.controlplane.realcluster.RealCluster``, built from a work folder and a scenario dict, used
+#: as a context manager with ``kubeconfig`` and ``records()``.
 Backend = Callable[[Path, dict[str, Any]], Any]
 
 SIDES = ("ours", "kpo")

@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     backend: Backend = SimulatorProcess
     out_dir: Path = args.out
     if args.cluster == "real":
-        from bench.realcluster import RealCluster, binaries
+        from tools.controlplane.realcluster import RealCluster, binaries
 
         binaries()  # fails at once, saying what to do, if the control plane is not built
         backend = RealCluster

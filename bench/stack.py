@@ -3,7 +3,7 @@
 
 One run, one deployment: PostgreSQL (counting its statements with ``pg_stat_statements``),
 CeleryExecutor with Redis and two workers of four slots, two schedulers, two triggerers and the
-api-server (``tests/support/deployment.py``), against kube-apiserver, etcd, kube-scheduler,
+api-server (``tools/deployment.py``), against kube-apiserver, etcd, kube-scheduler,
 kube-controller-manager and KWOK nodes with the API server's audit log on. The same DAGs run with
 each operator, one DAG file per DAG (``bench/stack_dags/stack.py``, copied once per DAG so that a
 worker parses only its task's DAG), one phase after another so that each phase's load average,
@@ -60,8 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.realcluster import RealCluster, process_cpu_seconds
+from bench.driver import process_cpu_seconds
 from bench.stack_measure import RUN_SECONDS, logged_worker_seconds, namespace, read_audit, session_usage
+from tools.controlplane.realcluster import RealCluster
 
 DAG_TEMPLATE = Path(__file__).with_name("stack_dags") / "stack.py"
 RESULTS = Path(__file__).with_name("results") / "stack"
@@ -467,7 +468,7 @@ def bench(
     figures (``bench.stack_report.summarize`` makes the rows)."""
     from kubernetes import client, config
 
-    from tests.support.deployment import running_deployment
+    from tools.deployment import running_deployment
 
     wanted = only or {"turnaround", "scale"}
     sizes = dataclasses.replace(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.realcluster import read_audit_events
+from tools.controlplane.realcluster import read_audit_events
 
 #: The user Airflow's processes (and the benchmark's own set-up) talk to kube-apiserver as.
 ADMIN = "kubernetes-admin"

@@ -159,7 +159,7 @@ def print_page_hint(results: dict[str, Any]) -> None:
 def main() -> int:
     sys.path.insert(0, str(REPO))
     from airflow_k8s_retry_testing import FakeCluster
-    from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
+    from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
     started = time.monotonic()
     WORK.mkdir(exist_ok=True)

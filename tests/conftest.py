@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.airflow_home import use_throwaway_airflow_home
+from tools.airflow_home import use_throwaway_airflow_home
 
 use_throwaway_airflow_home(replace=True)
 

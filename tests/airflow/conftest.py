@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.airflow_runner import MigratedDatabase
+from tools.airflow_runner import MigratedDatabase
 
 
 @pytest.fixture(scope="session")

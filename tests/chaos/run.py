@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.soak.section import section_of
-from tests.support.airflow_home import use_throwaway_airflow_home
+from tools.airflow_home import use_throwaway_airflow_home
 
 _ENV: Any = None
 

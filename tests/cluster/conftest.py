@@ -21,9 +21,9 @@ import pytest
 
 from airflow_k8s_retry.kube.aio import AsyncKube, WatchEvent
 from airflow_k8s_retry.kube.config import ClusterConfig
-from airflow_k8s_retry_testing.controlplane import ControlPlane
 from tests.cluster.examples import ExampleRuns, selected
-from tests.support.airflow_runner import MigratedDatabase
+from tools.airflow_runner import MigratedDatabase
+from tools.controlplane import ControlPlane
 
 
 class WatchProbe:

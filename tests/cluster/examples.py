@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry_testing.controlplane import ControlPlane
 from airflow_k8s_retry_testing.scenario import Scenario
 from demo.run import DAGS, SCENARIO
 from tests.cluster.kube import PodRecorder
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
-from tests.support.cluster_session import REPO, bin_dir
+from tests.support.cluster_session import REPO
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
+from tools.controlplane import ControlPlane, built_binaries
 
 EXAMPLES = (
     "01_basic",
@@ -76,7 +76,7 @@ class ExampleRuns:
         if running is not None and running.scenario.to_dict() == scenario.to_dict():
             cp, owned = running, False
         else:
-            found = bin_dir()
+            found = built_binaries()
             if found is None:
                 message = "the control plane is not built; run 'make controlplane'"
                 if os.environ.get("AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER") == "1":

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry_testing.controlplane import ControlPlane
-from airflow_k8s_retry_testing.controlplane.cluster import KUBELET_PREFIX
 from tests.cluster.kube import core_api, delete_now, pod_body, wait_for_pod
+from tools.controlplane import ControlPlane
+from tools.controlplane.cluster import KUBELET_PREFIX
 
 
 @pytest.mark.parametrize(

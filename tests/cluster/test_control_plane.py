@@ -13,7 +13,6 @@ import pytest
 from kubernetes import client as k
 from kubernetes.client.exceptions import ApiException
 
-from airflow_k8s_retry_testing.controlplane import ControlPlane
 from tests.cluster.kube import (
     core_api,
     delete_now,
@@ -23,6 +22,7 @@ from tests.cluster.kube import (
     wait_for_events,
     wait_for_pod,
 )
+from tools.controlplane import ControlPlane
 
 
 def test_the_api_server_is_the_pinned_release_with_three_ready_kwok_nodes(kubeconfig: Path):

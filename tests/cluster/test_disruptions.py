@@ -12,8 +12,6 @@ import pytest
 from kubernetes import watch
 
 from airflow_k8s_retry.classification import classify
-from airflow_k8s_retry_testing.controlplane import ControlPlane
-from airflow_k8s_retry_testing.controlplane.disruptions import PREEMPTOR_PREFIX
 from tests.cluster.kube import (
     PodRecorder,
     as_json,
@@ -24,6 +22,8 @@ from tests.cluster.kube import (
     wait_for_node_ready,
     wait_for_pod,
 )
+from tools.controlplane import ControlPlane
+from tools.controlplane.disruptions import PREEMPTOR_PREFIX
 
 
 def watch_until_deleted(kubeconfig: Path, body: dict[str, Any], timeout: float = 90) -> list[dict[str, Any]]:

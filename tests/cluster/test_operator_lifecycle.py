@@ -14,9 +14,9 @@ import pytest
 from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.kube.pods import PodClient
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.paths import REPO
 from tests.support.scenarios import Scenario
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
 SUCCESS = Scenario(
     "cluster_success",

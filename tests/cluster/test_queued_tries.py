@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION
 from tests.cluster.kube import PodRecorder
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.scenarios import Scenario
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"

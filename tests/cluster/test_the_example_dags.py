@@ -22,7 +22,7 @@ from demo.run import DAGS, build_rows
 from tests.airflow.end_to_end.test_example_dags_run import EXPECTED
 from tests.cluster.examples import EXAMPLES, ExampleRuns
 from tests.cluster.kube import PodRecorder
-from tests.support.airflow_runner import DagRunResult
+from tools.airflow_runner import DagRunResult
 
 #: The container log each example's image writes in the demo's scenario (``run.log``), which the
 #: operator copies into the task log: read back from the KWOK node through the API server.

@@ -13,9 +13,9 @@ from airflow_k8s_retry.kube.aio import AsyncKube
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Gone
 from airflow_k8s_retry.kube.hub import WatchHub
-from airflow_k8s_retry_testing.controlplane import ControlPlane
 from tests.cluster.conftest import WatchProbe
 from tests.cluster.kube import core_api, delete_now, pod_body, wait_for_pod
+from tools.controlplane import ControlPlane
 
 
 def test_a_long_watch_carries_bookmarks(watch_probe: WatchProbe):

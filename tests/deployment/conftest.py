@@ -1,5 +1,5 @@
 """The deployment tier: a real Airflow deployment in the shape users run
-(``tests/support/deployment.py``: PostgreSQL, CeleryExecutor with a Redis broker and two Celery
+(``tools/deployment.py``: PostgreSQL, CeleryExecutor with a Redis broker and two Celery
 workers, two schedulers, two triggerers and the api-server) against the simulator, started once
 for this folder and always stopped. ``AIRFLOW_K8S_RETRY_DEPLOYMENT=local`` gives a lighter shape:
 PostgreSQL with one scheduler running LocalExecutor (and the same two triggerers).
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.deployment import Deployment, running_deployment
+from tools.deployment import Deployment, running_deployment
 
 DAGS = Path(__file__).with_name("dags")
 SCALE = 0.1  # real seconds per simulated second

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from tests.deployment.conftest import SCALE
-from tests.support.deployment import Deployment
+from tools.deployment import Deployment
 
 DAG_ID = "deployment_db_outage"
 TASK_ID = "app"

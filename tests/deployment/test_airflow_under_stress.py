@@ -8,7 +8,7 @@ import time
 
 from tests.deployment.conftest import SCALE
 from tests.deployment.dags.deployment_capacity import TASKS
-from tests.support.deployment import SCHEDULERS, TRIGGERERS, Deployment
+from tools.deployment import SCHEDULERS, TRIGGERERS, Deployment
 
 CAPACITY = 2
 

@@ -4,7 +4,7 @@ are stopped with SIGSTOP for the whole DAG run): one pod per try, each deleted."
 
 from __future__ import annotations
 
-from tests.support.deployment import Deployment
+from tools.deployment import Deployment
 
 DAG_ID = "deployment_no_triggerer"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.support.deployment import Deployment
+from tools.deployment import Deployment
 
 DAG_ID = "deployment_pool_slots"
 POOL = "k8s_one_slot"

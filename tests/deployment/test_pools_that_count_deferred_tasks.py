@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from tests.support.deployment import Deployment
+from tools.deployment import Deployment
 
 DAG_ID = "deployment_pool_deferred"
 POOL = "k8s_two_deferred"

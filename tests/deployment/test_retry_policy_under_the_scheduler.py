@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
-from tests.support.deployment import Deployment
+from tools.deployment import Deployment
 
 pytestmark = [
     pytest.mark.skipif(not HAS_RETRY_POLICIES, reason="retry policies are Airflow 3.3+"),

@@ -18,7 +18,7 @@ import pytest
 
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, VERDICT_ANNOTATION
 from tests.deployment.dags.deployment_handover import GRACE_SECONDS
-from tests.support.deployment import HEALTH_THRESHOLD, Deployment
+from tools.deployment import HEALTH_THRESHOLD, Deployment
 
 DAG_ID = "deployment_handover"
 TASK_ID = "pull"

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_k8s_retry.kills.listener import ON_KILL_FIRST, USER_AGENT
 from airflow_k8s_retry.kube.naming import safe_label_value
-from tests.support.deployment import Deployment
+from tools.deployment import Deployment
 
 DAG_ID = "deployment_user_kill"
 TASK_ID = "long"

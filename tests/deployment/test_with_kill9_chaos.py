@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.deployment.dags.deployment_chaos import CRASH_IMAGE, TASKS, THROTTLED_IMAGE
-from tests.support.deployment import HEALTH_THRESHOLD, TI_HEARTBEAT_TIMEOUT, Deployment
+from tools.deployment import HEALTH_THRESHOLD, TI_HEARTBEAT_TIMEOUT, Deployment
 
 DEFERRED_DAG = "deployment_chaos_deferred"
 CRASH_DAG = "deployment_chaos_worker_crash"

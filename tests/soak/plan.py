@@ -1,7 +1,7 @@
 """A soak's plan, drawn from its seed: each task's fate, the scenario the control plane plays for
 it, and what the monkey does and when.
 
-A fate here is one the real control plane can play (``airflow_k8s_retry_testing.controlplane``):
+A fate here is one the real control plane can play (``tools.controlplane``):
 the run endings (exit 0, exit N, OOM), image pulls (not found, a throttle that ends, an invalid
 name), a missing Secret, an unschedulable request, a pod that outlives ``execution_timeout``, the
 disruptions (an eviction through the Eviction API, a deletion by someone else, a preemption by the

@@ -1,6 +1,6 @@
 """``make soak``: real Airflow against the real control plane, under a seeded monkey.
 
-The deployment is the one users run (``tests/support/deployment.py``: PostgreSQL, CeleryExecutor
+The deployment is the one users run (``tools/deployment.py``: PostgreSQL, CeleryExecutor
 with Redis, two schedulers, two triggerers, two Celery workers, the api-server, and a DAG processor
 for the failure callbacks of tries whose worker died); the cluster is kube-apiserver, etcd,
 kube-scheduler, kube-controller-manager and KWOK nodes, with the API server's audit log on. One
@@ -33,12 +33,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.realcluster import RealCluster, read_audit_events
 from tests.soak.judge import TERMINAL, Try, Violation, judge, pod_lives
 from tests.soak.plan import API_WINDOWS, DAG_ID, Plan, draw
 from tests.soak.section import BEGIN, END, with_section
 from tests.support.api_faults import FaultProxy
-from tests.support.deployment import SCHEDULERS, TRIGGERERS, WORKERS, Deployment, running_deployment
+from tools.controlplane.realcluster import RealCluster, read_audit_events
+from tools.deployment import SCHEDULERS, TRIGGERERS, WORKERS, Deployment, running_deployment
 
 DAGS = Path(__file__).with_name("dags")
 #: Seconds a killed process stays down before the supervisor starts it again.
@@ -217,7 +217,7 @@ def _act(dep: Deployment, cluster: RealCluster, proxy: FaultProxy, action: str, 
 
 def _restore_nodes(cluster: RealCluster, after: float) -> int:
     """Start the KWOK process of each node lost at least ``after`` seconds ago; how many."""
-    from airflow_k8s_retry_testing.controlplane.cluster import KWOK_PREFIX
+    from tools.controlplane.cluster import KWOK_PREFIX
 
     cp = cluster.control_plane
     lost = cp.directory / "lost"

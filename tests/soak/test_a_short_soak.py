@@ -12,14 +12,14 @@ import pytest
 
 from tests.soak.plan import draw
 from tests.soak.run import report, soak
-from tests.support.cluster_session import bin_dir
+from tools.controlplane import built_binaries
 
 SEED = 20261204  # measured green: 0 violations in 2.4 min (API fault windows, a preemption)
 TASKS = 12
 
 
 def test_a_short_soak_breaks_no_invariant(tmp_path: Path) -> None:
-    if bin_dir() is None:
+    if built_binaries() is None:
         message = "the control plane is not built; run 'make controlplane'"
         if os.environ.get("AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER") == "1":
             pytest.fail(message)

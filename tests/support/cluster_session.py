@@ -4,31 +4,15 @@ suite in ``tests/cluster/fidelity`` included): one control plane per session, wh
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry_testing.controlplane import ControlPlane
 from airflow_k8s_retry_testing.scenario import Scenario
 from tests.support.paths import REPO
+from tools.controlplane import ControlPlane, built_binaries
 
 SCENARIO_FILE = REPO / "tests" / "cluster" / "scenario.yaml"
-
-
-def bin_dir() -> Path | None:
-    """The folder ``make controlplane`` built the binaries into, or ``None``."""
-    given = os.environ.get("AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN")
-    if given:
-        return Path(given)
-    proc = subprocess.run(
-        ["bash", str(REPO / "tools" / "controlplane" / "build.sh"), "--path"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return Path(proc.stdout.strip()) if proc.returncode == 0 else None
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +28,7 @@ def control_plane(
     if running is not None and running.scenario.to_dict() == cluster_scenario.to_dict():
         yield running
         return
-    found = bin_dir()
+    found = built_binaries()
     if found is None:
         message = "the control plane is not built; run 'make controlplane'"
         if os.environ.get("AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER") == "1":

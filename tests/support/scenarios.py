@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
 DAG_HEADER = """
 from __future__ import annotations

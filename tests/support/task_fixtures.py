@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.support.airflow_home import use_throwaway_airflow_home
+from tools.airflow_home import use_throwaway_airflow_home
 
 use_throwaway_airflow_home()
 

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
-from tests.support.airflow_home import use_throwaway_airflow_home
+from tools.airflow_home import use_throwaway_airflow_home
 
 # Airflow reads its home when first imported; point it somewhere disposable before any test module
 # imports the trigger (which imports Airflow; the modules above do not).

@@ -2,7 +2,7 @@
 
 The kubelet names images the way containerd does (``busybox`` is
 ``docker.io/library/busybox:latest``) and reports a failed pull with containerd's gRPC-wrapped
-message. ``testing/controlplane/stages.py`` writes the same texts into KWOK's Stages, so both
+message. ``tools/controlplane/stages.py`` writes the same texts into KWOK's Stages, so both
 simulators fail a pull alike.
 """
 

@@ -18,7 +18,7 @@ import pytest
 from airflow_k8s_retry.classification import hint_for
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import kubernetes_connection
+from tools.airflow_runner import kubernetes_connection
 
 CLI = str(Path(sys.executable).with_name("airflow-k8s-retry"))
 SCENARIO = {

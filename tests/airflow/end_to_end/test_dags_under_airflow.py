@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from airflow_k8s_retry.classification import hint_for
-from tests.support.airflow_runner import MigratedDatabase
 from tests.support.scenarios import Run, Scenario, run_all
+from tools.airflow_runner import MigratedDatabase
 
 FAST = 0.1  # real seconds per simulated second
 

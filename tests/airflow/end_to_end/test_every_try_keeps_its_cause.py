@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
-from tests.support.airflow_runner import AirflowHome, MigratedDatabase
 from tests.support.scenarios import Run, Scenario, run_all
+from tools.airflow_runner import AirflowHome, MigratedDatabase
 
 SCENARIO = Scenario(
     "every_try_kept",

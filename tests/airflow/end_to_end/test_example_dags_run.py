@@ -19,7 +19,7 @@ import pytest
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
 from airflow_k8s_retry_testing import FakeCluster
 from demo.run import DAGS, SCENARIO, Row, build_rows, print_table
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
 
 @dataclass(frozen=True)

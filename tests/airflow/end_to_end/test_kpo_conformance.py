@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.airflow_runner import MigratedDatabase
 from tests.support.scenarios import Run, Scenario, run_all
+from tools.airflow_runner import MigratedDatabase
 
 KPO_HEADER = """
 from __future__ import annotations

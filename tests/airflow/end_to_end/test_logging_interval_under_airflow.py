@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.support.airflow_runner import MigratedDatabase
 from tests.support.scenarios import Scenario, run_scenario
+from tools.airflow_runner import MigratedDatabase
 
 LINES = [f"step {i:03d}" for i in range(1, 201)]
 STREAMING = Scenario(

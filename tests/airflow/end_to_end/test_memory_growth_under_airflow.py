@@ -25,8 +25,8 @@ from cryptography.fernet import Fernet, MultiFernet
 
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.scenarios import DAG_HEADER
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
 HEADER = (
     DAG_HEADER

@@ -24,8 +24,8 @@ import pytest
 
 from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import AirflowHome, MigratedDatabase
 from tests.support.scenarios import DAG_HEADER, Run, Scenario, run_all
+from tools.airflow_runner import AirflowHome, MigratedDatabase
 
 pytestmark = [
     pytest.mark.skipif(not HAS_RETRY_POLICIES, reason="retry policies are Airflow 3.3+"),

@@ -25,10 +25,10 @@ import pytest
 from airflow_k8s_retry.classification import hint_for
 from airflow_k8s_retry_testing import FakeCluster
 from airflow_k8s_retry_testing.ports import free_port
-from tests.support.airflow_runner import AIRFLOW, AirflowHome, MigratedDatabase
 from tests.support.browser import Chromium, chromium_path
 from tests.support.paths import REPO
 from tests.support.scenarios import DAG_HEADER
+from tools.airflow_runner import AIRFLOW, AirflowHome, MigratedDatabase
 
 pytestmark = [
     pytest.mark.skipif(chromium_path() is None, reason="needs Debian's chromium (make tools installs it)"),

@@ -17,9 +17,9 @@ from airflow_k8s_retry import metrics
 from airflow_k8s_retry.classification import hint_for
 from airflow_k8s_retry_testing import FakeCluster
 from tests.airflow.observability.statsd_listener import Datagram, StatsdListener
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.paths import REPO
 from tests.support.scenarios import Scenario
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
 DOCS = REPO / "docs" / "metrics.md"
 DAG_ID = "metrics_e2e"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
 IMPORTS = {
     "kpo": "from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator",

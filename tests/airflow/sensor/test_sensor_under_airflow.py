@@ -16,9 +16,9 @@ import pytest
 from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.paths import REPO
 from tests.support.scenarios import Run, Scenario, run_all
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
 FAST = 0.1  # real seconds per simulated second
 

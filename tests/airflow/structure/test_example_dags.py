@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.airflow_runner import base_env
 from tests.support.paths import REPO
+from tools.airflow_runner import base_env
 
 DAGS = REPO / "dags"
 

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.airflow_runner import AirflowHome, MigratedDatabase
+from tools.airflow_runner import AirflowHome, MigratedDatabase
 from tests.support.paths import REPO
 
 #: The worker's side of a failed try (to the deferral, and from the resume to the raise) touches

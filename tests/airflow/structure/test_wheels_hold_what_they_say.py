@@ -1,6 +1,7 @@
 """The two wheels, built as a release builds them: the provider's holds no simulator and needs no
-``cryptography``; the simulator's holds the simulator, its scenarios and its pytest plugin; the
-provider's ``[testing]`` extra asks for the simulator's release of the same version."""
+``cryptography``; the simulator's holds the simulator, its scenarios and its pytest plugin, and
+nothing a DAG author cannot run or does not need (the real control plane's harness, the load
+check); the provider's ``[testing]`` extra asks for the simulator's release of the same version."""
 
 from __future__ import annotations
 
@@ -90,7 +91,6 @@ def test_the_simulators_wheel_holds_the_simulator_its_scenarios_and_its_plugin(
     assert {
         "airflow_k8s_retry_testing/cluster.py",
         "airflow_k8s_retry_testing/pytest_plugin.py",
-        "airflow_k8s_retry_testing/controlplane/harness.py",
         "airflow_k8s_retry_testing/py.typed",
     } <= names
     assert not [n for n in names if n.startswith("airflow_k8s_retry/")]
@@ -101,6 +101,22 @@ def test_the_simulators_wheel_holds_the_simulator_its_scenarios_and_its_plugin(
     requires = metadata(simulator).get_all("Requires-Dist") or []
     assert any(r.startswith("cryptography") for r in requires)
     assert not any(r.lower().startswith(("apache-airflow", "airflow-k8s-retry")) for r in requires)
+
+
+def test_the_simulators_wheel_holds_no_control_plane_harness_and_no_load_check(
+    wheels: dict[str, zipfile.ZipFile],
+) -> None:
+    """The real control plane's harness needs Go binaries the wheel does not ship (it lives in
+    ``tools/controlplane``), and the load check serves one test: neither is for DAG authors."""
+    simulator = wheels["airflow_k8s_retry_testing"]
+    shipped = modules(simulator)
+    assert not [n for n in shipped if "controlplane" in n or "loadcheck" in n]
+    assert not [n for n in simulator.namelist() if n.startswith("tools/")]
+    requires = metadata(simulator).get_all("Requires-Dist") or []
+    assert not [r for r in requires if r.lower().startswith("psutil")], "psutil served only the load check"
+    package = Path(airflow_k8s_retry_testing.__file__).parent
+    in_checkout = {str(p.relative_to(package.parent)) for p in package.rglob("*.py")}
+    assert set(shipped) == in_checkout
 
 
 def test_the_design_page_gives_each_wheels_module_count_and_size(wheels: dict[str, zipfile.ZipFile]) -> None:

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from bench.driver import process_cpu_seconds
 from bench.phases import SIDES, run_latency
-from bench.realcluster import RealCluster, RealClusterError, binaries, process_cpu_seconds
+from tools.controlplane.realcluster import RealCluster, RealClusterError, binaries
 
 
 class MeasuredCluster(RealCluster):

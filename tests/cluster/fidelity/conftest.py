@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-from airflow_k8s_retry_testing.controlplane import ControlPlane
-from airflow_k8s_retry_testing.controlplane.stages import KUBERNETES_MINOR
 from airflow_k8s_retry_testing.scenario import Scenario
 from tests.cluster.fidelity.probes import Backends
+from tools.controlplane import ControlPlane
+from tools.controlplane.stages import KUBERNETES_MINOR
 
 
 @pytest.fixture(scope="session")

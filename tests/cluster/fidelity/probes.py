@@ -25,7 +25,7 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from airflow_k8s_retry_testing import FakeCluster
-from airflow_k8s_retry_testing.controlplane import ControlPlane
+from tools.controlplane import ControlPlane
 
 T = TypeVar("T")
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from airflow_k8s_retry_testing.controlplane import pki
-from airflow_k8s_retry_testing.controlplane.kubeletfront import KubeletFront
 from airflow_k8s_retry_testing.ports import free_port
+from tools.controlplane import pki
+from tools.controlplane.kubeletfront import KubeletFront
 
 LOG = b"2026-01-01T00:00:00.000000000Z stdout F one\n"
 

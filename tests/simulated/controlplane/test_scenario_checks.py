@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_k8s_retry_testing.controlplane import COMPONENTS, ControlPlane, ControlPlaneError
-from airflow_k8s_retry_testing.controlplane.cluster import KWOK_CRDS
-from airflow_k8s_retry_testing.controlplane.stages import UnsupportedScenario, check_supported, kwok_config
 from airflow_k8s_retry_testing.scenario import Scenario
 from tests.cluster.examples import cluster_scenario
 from tests.support.paths import REPO
+from tools.controlplane import COMPONENTS, ControlPlane, ControlPlaneError
+from tools.controlplane.cluster import KWOK_CRDS
+from tools.controlplane.stages import UnsupportedScenario, check_supported, kwok_config
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The API server's audit log read as the benchmark's records (``bench.realcluster``), no cluster needed.
+"""The API server's audit log read as the benchmark's records (``tools.controlplane.realcluster``),
+no cluster needed.
 
 The events are shaped as kube-apiserver 1.36 writes them with the benchmark's audit policy (field
 names and values as in a real log): what counts as a trigger's request, and what a pod became.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.realcluster import ADMIN, records_from_audit
+from tools.controlplane.realcluster import ADMIN, records_from_audit
 
 T0 = "2026-12-01T12:00:00.000000Z"
 

@@ -15,9 +15,9 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from airflow_k8s_retry_testing.controlplane import disruptions
-from airflow_k8s_retry_testing.controlplane.disruptions import PREEMPTOR_PREFIX, Disruptor
 from airflow_k8s_retry_testing.scenario import Scenario
+from tools.controlplane import disruptions
+from tools.controlplane.disruptions import PREEMPTOR_PREFIX, Disruptor
 
 PREEMPTOR = f"{PREEMPTOR_PREFIX}abcde"
 

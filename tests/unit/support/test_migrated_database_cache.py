@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import airflow_runner
+from tools import airflow_runner
 
 
 @pytest.fixture

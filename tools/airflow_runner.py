@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support import dags_test_batch
+from tools import dags_test_batch
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 #: Runs ``airflow dags test`` for several DAGs in one interpreter (:meth:`AirflowHome.run_dags`).

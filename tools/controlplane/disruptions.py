@@ -222,7 +222,7 @@ class Disruptor:
         node_name = pod.spec.node_name
         if not node_name:
             raise RuntimeError("the pod is not on a node yet")
-        from airflow_k8s_retry_testing.controlplane.cluster import KWOK_PREFIX, ControlPlane, _alive
+        from tools.controlplane.cluster import KWOK_PREFIX, ControlPlane, _alive
 
         cp = ControlPlane.attach(self.directory)
         if cp is None:

@@ -1,4 +1,4 @@
-"""``python -m airflow_k8s_retry_testing.controlplane up|down|status``: the command behind
+"""``python -m tools.controlplane up|down|status``: the command behind
 ``make cluster-up`` and ``make cluster-down``.
 
 ``up`` returns once the control plane is ready and leaves it running; ``down`` stops it and
@@ -13,13 +13,13 @@ import os
 import sys
 from pathlib import Path
 
-from airflow_k8s_retry_testing.controlplane.cluster import ControlPlane, ControlPlaneError
-from airflow_k8s_retry_testing.controlplane.stages import check_supported
 from airflow_k8s_retry_testing.scenario import Scenario, ScenarioError
+from tools.controlplane.cluster import ControlPlane, ControlPlaneError
+from tools.controlplane.stages import check_supported
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m airflow_k8s_retry_testing.controlplane")
+    parser = argparse.ArgumentParser(prog="python -m tools.controlplane")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a control plane and wait until it is ready")
     up.add_argument("--bin", required=True, type=Path, help="folder with the built binaries")
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             stopped = ControlPlane.stop_in(args.dir)
             print(f"controlplane: stopped {', '.join(stopped)}" if stopped else "controlplane: nothing ran")
         elif args.command == "harness":
-            from airflow_k8s_retry_testing.controlplane.harness import run_forever
+            from tools.controlplane.harness import run_forever
 
             state = json.loads((args.dir / "state.json").read_text())
             run_forever(args.dir.absolute(), Scenario.from_dict(state["scenario"]))

@@ -14,8 +14,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from airflow_k8s_retry_testing.controlplane.stages import REGISTRY_UP_AT, runs
 from airflow_k8s_retry_testing.scenario import Scenario
+from tools.controlplane.stages import REGISTRY_UP_AT, runs
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Pod

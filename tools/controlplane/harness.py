@@ -1,6 +1,6 @@
 """The harness process: what a scenario asks of the kubelet that KWOK's Stages cannot express.
 
-It runs next to the components (``python -m airflow_k8s_retry_testing.controlplane harness``),
+It runs next to the components (``python -m tools.controlplane harness``),
 watches every pod of the cluster once, and hands each change to its parts:
 
 * :class:`~.disruptions.Disruptor`: the scenario's ``disruptions``, through the real paths;
@@ -39,11 +39,11 @@ class Harness:
     def __init__(self, directory: Path, scenario: Scenario) -> None:
         from kubernetes import client, config
 
-        from airflow_k8s_retry_testing.controlplane.cluster import KUBELET_PREFIX, KWOK_PREFIX
-        from airflow_k8s_retry_testing.controlplane.disruptions import Disruptor
-        from airflow_k8s_retry_testing.controlplane.kubeletfront import KubeletFront
-        from airflow_k8s_retry_testing.controlplane.podlogs import PodLogs
-        from airflow_k8s_retry_testing.controlplane.registry import Registry
+        from tools.controlplane.cluster import KUBELET_PREFIX, KWOK_PREFIX
+        from tools.controlplane.disruptions import Disruptor
+        from tools.controlplane.kubeletfront import KubeletFront
+        from tools.controlplane.podlogs import PodLogs
+        from tools.controlplane.registry import Registry
 
         self._api_client = config.new_client_from_config(str(directory / "kubeconfig"))
         self.core = client.CoreV1Api(self._api_client)

@@ -1,9 +1,10 @@
-"""The benchmark's other backend: a real kube-apiserver, etcd, scheduler, controllers and KWOK nodes.
+"""A real control plane whose API server's audit log reads as the simulator's records.
 
-:class:`RealCluster` has the interface of :class:`bench.simulator.SimulatorProcess` (a context
-manager with ``kubeconfig`` and ``records()``), so every phase runs unchanged against it. It starts
-the control plane of ``airflow_k8s_retry_testing.controlplane`` from the same scenario, with the
-API server's own audit log switched on, and turns that log into the simulator's record shape:
+:class:`RealCluster` is the benchmark's other backend (``make bench CLUSTER=real``, ``make
+bench-stack``) and the soak's cluster. It has the interface of ``bench.simulator.SimulatorProcess``
+(a context manager with ``kubeconfig`` and ``records()``), so every benchmark phase runs unchanged
+against it. It starts the control plane of :mod:`tools.controlplane` from the same scenario, with
+the API server's own audit log switched on, and turns that log into the simulator's record shape:
 
 * ``kind: request``: one per API request a client other than the control plane's own components
   made (user ``kubernetes-admin``: the drivers, Airflow, the disruptor), counted once (a watch's
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,15 +55,13 @@ class RealClusterError(RuntimeError):
 
 
 def binaries() -> Path:
-    """The cached control-plane binaries (``tools/controlplane/build.sh --path``)."""
-    script = Path(__file__).resolve().parent.parent / "tools" / "controlplane" / "build.sh"
-    done = subprocess.run([str(script), "--path"], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RealClusterError(
-            f"the control plane is not built ({done.stderr.strip() or done.stdout.strip()}); "
-            "run 'make controlplane' first"
-        )
-    return Path(done.stdout.strip())
+    """The cached control-plane binaries (:func:`~tools.controlplane.cluster.built_binaries`)."""
+    from tools.controlplane.cluster import built_binaries
+
+    found = built_binaries()
+    if found is None:
+        raise RealClusterError("the control plane is not built for these pins; run 'make controlplane' first")
+    return found
 
 
 class RealCluster:
@@ -98,8 +96,8 @@ class RealCluster:
         self.stop()
 
     def start(self) -> None:
-        from airflow_k8s_retry_testing.controlplane.cluster import ControlPlane
         from airflow_k8s_retry_testing.scenario import Scenario
+        from tools.controlplane.cluster import ControlPlane
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "scenario.yaml").write_text(yaml.safe_dump(self.scenario, sort_keys=False))
@@ -123,7 +121,7 @@ class RealCluster:
 
     @property
     def control_plane(self) -> Any:
-        """The running :class:`~airflow_k8s_retry_testing.controlplane.cluster.ControlPlane` (to
+        """The running :class:`~tools.controlplane.cluster.ControlPlane` (to
         restart a component, or read which nodes were lost)."""
         if self._cp is None:
             raise RealClusterError("cluster not started")
@@ -164,7 +162,7 @@ def _time(stamp: str) -> float:
 def records_from_audit(events: Iterator[dict[str, Any]]) -> list[dict[str, Any]]:
     """The audit log as the simulator's records (see the module's docstring), in time order."""
     seen: set[str] = set()
-    uids: dict[tuple[str, str], str] = {}
+    uids: dict[tuple[str | None, str | None], str] = {}
     out: list[dict[str, Any]] = []
     for event in events:
         audit_id = str(event.get("auditID"))
@@ -238,12 +236,3 @@ def lifecycle_records(pod: dict[str, Any], verb: str, resource: str, t: float) -
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
             changes.append(f"disruption:{condition.get('reason', '')}")
     return [_lifecycle(ns, name, uid, change, t) for change in changes]
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far, from ``/proc/<pid>/stat``."""
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # After the command name: state is field 3, utime and stime are fields 14 and 15 (1-based).
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

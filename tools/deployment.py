@@ -21,10 +21,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from tests.support.airflow_runner import AIRFLOW, AirflowHome
-from tests.support.services import PostgresServer, RedisServer, free_port
+from airflow_k8s_retry_testing.ports import free_port
+from tools.airflow_runner import AIRFLOW, AirflowHome
+from tools.services import PostgresServer, RedisServer
+
+if TYPE_CHECKING:
+    from airflow_k8s_retry_testing import FakeCluster
 
 
 class Cluster(Protocol):
@@ -314,21 +318,34 @@ class Deployment:
 
     # -- simulator ------------------------------------------------------------------------------
 
+    def simulator(self) -> FakeCluster:
+        """The cluster, which the pod helpers below read as the simulator (its records)."""
+        from airflow_k8s_retry_testing import FakeCluster
+
+        if not isinstance(self.cluster, FakeCluster):
+            kind = type(self.cluster).__name__
+            raise TypeError(f"the deployment runs on {kind}; these helpers read a FakeCluster's records")
+        return self.cluster
+
     def pods_of(self, dag_id: str) -> list[dict[str, Any]]:
         """Every pod ever created for ``dag_id`` (live and deleted), in creation order."""
         return [
-            p for p in self.cluster.all_pods() if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id
+            p
+            for p in self.simulator().all_pods()
+            if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id
         ]
 
     def live_pods(self, dag_id: str) -> list[dict[str, Any]]:
         """The pods of ``dag_id`` that exist now."""
-        return [p for p in self.cluster.pods() if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id]
+        return [
+            p for p in self.simulator().pods() if (p["metadata"].get("labels") or {}).get("dag_id") == dag_id
+        ]
 
     def pod_requests(self, verb: str, dag_id: str) -> list[dict[str, Any]]:
         names = {p["metadata"]["name"] for p in self.pods_of(dag_id)}
         return [
             r
-            for r in self.cluster.audit_records()
+            for r in self.simulator().audit_records()
             if r.get("kind") == "request"
             and r.get("resource") == "pods"
             and r.get("verb") == verb

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_k8s_retry_testing.controlplane import pki as pki_module
-from airflow_k8s_retry_testing.controlplane.stages import check_supported, kwok_config
 from airflow_k8s_retry_testing.ports import free_port
 from airflow_k8s_retry_testing.scenario import DEFAULT_NODES, NodeSpec, Scenario
+from tools.controlplane import pki as pki_module
+from tools.controlplane.stages import check_supported, kwok_config
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 #: The components a running control plane cannot do without (a KWOK process plays one node: a
@@ -43,6 +43,10 @@ KUBELET_PREFIX = "kubelet@"
 #: The process that plays what KWOK's Stages cannot: the scenario's disruptions, registry outages
 #: that end (``for_seconds``) and the containers' logs (``run.log``); see :mod:`.harness`.
 HARNESS = "harness"
+#: The repository's root, where the harness process imports ``tools.controlplane`` from.
+ROOT = Path(__file__).resolve().parents[2]
+#: Builds the binaries into a cache keyed by the pins, and with ``--path`` names that folder.
+BUILD = Path(__file__).with_name("build.sh")
 #: The KWOK resources read from the API server instead of the config file. Never ``Exec`` or
 #: ``ClusterExec``: KWOK's exec runs the client's command on this machine.
 KWOK_CRDS = ("Logs",)
@@ -60,6 +64,25 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 class ControlPlaneError(RuntimeError):
     """The control plane cannot be started or found; the message says what to do."""
+
+
+def built_binaries() -> Path | None:
+    """The folder ``make controlplane`` built the binaries into, or ``None`` when they are not built
+    for these pins: ``AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN`` when set, else ``build.sh --path``."""
+    given = os.environ.get("AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN")
+    if given:
+        return Path(given)
+    done = subprocess.run(["bash", str(BUILD), "--path"], capture_output=True, text=True, check=False)
+    return Path(done.stdout.strip()) if done.returncode == 0 else None
+
+
+def _environment(name: str) -> dict[str, str] | None:
+    """A process's environment: the harness imports this package from the repository's root (it
+    runs in the cluster's folder); the binaries inherit this process's."""
+    if name != HARNESS:
+        return None
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
 
 
 def port_in_use(port: int) -> bool:
@@ -248,7 +271,7 @@ class ControlPlane:
         self._wait("kube-apiserver", deadline, functools.partial(self._https_ok, "kube-apiserver", "/readyz"))
         self._launch("kube-controller-manager", self._controller_manager_args(pki))
         self._launch("kube-scheduler", self._scheduler_args(pki))
-        from airflow_k8s_retry_testing.controlplane.objects import ClusterObjects
+        from tools.controlplane.objects import ClusterObjects
 
         objects = ClusterObjects(self.kubeconfig)
         try:
@@ -264,8 +287,7 @@ class ControlPlane:
             self._wait("kube-controller-manager", deadline, objects.service_accounts_ready)
         finally:
             objects.close()
-        module = "airflow_k8s_retry_testing.controlplane"
-        self._launch(HARNESS, ["-m", module, "harness", "--dir", str(self.directory)])
+        self._launch(HARNESS, ["-m", "tools.controlplane", "harness", "--dir", str(self.directory)])
         self._wait(HARNESS, deadline, (self.directory / "harness.ready").exists)
 
     def _launch_nodes(self) -> list[NodeSpec]:
@@ -386,6 +408,7 @@ class ControlPlane:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
+                env=_environment(name),
                 start_new_session=True,
             )
         finally:
