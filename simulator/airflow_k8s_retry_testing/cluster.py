@@ -25,8 +25,8 @@ from airflow_k8s_retry_testing import seeds
 from airflow_k8s_retry_testing.scenario import DISRUPTION_KINDS, Fault, Scenario, ScenarioError
 
 if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.timers import ManualTime
     from airflow_k8s_retry_testing.simclock import SimClock
+    from airflow_k8s_retry_testing.timers import ManualTime
 
 T = TypeVar("T")
 
@@ -178,24 +178,26 @@ class FakeCluster:
         from airflow_k8s_retry_testing.apiserver.server import ApiServer
         from airflow_k8s_retry_testing.controllers.components import Components
         from airflow_k8s_retry_testing.controllers.jobs import JobController
-        from airflow_k8s_retry_testing.controllers.timers import ManualTime, TimerHeap
+        from airflow_k8s_retry_testing.timers import ManualTime, TimerHeap
 
         loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         if self.clock_mode == "manual":
             self._manual = ManualTime(loop)
         self.clock = TimerHeap(self._manual or loop, self.time_scale)
-        self.components = Components(self.store, self.scenario, self.clock)
+        self.components = Components(self.store, self.scenario, self.clock)  # watches the store
         self._faults = [FaultSlot(f, f.times) for f in self.scenario.faults]
         self.api = ApiServer(
             self.store,
-            self.components,
+            self.components.kubelet,
             token=self.token,
             bookmark_interval=self.bookmark_interval,
             faults=self._faults,
+            timebase=self.clock.loop,
+            minor_version=self.scenario.minor_version,
         )
         seeds.seed(self.store, self.scenario, [node.spec for node in self.components.nodes])
-        self.job_controller = JobController(self.store, self.components, self.clock)
+        self.job_controller = JobController(self.store, self.clock)
         self.job_controller.start()
         runner = web.AppRunner(self.api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
@@ -210,6 +212,7 @@ class FakeCluster:
         self._ready.set()
         await self._stop_event.wait()
         await self.job_controller.stop()
+        self.components.stop()
         self.api.stopping.set()
         await asyncio.sleep(0)
         await runner.cleanup()

@@ -28,8 +28,8 @@ from kubernetes.client.exceptions import ApiException
 
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION
 from tests.cluster.kube import PodRecorder
-from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tests.support.scenarios import Scenario
+from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 PENDING = (

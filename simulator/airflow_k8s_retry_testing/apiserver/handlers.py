@@ -2,8 +2,9 @@
 
 What every resource shares is here (namespaces must exist, names are unique, resourceVersion and
 UID preconditions, list paging with ``limit``/``continue``, the three patch types); what a kind
-adds comes from its strategy (``pods``, ``jobs``). A created pod is admitted to the node
-components, as the scheduler and kubelet would learn of it from their watches.
+adds comes from its strategy (``pods``, ``jobs``). Nothing here calls the node side: the
+scheduler and the kubelet learn of a created, changed or deleted pod from the store, as real ones
+from their watches.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import random
 import string
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -25,9 +26,6 @@ from airflow_k8s_retry_testing.apiserver.requests import RequestInfo, int_param,
 from airflow_k8s_retry_testing.apiserver.validation import validate_metadata
 from airflow_k8s_retry_testing.patching import PatchError, json_patch, merge_patch, strategic_merge_patch
 from airflow_k8s_retry_testing.store import API_VERSIONS, CLUSTER_SCOPED, KINDS, Obj, Store, TooOld, now_iso
-
-if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.components import Components
 
 PATCHES = {
     "application/json-patch+json": json_patch,
@@ -57,9 +55,8 @@ def _sort_key(obj: Obj) -> tuple[str, str]:
 class Resources:
     """The handlers of every verb on a resource (collection or object)."""
 
-    def __init__(self, store: Store, components: Components) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self.components = components
 
     # -- read ----------------------------------------------------------------------------------
 
@@ -144,11 +141,11 @@ class Resources:
         self._fill_in(info, obj, namespace)
         if info.resource == "pods":
             admission.admit_pod(self.store, obj, namespace)
-        self.store.put(info.resource, obj, "ADDED")
+            pod_strategy.store_new(self.store, obj)
+        else:
+            self.store.put(info.resource, obj, "ADDED")
         info.uid = meta["uid"]
-        if info.resource == "pods":
-            self.components.admit(obj)
-        elif info.resource in ("secrets", "configmaps"):
+        if info.resource in ("secrets", "configmaps"):
             self.store.open_keys.discard((kind, namespace, meta["name"]))
         return obj
 
@@ -250,13 +247,8 @@ class Resources:
             raise invalid(kind, name, causes)
         new["kind"] = kind
         new["apiVersion"] = API_VERSIONS.get(info.resource, "v1")
-        finalizers_before = current["metadata"].get("finalizers")
         self.store.put(info.resource, new, "MODIFIED")
         info.uid = meta.get("uid")
-        if info.resource == "pods" and finalizers_before != meta.get("finalizers"):
-            self.components.finalizers_changed(new)
-        if info.resource == "pods" and pod_strategy.gates_lifted(current["spec"], new["spec"]):
-            self.components.gates_lifted(new)
         return new
 
     # -- delete ----------------------------------------------------------------------------------
@@ -272,7 +264,7 @@ class Resources:
         if grace is None:
             grace = int_param(request, "gracePeriodSeconds")
         if info.resource == "pods":
-            return pod_strategy.delete_pod(self.store, self.components, current, grace)
+            return pod_strategy.delete_pod(self.store, current, grace)
         name = current["metadata"]["name"]
         removed = self.store.remove(info.resource, self.key_namespace(info), name)
         assert removed is not None

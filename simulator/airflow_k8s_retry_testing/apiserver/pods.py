@@ -3,9 +3,12 @@
 Graceful deletion lives here whole, whoever deletes (an API client, the Eviction API, the Job
 controller, a scripted disruption, the taint manager): the grace period (the request's, else the
 pod's ``terminationGracePeriodSeconds``; 0 for a pod never started or already terminal; at least
-1 while finalizers hold it), the ``deletionTimestamp``/``deletionGracePeriodSeconds`` mark, and
-the rule that a finalizer keeps the object until it is removed. The kubelet's part (stop the
-containers, then confirm) is ``controllers/kubelet.py``.
+1 while finalizers hold it), the ``deletionTimestamp``/``deletionGracePeriodSeconds`` mark, the
+removal of a pod deleted without grace, and the rule that a finalizer keeps the object until it is
+removed. The API server knows nothing of the node side: the kubelet learns of a deletion from the
+store, as a real one from its watch, and does its part (stop the containers, then confirm;
+``controllers/kubelet.py``). Every write here is also the audit's lifecycle record of it
+(``created``, ``deleting``, ``deleted``, ``disruption:EvictionByEvictionAPI``).
 """
 
 from __future__ import annotations
@@ -13,14 +16,11 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_k8s_retry_testing.apiserver.errors import Cause
 from airflow_k8s_retry_testing.apiserver.validation import DNS_LABEL, LABEL_MESSAGE
 from airflow_k8s_retry_testing.store import Obj, Store, now_iso
-
-if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.components import Components
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
 #: The condition kube-apiserver gives a pod created with scheduling gates.
@@ -141,10 +141,6 @@ def added_gates(old: Obj, new: Obj) -> list[Cause]:
     ]
 
 
-def gates_lifted(old: Obj, new: Obj) -> bool:
-    return bool(old.get("schedulingGates")) and not new.get("schedulingGates")
-
-
 def pod_spec_immutable(old: Obj, new: Obj) -> list[Cause]:
     def strip(spec: Obj) -> Obj:
         spec = copy.deepcopy(spec)
@@ -235,6 +231,16 @@ def qos_class(containers: list[Obj]) -> str:
     return "Guaranteed" if guaranteed and any_resources else ("Burstable" if any_resources else "BestEffort")
 
 
+# -- creation ---------------------------------------------------------------------------------
+
+
+def store_new(store: Store, pod: Obj) -> None:
+    """Store a pod just created (ADDED), defaulted and admitted: the scheduler and the kubelet
+    learn of it from the store."""
+    store.put("pods", pod, "ADDED")
+    store.lifecycle(pod, "created", labels=dict(pod["metadata"].get("labels") or {}))
+
+
 # -- graceful deletion --------------------------------------------------------------------------
 
 
@@ -256,11 +262,28 @@ def stamp_deletion(pod: Obj, grace: int) -> Obj:
     return marked
 
 
-def mark_deleted(store: Store, pod: Obj, grace: int) -> None:
-    """Mark a pod not yet marked for deletion and store it (MODIFIED)."""
+def _mark(store: Store, pod: Obj, grace: int) -> Obj:
+    """Store ``pod`` marked for deletion in ``grace`` seconds (MODIFIED); the first mark is audited."""
+    first = not pod["metadata"].get("deletionTimestamp")
+    marked = stamp_deletion(pod, grace)
+    store.put("pods", marked, "MODIFIED")
+    if first:
+        store.lifecycle(marked, "deleting", grace_seconds=grace)
+    return marked
+
+
+def mark_deleted(store: Store, pod: Obj, grace: int) -> Obj:
+    """Mark a pod not yet marked for deletion (a graceful deletion); returns the pod as stored."""
     if pod["metadata"].get("deletionTimestamp"):
-        return
-    store.put("pods", stamp_deletion(pod, grace), "MODIFIED")
+        return pod
+    return _mark(store, pod, grace)
+
+
+def remove(store: Store, pod: Obj) -> None:
+    """The object goes for good (DELETED): a deletion without grace, or one the kubelet confirmed."""
+    removed = store.remove("pods", pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+    if removed is not None:
+        store.lifecycle(removed, "deleted")
 
 
 def deletion_grace(pod: Obj, requested: Any) -> int:
@@ -275,16 +298,34 @@ def deletion_grace(pod: Obj, requested: Any) -> int:
     return grace
 
 
-def delete_pod(store: Store, components: Components, current: Obj, requested_grace: Any) -> Obj:
-    """The API's DELETE of a pod: mark it, and let the kubelet stop it and confirm."""
+def delete_pod(store: Store, current: Obj, requested_grace: Any) -> Obj:
+    """The API's DELETE of a pod: mark it; with grace the kubelet stops it and confirms, without
+    (never while finalizers hold it) the object goes at once. Returns the pod as it was last stored."""
     grace = deletion_grace(current, requested_grace)
-    if not current["metadata"].get("deletionTimestamp") or grace == 0:
-        current = stamp_deletion(current, grace)
-        # The API server writes the deletion mark first, a deletion without grace too (watchers
-        # see MODIFIED, then DELETED), and then removes the object at once.
-        store.put("pods", current, "MODIFIED")
-        if grace == 0 and not held_by_finalizers(current):
-            components.delete(current, 0)
-            return current
-    components.delete(current, grace)
-    return store.get("pods", current["metadata"]["namespace"], current["metadata"]["name"]) or current
+    if grace > 0:
+        return mark_deleted(store, current, grace)
+    # The API server writes the deletion mark first, a deletion without grace too (watchers see
+    # MODIFIED, then DELETED), and then removes the object at once.
+    marked = _mark(store, current, 0)
+    remove(store, marked)
+    return marked
+
+
+def evict_pod(store: Store, pod: Obj, requested_grace: Any) -> None:
+    """The Eviction API once its budget allows: the ``DisruptionTarget`` condition, then the pod's
+    deletion with the eviction's grace period (kube-apiserver's ``addConditionAndDeletePod``)."""
+    targeted = copy.deepcopy(pod)
+    status = targeted.setdefault("status", {})
+    condition: Obj = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "lastProbeTime": None,
+        "lastTransitionTime": now_iso(),
+        "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting",
+    }
+    status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "DisruptionTarget"]
+    status["conditions"].append(condition)
+    store.put("pods", targeted, "MODIFIED")
+    store.lifecycle(targeted, "disruption:EvictionByEvictionAPI")
+    delete_pod(store, targeted, requested_grace)

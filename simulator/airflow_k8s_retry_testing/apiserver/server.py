@@ -14,7 +14,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -29,13 +28,11 @@ from airflow_k8s_retry_testing.apiserver.errors import (
 from airflow_k8s_retry_testing.apiserver.gates import FaultSlot, Gates, Rule, RuleSet, bearer_token
 from airflow_k8s_retry_testing.apiserver.handlers import Resources
 from airflow_k8s_retry_testing.apiserver.requests import RequestInfo, parse_request
-from airflow_k8s_retry_testing.apiserver.subresources import PodSubresources
+from airflow_k8s_retry_testing.apiserver.subresources import Nodes, PodSubresources
 from airflow_k8s_retry_testing.apiserver.watch import Watches
 from airflow_k8s_retry_testing.store import CLUSTER_SCOPED, KINDS, Store
 from airflow_k8s_retry_testing.tables import table, wants_table
-
-if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.components import Components
+from airflow_k8s_retry_testing.timers import Timebase
 
 log = logging.getLogger(__name__)
 
@@ -56,33 +53,40 @@ def _json(status: int = 200) -> Callable[[Callable[..., Awaitable[object]]], Han
 
 
 class ApiServer:
-    """Routes, gates and handlers. Lives on the simulator's event loop."""
+    """Routes, gates and handlers. Lives on the simulator's event loop.
+
+    :param nodes: the kubelets, which ``pods/log`` and ``pods/exec`` reach.
+    :param timebase: what watch timeouts and bookmarks count on (the loop, or the manual clock).
+    :param minor_version: the Kubernetes minor version ``/version`` reports.
+    """
 
     def __init__(
         self,
         store: Store,
-        components: Components,
+        nodes: Nodes,
         *,
         token: str,
         bookmark_interval: float,
         faults: list[FaultSlot],
+        timebase: Timebase,
+        minor_version: int,
     ) -> None:
         self.store = store
-        self.components = components
+        self.minor_version = minor_version
         self.host = "127.0.0.1:0"
         self.latencies: deque[float] = deque(maxlen=200_000)
         self.stopping = asyncio.Event()
         self.gates = Gates(store, token=token, faults=faults)
-        self.resources = Resources(store, components)
+        self.resources = Resources(store)
         self.watches = Watches(
             store,
             audit=self.gates.audit,
             bookmark_interval=bookmark_interval,
             stopping=self.stopping,
-            timebase=components.status.clock.loop,
+            timebase=timebase,
         )
         self.pods = PodSubresources(
-            components, get_object=self.resources.get_object, audit=self.gates.audit, stopping=self.stopping
+            store, nodes, get_object=self.resources.get_object, audit=self.gates.audit, stopping=self.stopping
         )
         resources = self.resources
         self.verbs: dict[str, Handler] = {
@@ -153,9 +157,7 @@ class ApiServer:
         )
 
     def non_resource(self, request: web.Request) -> web.StreamResponse:
-        return discovery.non_resource(
-            request, host=self.host, minor_version=self.components.scenario.minor_version
-        )
+        return discovery.non_resource(request, host=self.host, minor_version=self.minor_version)
 
     async def route(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         if info.resource not in KINDS:

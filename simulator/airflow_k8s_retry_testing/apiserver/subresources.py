@@ -1,10 +1,12 @@
 """The pod subresources that reach the node: ``pods/log``, ``pods/exec`` and ``pods/eviction``.
 
-On a real cluster the API server proxies ``log`` and ``exec`` to the kubelet; here they read the
-container's run directly. Logs support ``container``, ``previous``, ``tailLines``,
-``sinceSeconds``, ``limitBytes``, ``timestamps`` and ``follow`` (streamed until the container
-ends); exec speaks the websocket channel protocols (``testing/shell.py``); an eviction marks the
-pod as a disruption target and deletes it gracefully.
+On a real cluster the API server proxies ``log`` and ``exec`` to the kubelet of the pod's node and
+relays its answers, errors included; here it asks the :class:`Nodes` it was given (the simulated
+kubelet, ``controllers/kubelet.py``), knowing them only by what this module declares. Logs support
+``container``, ``previous``, ``tailLines``, ``sinceSeconds``, ``limitBytes``, ``timestamps`` and
+``follow`` (streamed until the container ends); exec speaks the websocket channel protocols
+(``controllers/shell.py``); an eviction marks the pod as a disruption target and deletes it
+(``pods.evict_pod``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -23,16 +25,49 @@ from airflow_k8s_retry_testing.apiserver import admission
 from airflow_k8s_retry_testing.apiserver import pods as pod_strategy
 from airflow_k8s_retry_testing.apiserver.errors import ApiError
 from airflow_k8s_retry_testing.apiserver.requests import RequestInfo, flag, int_param, read_body
-from airflow_k8s_retry_testing.shell import run_exec_session
-from airflow_k8s_retry_testing.store import Obj
-
-if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.components import Components
-    from airflow_k8s_retry_testing.controllers.runs import ContainerRun, PodRun
+from airflow_k8s_retry_testing.store import Obj, Store
 
 Audit = Callable[[web.Request, RequestInfo, int], None]
+#: A container's log: (wall time written, line) in order.
 LogLines = list[tuple[float, str]]
 EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io")
+
+
+class ContainerLog(Protocol):
+    """One container's log as its node serves it."""
+
+    @property
+    def lines(self) -> LogLines:
+        """This run's lines so far (only ever appended to)."""
+
+    @property
+    def previous(self) -> LogLines | None:
+        """The previous run's lines (``None`` when it has not restarted)."""
+
+    @property
+    def ended(self) -> bool:
+        """The container ended or the pod went: a followed log ends."""
+
+    async def changed(self) -> None:
+        """Return once a line was written or the log ended."""
+
+
+class ExecSession(Protocol):
+    """A command about to run in a container, as its node runs it."""
+
+    async def run(self, ws: web.WebSocketResponse, command: list[str], *, stdin: bool) -> None:
+        """Speak the exec protocol on ``ws`` until the command ends."""
+
+
+class Nodes(Protocol):
+    """The kubelets, as the API server reaches them. Each raises :class:`ApiError` with the
+    kubelet's answer when it cannot serve (a container that has not started, is not running...)."""
+
+    def container_log(self, pod: Obj, container: str, *, previous: bool) -> ContainerLog:
+        """The log of ``container`` in ``pod`` (``previous``: the one before its last restart)."""
+
+    def exec_session(self, pod: Obj, container: str) -> ExecSession:
+        """An exec into ``container`` of ``pod``, checked before the connection is upgraded."""
 
 
 def container_named(request: web.Request, pod: Any, info: RequestInfo) -> str:
@@ -83,9 +118,9 @@ class LogOptions:
                 out.append(line + "\n")
         return "".join(out).encode()
 
-    def select(self, container: ContainerRun) -> LogLines:
+    def select(self, log: ContainerLog) -> LogLines:
         """The lines asked for: this run's or the previous one's, since and tail applied."""
-        lines = list(container.previous_logs or []) if self.previous else list(container.logs)
+        lines = list(log.previous or []) if self.previous else list(log.lines)
         if self.since is not None:
             lines = [entry for entry in lines if entry[0] >= time.time() - self.since]
         if self.tail is not None and self.tail >= 0:
@@ -98,13 +133,15 @@ class PodSubresources:
 
     def __init__(
         self,
-        components: Components,
+        store: Store,
+        nodes: Nodes,
         *,
         get_object: Callable[[RequestInfo], Obj],
         audit: Audit,
         stopping: asyncio.Event,
     ) -> None:
-        self.components = components
+        self.store = store
+        self.nodes = nodes
         self.get_object = get_object
         self.audit = audit
         self.stopping = stopping
@@ -113,45 +150,28 @@ class PodSubresources:
         """The Eviction API: mark the pod as a disruption target, then delete it gracefully."""
         body = await read_body(request)  # before the pod: see Resources.patch
         pod = self.get_object(info)
-        admission.check_eviction(self.components.status.store, pod)
+        admission.check_eviction(self.store, pod)
         options = (body.get("deleteOptions") if isinstance(body, dict) else None) or {}
-        grace = options.get("gracePeriodSeconds")
-        if grace is None:
-            grace = pod_strategy.spec_grace(pod)
-        self.components.evict(pod, int(grace))
+        pod_strategy.evict_pod(self.store, pod, options.get("gracePeriodSeconds"))
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     # -- pods/log --------------------------------------------------------------------------------
 
-    def _log_source(
-        self, request: web.Request, info: RequestInfo, previous: bool
-    ) -> tuple[PodRun, ContainerRun]:
+    def _log_source(self, request: web.Request, info: RequestInfo, previous: bool) -> ContainerLog:
         pod = self.get_object(info)
-        run = self.components.run_of(pod)
         names = [c["name"] for c in pod["spec"].get("initContainers") or []] + [
             c["name"] for c in pod["spec"]["containers"]
         ]
         container_name = container_named(request, pod, info)
-        if container_name not in names or run is None:
+        if container_name not in names:
             raise ApiError(400, f"container {container_name} is not valid for pod {info.name}")
-        container = run.container(container_name)
-        assert container is not None
-        if previous and container.previous_logs is None:
-            raise ApiError(
-                400, f'previous terminated container "{container_name}" in pod "{info.name}" not found'
-            )
-        if not container.started:
-            reason = (container.state.get("waiting") or {}).get("reason", "ContainerCreating")
-            raise ApiError(
-                400, f'container "{container_name}" in pod "{info.name}" is waiting to start: {reason}'
-            )
-        return run, container
+        return self.nodes.container_log(pod, container_name, previous=previous)
 
     async def pod_log(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         previous = flag(request.query.get("previous"))
-        run, container = self._log_source(request, info, previous)
+        log = self._log_source(request, info, previous)
         options = LogOptions.of(request)
-        lines = options.select(container)
+        lines = options.select(log)
         if not options.follow:
             data = options.render(lines)
             if options.limit:
@@ -162,43 +182,38 @@ class PodSubresources:
         await response.prepare(request)
         self.audit(request, info, 200)
         with contextlib.suppress(ConnectionResetError, asyncio.CancelledError):
-            await self._follow(response, run, container, options, lines)
+            await self._follow(response, log, options, lines)
         return response
 
     async def _follow(
-        self,
-        response: web.StreamResponse,
-        run: PodRun,
-        container: ContainerRun,
-        options: LogOptions,
-        lines: LogLines,
+        self, response: web.StreamResponse, log: ContainerLog, options: LogOptions, lines: LogLines
     ) -> None:
         """Stream the log until the container ends, the pod goes, the server stops or the limit."""
         limit = options.limit
-        sent = len(container.logs)
+        sent = len(log.lines)
         written = 0
         chunk = options.render(lines)
         if chunk:
             await response.write(chunk[:limit] if limit else chunk)
             written += len(chunk)
-        while not (container.terminated or run.gone) and not self.stopping.is_set():
+        while not log.ended and not self.stopping.is_set():
             if limit and written >= limit:
                 break
-            await self._changed(container)
-            fresh = container.logs[sent:]
-            sent = len(container.logs)
+            await self._changed(log)
+            fresh = log.lines[sent:]
+            sent = len(log.lines)
             if fresh:
                 chunk = options.render(fresh)
                 await response.write(chunk)
                 written += len(chunk)
-        fresh = container.logs[sent:]
+        fresh = log.lines[sent:]
         if fresh:
             await response.write(options.render(fresh))
         await response.write_eof()
 
-    async def _changed(self, container: ContainerRun) -> None:
+    async def _changed(self, log: ContainerLog) -> None:
         stop = asyncio.ensure_future(self.stopping.wait())
-        waiter = asyncio.ensure_future(container.changed.wait())
+        waiter = asyncio.ensure_future(log.changed())
         await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
         waiter.cancel()
@@ -207,23 +222,15 @@ class PodSubresources:
 
     async def pod_exec(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         pod = self.get_object(info)
-        run = self.components.run_of(pod)
         command = request.query.getall("command", [])
         if not command:
             raise ApiError(400, "you must specify at least 1 command")
-        container_name = container_named(request, pod, info)
-        container = run.container(container_name) if run is not None else None
-        if run is None or container is None:
-            raise ApiError(400, f"container {container_name} is not valid for pod {info.name}")
-        if not container.running or run.frozen:
-            raise ApiError(400, f'unable to upgrade connection: container not found ("{container_name}")')
+        session = self.nodes.exec_session(pod, container_named(request, pod, info))
         ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, autoping=True)
         await ws.prepare(request)
         self.audit(request, info, 101)
         try:
-            await run_exec_session(
-                ws, self.components.kubelet, run, container, command, stdin=flag(request.query.get("stdin"))
-            )
+            await session.run(ws, command, stdin=flag(request.query.get("stdin")))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:

@@ -38,7 +38,7 @@ from airflow_k8s_retry_testing.store import (
 from airflow_k8s_retry_testing.tables import table, wants_table
 
 if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.timers import Timebase
+    from airflow_k8s_retry_testing.timers import Timebase
 
 Audit = Callable[[web.Request, RequestInfo, int], None]
 Render = Callable[[bytes], bytes]

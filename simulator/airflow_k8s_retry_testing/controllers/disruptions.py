@@ -9,8 +9,9 @@
 * ``admit``: the pod's scheduling gates are lifted (as Kueue does when it admits the pod), and the
   scheduler considers it.
 
-``evict_via_api`` is the Eviction API (``POST pods/NAME/eviction``): the condition, then a
-graceful deletion of the object.
+A deletion is marked through the pod strategy (``apiserver/pods.py``), with the pod's own grace
+period even before it runs; the kubelet learns of it from the store. The Eviction API
+(``POST pods/NAME/eviction``) is the API server's own (``pods.evict_pod``).
 """
 
 from __future__ import annotations
@@ -64,32 +65,22 @@ class Disruptions:
             self.nodes.node_lost(run)
         elif kind == "delete":
             self.status.store.lifecycle(pod, "deleted_externally")
-            self._delete(run, pod, pod_strategy.spec_grace(pod))
+            self._delete(run)
         elif kind == "admit":
-            self._admit(run, pod)
+            self._admit(pod)
         else:
             raise ValueError(
                 f"unknown disruption kind {kind!r}; use evict, preempt, node_lost, delete or admit"
             )
 
-    def _admit(self, run: PodRun, pod: Obj) -> None:
+    def _admit(self, pod: Obj) -> None:
+        """Lift the gates, as the queue does through the API; the scheduler learns of it from the store."""
         if not pod["spec"].get("schedulingGates"):
             return
         spec = {k: v for k, v in pod["spec"].items() if k != "schedulingGates"}
         admitted = {**pod, "metadata": dict(pod["metadata"]), "spec": spec}
         self.status.store.put("pods", admitted, "MODIFIED")
         self.status.store.lifecycle(admitted, "admitted")
-        self.status.after(run, 0.02, self.kubelet.scheduler.schedule, run)
-
-    def evict_via_api(self, run: PodRun, grace: int) -> None:
-        """POST pods/NAME/eviction: DisruptionTarget, then a graceful deletion (the object goes away)."""
-        pod = self.status.pod(run)
-        if pod is None or run.gone:
-            return
-        self._target(run, "EvictionByEvictionAPI", "Eviction API: evicting")
-        if not run.started_on_node:
-            grace = 0
-        self._delete(run, pod, grace)
 
     def _target(self, run: PodRun, reason: str, message: str) -> None:
         self.status.condition(run, "DisruptionTarget", True, reason, message)
@@ -107,14 +98,13 @@ class Disruptions:
             component="default-scheduler",
         )
         self.status.store.lifecycle(pod, "preempted")
-        self._delete(run, pod, pod_strategy.spec_grace(pod))
+        self._delete(run)
 
-    def _delete(self, run: PodRun, pod: Obj, grace: int) -> None:
-        """A graceful deletion through the pod strategy, which the kubelet then carries out."""
+    def _delete(self, run: PodRun) -> None:
+        """A graceful deletion with the pod's own grace period, marked through the pod strategy."""
         current = self.status.pod(run)
         if current is not None:
-            pod_strategy.mark_deleted(self.status.store, current, grace)
-        self.kubelet.delete(self.status.pod(run) or pod, grace)
+            pod_strategy.mark_deleted(self.status.store, current, pod_strategy.spec_grace(current))
 
     def _evicted(self, run: PodRun) -> None:
         self.kubelet.fail_pod(run, "Evicted", "The pod was evicted through the Eviction API.", "evicted")

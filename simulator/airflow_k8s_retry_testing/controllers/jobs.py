@@ -39,8 +39,7 @@ from airflow_k8s_retry_testing.apiserver.jobs import CONTROLLER_UID_LABELS
 from airflow_k8s_retry_testing.store import Obj, Store, WatchEvent, now_iso
 
 if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.components import Components
-    from airflow_k8s_retry_testing.controllers.timers import Handle, TimerHeap
+    from airflow_k8s_retry_testing.timers import Handle, TimerHeap
 
 API_VERSION = "batch/v1"
 #: The controller's pod re-creation back-off: 10 s, doubling per failure, capped at 6 minutes.
@@ -76,9 +75,8 @@ class _Tracking:
 class JobController:
     """Reconciles every Job on each change of a Job or of one of its pods."""
 
-    def __init__(self, store: Store, components: Components, clock: TimerHeap) -> None:
+    def __init__(self, store: Store, clock: TimerHeap) -> None:
         self.store = store
-        self.components = components
         self.clock = clock
         self.tracking: dict[str, _Tracking] = {}  # job uid -> counts
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -281,7 +279,7 @@ class JobController:
             "spec": template.get("spec") or {},
         }
         pod_strategy.default_pod(pod)
-        self.store.put("pods", pod, "ADDED")
+        pod_strategy.store_new(self.store, pod)
         self.store.record_event(
             job,
             "SuccessfulCreate",
@@ -289,14 +287,9 @@ class JobController:
             component="job-controller",
             kind="Job",
         )
-        self.components.admit(pod)
 
     def _delete_pod(self, job: Obj, pod: Obj) -> None:
-        grace = pod_strategy.spec_grace(pod) if pod["spec"].get("nodeName") else 0
-        marked = pod_strategy.stamp_deletion(pod, grace)
-        if grace:
-            self.store.put("pods", marked, "MODIFIED")
-        self.components.delete(marked, grace)
+        pod_strategy.delete_pod(self.store, pod, None)
         self.store.record_event(
             job,
             "SuccessfulDelete",

@@ -3,22 +3,28 @@
 Each step of a pod's life on its node is a timer (``StatusManager.after``), and each step writes
 the statuses, conditions and Events a containerd-based kubelet writes, since the classifier
 under test reads exactly those strings. The kubelet's part of a graceful deletion is here too:
-stop the containers (SIGTERM, then SIGKILL when the grace runs out) and confirm; the API
-server's part (``deletionTimestamp``, the grace period, finalizers) is the pod strategy in
-``apiserver/pods.py``.
+once it sees the deletion mark in the store (``controllers/components.py`` watches it), it stops
+the containers (SIGTERM, then SIGKILL when the grace runs out) and confirms; the API server's part
+(``deletionTimestamp``, the grace period, finalizers, a removal without grace) is the pod strategy
+in ``apiserver/pods.py``. It also serves what the API server proxies to a node: a container's log
+and an exec into it (``apiserver/subresources.py`` declares what it asks).
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import time
 import uuid
 from typing import Any
 
+from aiohttp import web
+
 from airflow_k8s_retry_testing.apiserver import pods as pod_strategy
+from airflow_k8s_retry_testing.apiserver.errors import ApiError
 from airflow_k8s_retry_testing.controllers import registry
 from airflow_k8s_retry_testing.controllers.runs import SIDECAR, ContainerRun, PodRun, memory_limit
 from airflow_k8s_retry_testing.controllers.scheduler import Scheduler
+from airflow_k8s_retry_testing.controllers.shell import run_exec_session
 from airflow_k8s_retry_testing.controllers.sources import config_error, missing_volume
 from airflow_k8s_retry_testing.controllers.status import StatusManager
 from airflow_k8s_retry_testing.scenario import ImageBehaviour
@@ -406,25 +412,41 @@ class Kubelet:
         self.status.clock.later(0.0, self.container_exited, run, c, code)
         return code
 
-    @staticmethod
-    def xcom(run: PodRun) -> str:
-        """The content of /airflow/xcom/return.json: the main containers' scenario ``run.xcom``."""
-        for c in run.main:
-            if c.name != SIDECAR and c.xcom is not None:
-                return json.dumps(c.xcom)
-        return ""
+    # -- what the API server proxies to the node ---------------------------------------------------
+
+    def container_log(self, pod: Obj, container: str, *, previous: bool) -> ServedLog:
+        """``pods/log``: the container's log, or the kubelet's 400 when there is none to read."""
+        run = self.status.runs.get(pod["metadata"]["uid"])
+        c = run.container(container) if run is not None else None
+        name = pod["metadata"]["name"]
+        if run is None or c is None:
+            raise ApiError(400, f"container {container} is not valid for pod {name}")
+        if previous and c.previous_logs is None:
+            raise ApiError(400, f'previous terminated container "{container}" in pod "{name}" not found')
+        if not c.started:
+            reason = (c.state.get("waiting") or {}).get("reason", "ContainerCreating")
+            raise ApiError(400, f'container "{container}" in pod "{name}" is waiting to start: {reason}')
+        return ServedLog(run, c)
+
+    def exec_session(self, pod: Obj, container: str) -> ServedExec:
+        """``pods/exec``: a session in the running container, or the kubelet's 400."""
+        run = self.status.runs.get(pod["metadata"]["uid"])
+        c = run.container(container) if run is not None else None
+        if run is None or c is None:
+            raise ApiError(400, f"container {container} is not valid for pod {pod['metadata']['name']}")
+        if not c.running or run.frozen:
+            raise ApiError(400, f'unable to upgrade connection: container not found ("{container}")')
+        return ServedExec(run, functools.partial(self.kill, run, c))
 
     # -- deletion ---------------------------------------------------------------------------------
 
     def delete(self, pod: Obj, grace: int) -> None:
         """The pod was marked for deletion: stop the containers, then confirm (unless finalizers)."""
         run = self.status.runs.get(pod["metadata"]["uid"])
-        if run is None:
+        if run is None or run.gone:
             return
         first = not run.deleting
         run.deleting = True
-        if first:
-            self.status.store.lifecycle(pod, "deleting", grace_seconds=grace)
         if grace == 0:
             self.finish_delete(run, force=True)
             return
@@ -477,14 +499,28 @@ class Kubelet:
 
     def remove(self, run: PodRun) -> None:
         """The pod object goes for good (a confirmed deletion or the pod GC's)."""
+        pod = self.status.pod(run)
         run.cancel_timers()
         self.scheduler.forget(run)
-        removed = self.status.store.remove("pods", run.namespace, run.name)
+        if pod is not None and pod["metadata"]["uid"] == run.uid:
+            pod_strategy.remove(self.status.store, pod)
+        self._gone(run)
+
+    def removed(self, uid: str) -> None:
+        """The object went without this kubelet confirming (a deletion without grace): what still
+        runs stops, and the node's share is given back."""
+        run = self.status.runs.get(uid)
+        if run is None or run.gone:
+            return
+        run.cancel_timers()
+        self.scheduler.forget(run)
+        self._gone(run)
+
+    @staticmethod
+    def _gone(run: PodRun) -> None:
         run.gone = True
         for c in run.containers:
             c.touch()
-        if removed is not None:
-            self.status.store.lifecycle(removed, "deleted")
 
 
 def fallback_message(c: ContainerRun) -> str:
@@ -493,3 +529,38 @@ def fallback_message(c: ContainerRun) -> str:
     text = "\n".join(line for _, line in c.logs[-80:])
     data = text.encode()[-2048:]
     return data.decode(errors="ignore")
+
+
+class ServedLog:
+    """A container's log as the kubelet serves it to the API server (``pods/log``)."""
+
+    def __init__(self, run: PodRun, container: ContainerRun) -> None:
+        self._run = run
+        self._container = container
+
+    @property
+    def lines(self) -> list[tuple[float, str]]:
+        return self._container.logs
+
+    @property
+    def previous(self) -> list[tuple[float, str]] | None:
+        return self._container.previous_logs
+
+    @property
+    def ended(self) -> bool:
+        return self._container.terminated or self._run.gone
+
+    async def changed(self) -> None:
+        await self._container.changed.wait()
+
+
+class ServedExec:
+    """An exec into a running container (``pods/exec``): the shell of ``controllers/shell.py``,
+    whose ``kill`` signals the container's main process through the kubelet."""
+
+    def __init__(self, run: PodRun, signal: functools.partial[int | None]) -> None:
+        self._run = run
+        self._signal = signal
+
+    async def run(self, ws: web.WebSocketResponse, command: list[str], *, stdin: bool) -> None:
+        await run_exec_session(ws, self._run, command, stdin=stdin, signal=self._signal)

@@ -78,7 +78,6 @@ class NodeLifecycle:
         if pod is not None:
             grace = pod_strategy.spec_grace(pod)
             pod_strategy.mark_deleted(status.store, pod, grace)
-            run.deleting = True
             status.clock.later(grace + POD_GC_AFTER, self._pod_gc, run)
 
     def _pod_gc(self, run: PodRun) -> None:

@@ -19,7 +19,7 @@ from airflow_k8s_retry_testing.scenario import ImageBehaviour, NodeSpec, RunSpec
 from airflow_k8s_retry_testing.store import Obj, now_iso
 
 if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.timers import Handle
+    from airflow_k8s_retry_testing.timers import Handle
 
 #: The cncf provider's XCom sidecar: it sleeps until killed through exec, and traps SIGINT.
 SIDECAR = "airflow-xcom-sidecar"

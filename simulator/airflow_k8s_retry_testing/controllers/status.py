@@ -1,8 +1,9 @@
 """The status manager the node components share: timers, conditions, Events and status writes.
 
 As the kubelet's status manager does, it turns a component's private ``PodRun`` into the pod
-object's ``status`` (one MODIFIED per change) and records Events with the component's name as
-their source. The scheduler, the kubelet and the node controllers all write through it.
+object's ``status`` (one MODIFIED per change), keeping the conditions others wrote (the Eviction
+API's ``DisruptionTarget``), and records Events with the component's name as their source. The
+scheduler, the kubelet and the node controllers all write through it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_k8s_retry_testing.controllers.runs import ContainerRun, PodRun
-from airflow_k8s_retry_testing.controllers.timers import TimerHeap
 from airflow_k8s_retry_testing.scenario import Scenario
 from airflow_k8s_retry_testing.store import Obj, Store, now_iso
+from airflow_k8s_retry_testing.timers import TimerHeap
 
 #: The order the kubelet lists a pod's conditions in.
 CONDITION_ORDER = (
@@ -117,8 +118,9 @@ class StatusManager:
         # A new version shares the unchanged parts with the old one: stored objects are never
         # mutated in place (patches build new dicts), so only the changed levels are copied.
         pod = {**pod, "metadata": dict(pod["metadata"])}
-        status = _status(run)
-        status["qosClass"] = (pod.get("status") or {}).get("qosClass", "BestEffort")
+        written = pod.get("status") or {}
+        status = _status(run, written.get("conditions") or [])
+        status["qosClass"] = written.get("qosClass", "BestEffort")
         pod["status"] = status
         if run.node is not None and pod["spec"].get("nodeName") != run.node.spec.name:
             pod["spec"] = {**pod["spec"], "nodeName": run.node.spec.name}
@@ -127,10 +129,15 @@ class StatusManager:
             self.store.lifecycle(pod, change, **extra)
 
 
-def _status(run: PodRun) -> Obj:
-    """The pod's ``status`` as the kubelet reports it (the QoS class aside: admission set it)."""
+def _status(run: PodRun, written: list[Obj]) -> Obj:
+    """The pod's ``status`` as the kubelet reports it (the QoS class aside: admission set it), with
+    the conditions of types the run does not know kept as ``written`` into the object by others."""
+    conditions = {c["type"]: c for c in written if c.get("type") not in run.conditions}
+    conditions.update(run.conditions)
     status: Obj = {"phase": run.phase}
-    status["conditions"] = [run.conditions[t] for t in CONDITION_ORDER if t in run.conditions]
+    status["conditions"] = [conditions[t] for t in CONDITION_ORDER if t in conditions] + [
+        c for t, c in conditions.items() if t not in CONDITION_ORDER
+    ]
     if run.reason:
         status["reason"] = run.reason
     if run.message:

@@ -18,8 +18,8 @@ import textwrap
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-from tools.airflow_runner import AirflowHome, MigratedDatabase
 from tests.support.paths import REPO
+from tools.airflow_runner import AirflowHome, MigratedDatabase
 
 #: The worker's side of a failed try (to the deferral, and from the resume to the raise) touches
 #: at most this many of the package's modules.

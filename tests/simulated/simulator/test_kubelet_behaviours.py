@@ -342,9 +342,11 @@ def test_node_lost_goes_stale_then_unknown_then_gone() -> None:
         assert sim.wait_for(lambda c: c.pod("lost") is None, 5)
         final = next(p for p in sim.all_pods() if p["metadata"]["uid"] == pod.metadata.uid)
         assert final["deleted"] and final["status"]["phase"] == "Failed"
-        assert lifecycle(sim, "lost")[-4:] == [
+        # The taint manager's deletion is audited as every deletion is (``deleting``, with its grace).
+        assert lifecycle(sim, "lost")[-5:] == [
             "disruption:DeletionByTaintManager",
             "terminated:ContainerStatusUnknown",
+            "deleting",
             "phase:Failed",
             "deleted",
         ]

@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-from airflow_k8s_retry_testing.controllers.timers import ManualTime
+from airflow_k8s_retry_testing.timers import ManualTime
 
 from .conftest import phase, pod_body
 
@@ -113,6 +113,42 @@ def test_a_pods_scripted_life_follows_advance(manual: FakeCluster, core: Any) ->
     ended = next(at for at, found in seen if "terminated:Completed" in found)
     assert ended - started == pytest.approx(30.0)
     assert manual.pending_timers() == [] and manual.timer_lag() == [0.0] * len(manual.timer_lag())
+
+
+def test_a_deletion_reaches_the_kubelet_from_the_store_with_no_time_passing(
+    manual: FakeCluster, core: Any
+) -> None:
+    """The API server only marks the pod; the kubelet learns of the mark from the store on the
+    loop's next turn, at the same simulated time, and takes its steps as advance reaches them."""
+    core.create_namespaced_pod("default", pod_body("p", "job:1"))
+    while phase(manual.pod("p")) != "Running":
+        manual.advance(manual.pending_timers()[0] - manual.sim_time)
+    at = manual.sim_time
+    before = len(lifecycle(manual))
+    core.delete_namespaced_pod("p", "default")  # the pod's own grace: 30 s
+    # The kubelet's stop is due 0.5 s on (before the run's scripted end), and time stood still.
+    assert manual.pending_timers()[0] == pytest.approx(at + 0.5) and manual.sim_time == at
+    assert [e["reason"] for e in manual.events(involved="p")][-1] == "Killing"
+    assert lifecycle(manual)[before:] == ["deleting"]
+    assert manual.advance(0.499) == 0
+    manual.advance(0.001)  # the containers stop: the pod fails (SIGTERM, 143), the object stays
+    assert phase(manual.pod("p")) == "Failed"
+    manual.advance(0.05)  # then the kubelet confirms
+    assert manual.pod("p") is None and manual.pending_timers() == []
+    assert lifecycle(manual)[before:] == ["deleting", "terminated:Error:base", "phase:Failed", "deleted"]
+
+
+def test_a_deletion_without_grace_removes_the_pod_at_once_and_the_kubelet_lets_go(
+    manual: FakeCluster, core: Any
+) -> None:
+    core.create_namespaced_pod("default", pod_body("p", "job:1"))
+    while phase(manual.pod("p")) != "Running":
+        manual.advance(manual.pending_timers()[0] - manual.sim_time)
+    core.delete_namespaced_pod("p", "default", grace_period_seconds=0)
+    assert manual.pod("p") is None
+    # The kubelet saw it go: nothing of the pod's run is left to fire.
+    assert manual.pending_timers() == []
+    assert lifecycle(manual)[-2:] == ["deleting", "deleted"]
 
 
 async def test_a_watch_times_out_in_simulated_seconds(manual: FakeCluster) -> None:

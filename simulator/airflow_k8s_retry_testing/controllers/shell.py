@@ -14,15 +14,15 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import WSMessage, WSMsgType, web
 
-from airflow_k8s_retry_testing.controllers.runs import SIDECAR, XCOM_PATH
+from airflow_k8s_retry_testing.controllers.runs import SIDECAR, XCOM_PATH, PodRun
 
-if TYPE_CHECKING:
-    from airflow_k8s_retry_testing.controllers.kubelet import Kubelet
-    from airflow_k8s_retry_testing.controllers.runs import ContainerRun, PodRun
+#: Signal the container's main process; its exit code if that stopped it (the kubelet's ``kill``).
+Signal = Callable[[int], int | None]
 
 STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
 SHELLS = {"sh", "/bin/sh", "bash", "/bin/bash", "ash", "/bin/ash"}
@@ -51,10 +51,18 @@ def _signal(args: list[str]) -> int:
     return 15
 
 
-def interpret(script: str, kubelet: Kubelet, run: PodRun, container: ContainerRun) -> Outcome:
+def xcom_file(run: PodRun) -> str:
+    """The content of /airflow/xcom/return.json: the main containers' scenario ``run.xcom``."""
+    for c in run.main:
+        if c.name != SIDECAR and c.xcom is not None:
+            return json.dumps(c.xcom)
+    return ""
+
+
+def interpret(script: str, run: PodRun, signal: Signal) -> Outcome:
     """Run one shell command line against the simulated container."""
     out = Outcome()
-    xcom = kubelet.xcom(run)
+    xcom = xcom_file(run)
     if re.search(r"(^|[;&|\s])kill(\s|$)", script):
         # Whatever the target expression (pid 1, $(pgrep ...), a /proc loop), it hits the main process.
         args = (
@@ -62,7 +70,7 @@ def interpret(script: str, kubelet: Kubelet, run: PodRun, container: ContainerRu
             if "kill" in script
             else []
         )
-        code = kubelet.kill(run, container, _signal(args))
+        code = signal(_signal(args))
         out.killed = code is not None
         return out
     if "return.json" in script and "[ -s" in script:
@@ -131,29 +139,24 @@ async def _send(ws: web.WebSocketResponse, outcome: Outcome) -> None:
 
 
 async def run_exec_session(
-    ws: web.WebSocketResponse,
-    kubelet: Kubelet,
-    run: PodRun,
-    container: ContainerRun,
-    command: list[str],
-    *,
-    stdin: bool,
+    ws: web.WebSocketResponse, run: PodRun, command: list[str], *, stdin: bool, signal: Signal
 ) -> None:
-    """Serve one exec: a one-shot command, or a shell reading command lines from stdin."""
+    """Serve one exec into a container of ``run``: a one-shot command, or a shell reading command
+    lines from stdin; ``signal`` is what a ``kill`` in it does."""
     interactive = command[0] in SHELLS and "-c" not in command[1:]
     if not interactive:
         if command[0] in SHELLS:
             script = command[command.index("-c", 1) + 1] if command.index("-c", 1) + 1 < len(command) else ""
         else:
             script = shlex.join(command)
-        outcome = interpret(script, kubelet, run, container)
+        outcome = interpret(script, run, signal)
         await _send(ws, outcome)
         await ws.send_bytes(_status(outcome.code, command))
         return
     if not stdin:
         await ws.send_bytes(_status(0, command))
         return
-    await _shell(ws, kubelet, run, container, command)
+    await _shell(ws, run, command, signal)
 
 
 def _frame(message: WSMessage) -> tuple[int, str] | None:
@@ -167,9 +170,7 @@ def _frame(message: WSMessage) -> tuple[int, str] | None:
     return None
 
 
-async def _shell(
-    ws: web.WebSocketResponse, kubelet: Kubelet, run: PodRun, container: ContainerRun, command: list[str]
-) -> None:
+async def _shell(ws: web.WebSocketResponse, run: PodRun, command: list[str], signal: Signal) -> None:
     """A shell reading command lines from stdin until ``exit``, a kill, or stdin closes."""
     buffer = ""
     async for message in ws:
@@ -179,7 +180,7 @@ async def _shell(
         channel, payload = frame
         if channel == CLOSE and payload[:1] in ("\x00", ""):
             # v5: the client closed stdin; whatever the shell read so far is all it gets.
-            outcome = interpret(buffer, kubelet, run, container) if buffer.strip() else Outcome()
+            outcome = interpret(buffer, run, signal) if buffer.strip() else Outcome()
             await _send(ws, outcome)
             await ws.send_bytes(_status(outcome.code, command))
             return
@@ -188,7 +189,7 @@ async def _shell(
         buffer += payload
         while "\n" in buffer:
             line, buffer = buffer.split("\n", 1)
-            outcome = interpret(line, kubelet, run, container)
+            outcome = interpret(line, run, signal)
             await _send(ws, outcome)
             if outcome.killed or line.strip().startswith("exit"):
                 await ws.send_bytes(_status(outcome.code, command))

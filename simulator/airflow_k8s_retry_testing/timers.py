@@ -2,7 +2,7 @@
 
 Each step of a pod's life is a timer (never a task or a loop per pod), so thousands of pods cost
 only their pending timers. Durations are in simulated seconds and multiplied by ``scale`` (real
-seconds per simulated second). Not to be confused with ``testing/simclock.py``, the clock the
+seconds per simulated second). Not to be confused with ``simclock.py``, the clock the
 *watching* side uses to run at the cluster's pace.
 
 :class:`TimerHeap` schedules on a *timebase*: the event loop itself (``scale`` real seconds per
