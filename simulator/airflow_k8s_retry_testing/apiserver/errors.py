@@ -22,23 +22,33 @@ Cause = tuple[str, str, str]  # (reason, field, message)
 
 
 class ApiError(Exception):
-    """Answer the request with a Status body."""
+    """Answer the request with a Status body (``metadata``: its list metadata, such as the
+    ``continue`` token an expired one is answered with)."""
 
     def __init__(
-        self, code: int, message: str, *, reason: str | None = None, details: Obj | None = None
+        self,
+        code: int,
+        message: str,
+        *,
+        reason: str | None = None,
+        details: Obj | None = None,
+        metadata: Obj | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason or REASONS.get(code, "Unknown")
         self.details = details
+        self.metadata = metadata
 
 
-def status_body(code: int, message: str, reason: str, details: Obj | None = None) -> Obj:
+def status_body(
+    code: int, message: str, reason: str, details: Obj | None = None, metadata: Obj | None = None
+) -> Obj:
     body: Obj = {
         "kind": "Status",
         "apiVersion": "v1",
-        "metadata": {},
+        "metadata": metadata or {},
         "status": "Failure",
         "message": message,
         "reason": reason,

@@ -46,6 +46,17 @@ _PRECONDITIONS = (
     ("resourceVersion", "ResourceVersion", "modified"),
 )
 _PROPAGATION_POLICIES = (None, "Orphan", "Background", "Foreground")
+#: kube-apiserver 1.36's answers (410 Expired, on the request) to a list at a version compacted
+#: away, and to one continued with a token from before a compaction, which comes with a token to
+#: go on at the latest version (k8s.io/apiserver pkg/storage/etcd3/errors.go).
+LIST_EXPIRED = "The resourceVersion for the provided list is too old."
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a "
+    "new list without the continue parameter, or use the continue token in this response to retrieve "
+    "the remainder of the results. Continuing with the provided token results in an inconsistent list "
+    "- objects that were created, modified, or deleted between the time the first chunk was returned "
+    "and now may show up in the list."
+)
 
 
 def _sort_key(obj: Obj) -> tuple[str, str]:
@@ -83,7 +94,7 @@ class Resources:
         ]
         items.sort(key=_sort_key)
         meta: Obj = {"resourceVersion": str(self.store.rv)}
-        items = _page(request, items, meta)
+        items = _page(request, items, meta, self.store)
         return {
             "kind": f"{KINDS[info.resource]}List",
             "apiVersion": API_VERSIONS.get(info.resource, "v1"),
@@ -98,8 +109,8 @@ class Resources:
                 self.store.check_rv(int(rv_param))
             except ValueError:
                 raise ApiError(400, f"invalid resource version: {rv_param}") from None
-            except TooOld as exc:
-                raise ApiError(410, str(exc), reason="Expired") from None
+            except TooOld:
+                raise ApiError(410, LIST_EXPIRED, reason="Expired") from None
 
     # -- create ----------------------------------------------------------------------------------
 
@@ -295,22 +306,38 @@ def _kind_causes(resource: str, obj: Obj) -> list[Cause]:
     return []
 
 
-def _page(request: web.Request, items: list[Obj], meta: Obj) -> list[Obj]:
-    """Apply ``continue`` and ``limit``, writing the next ``continue`` token into ``meta``."""
+def _token(namespace: str, name: str, rv: int) -> str:
+    """A ``continue`` token: where the next page starts, and the version the list began at (-1:
+    the latest, as kube-apiserver's token after an expired one)."""
+    return base64.urlsafe_b64encode(json.dumps({"ns": namespace, "name": name, "rv": rv}).encode()).decode()
+
+
+def _page(request: web.Request, items: list[Obj], meta: Obj, store: Store) -> list[Obj]:
+    """Apply ``continue`` and ``limit``, writing the next ``continue`` token into ``meta``; a token
+    from a version compacted away is 410 Expired, with a token to go on at the latest version."""
     cont = request.query.get("continue")
+    began = store.rv
     if cont:
         try:
             start = json.loads(base64.urlsafe_b64decode(cont.encode()).decode())
-            after = (start["ns"], start["name"])
+            after, began = (start["ns"], start["name"]), int(start["rv"])
         except (ValueError, KeyError, TypeError):
             raise ApiError(400, "continue key is not valid: illegal base64 data") from None
+        if began == -1:
+            began = store.rv  # go on at the latest version; the next token carries it
+        try:
+            store.check_rv(began)
+        except TooOld:
+            metadata = {"continue": _token(*after, -1)}
+            raise ApiError(410, CONTINUE_EXPIRED, reason="Expired", metadata=metadata) from None
         items = [o for o in items if _sort_key(o) > after]
     limit = int_param(request, "limit")
     if limit and limit > 0 and len(items) > limit:
         last = items[limit - 1]["metadata"]
-        token = json.dumps({"ns": last.get("namespace", ""), "name": last["name"]})
-        meta["continue"] = base64.urlsafe_b64encode(token.encode()).decode()
-        meta["remainingItemCount"] = len(items) - limit
+        meta["continue"] = _token(last.get("namespace", ""), last["name"], began)
+        if not request.query.get("labelSelector") and not request.query.get("fieldSelector"):
+            # Only without selectors: the count would include objects they do not select.
+            meta["remainingItemCount"] = len(items) - limit
         items = items[:limit]
     return items
 

@@ -118,7 +118,7 @@ class ApiServer:
         try:
             response = await self._gated(request, info)
         except ApiError as exc:
-            body = status_body(exc.code, exc.message, exc.reason, exc.details)
+            body = status_body(exc.code, exc.message, exc.reason, exc.details, exc.metadata)
             headers = {"Retry-After": "1"} if exc.code == 429 else None
             response = web.json_response(body, status=exc.code, headers=headers)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:

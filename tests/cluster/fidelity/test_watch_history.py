@@ -1,8 +1,9 @@
-"""A watch's history on both backends: 410 Gone for a version compacted away, and the bookmark a
-watch gets before its timeout."""
+"""A watch's history on both backends: 410 Gone for a version compacted away (in the watch's
+stream, and on the request for a list), and the bookmark a watch gets before its timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -12,7 +13,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from airflow_k8s_retry_testing import FakeCluster
-from tests.cluster.fidelity.probes import Backends, Side, assert_same, delete_now, pod_body
+from tests.cluster.fidelity.probes import Backends, Side, assert_same, delete_now, error_of, pod_body
 
 _NUMBERS = re.compile(r"\d+")
 TIMEOUT = 8
@@ -155,41 +156,97 @@ def test_a_watch_from_before_the_servers_start_is_410_gone_without_a_compaction(
     }
 
 
-def test_a_watch_from_a_compacted_version_is_410_gone(backends: Backends):
-    """After a compaction (the API server compacts etcd every five minutes; a restarted server's
-    watch cache starts after it), a watch from an older resourceVersion gets an ERROR event
-    carrying a 410 Expired Status: the client must list again."""
+def test_a_version_compacted_away_is_410_for_a_watch_in_its_stream_and_for_a_list_on_the_request(
+    backends: Backends,
+):
+    """After a compaction (the API server compacts etcd every five minutes), once the API server's
+    watch cache starts after it (a restart: the compaction alone leaves the cache serving the old
+    version), a watch from an older resourceVersion gets a 200 stream with one ERROR event carrying
+    a 410 Expired Status: the client must list again. A list gets its 410 on the request: at that
+    version exactly (``resourceVersionMatch=Exact``), or continued with a token from before the
+    compaction, whose Status carries a token to go on at the latest version; going on with it lists
+    the rest."""
 
     def probe(side: Side) -> dict[str, Any]:
-        name = side.unique("fidelity-gone-")
-        old = side.api.list_namespaced_pod("default").metadata.resource_version
-        side.api.create_namespaced_pod("default", pod_body(name, "registry.example.com/app:long"))
-        delete_now(side.api, name)
-        if isinstance(side.backend, FakeCluster):
-            side.backend.compact()
-        else:
-            side.backend.compact_etcd()
-            side.backend.restart("kube-apiserver")
-        seen = _raw_watch(side, old, timeout=5)
-        seen.pop("times")
-        for event in seen["events"]:
-            if event.get("type") == "ERROR":
-                event["object"]["message"] = _NUMBERS.sub("N", event["object"]["message"])
-        return seen
+        label = side.unique("fidelity-page-")
+
+        def create(i: int) -> None:
+            body = {"metadata": {"name": f"{label}-{i}", "labels": {"probe": label}}}
+            side.api.create_namespaced_config_map("default", body)
+
+        for i in range(3):
+            create(i)
+        try:
+            first = side.api.list_namespaced_config_map("default", label_selector=f"probe={label}", limit=1)
+            old = first.metadata.resource_version
+            create(3)  # history after ``old``, so that compacting removes it
+            if isinstance(side.backend, FakeCluster):
+                side.backend.compact()
+            else:
+                side.backend.compact_etcd()
+                side.backend.restart("kube-apiserver")
+            watch = _raw_watch(side, old, timeout=5)
+            for event in watch["events"]:
+                if event.get("type") == "ERROR":
+                    event["object"]["message"] = _NUMBERS.sub("N", event["object"]["message"])
+            exact = error_of(
+                lambda: side.api.list_namespaced_config_map(
+                    "default", resource_version=old, resource_version_match="Exact"
+                )
+            )
+            expired = error_of(
+                lambda: side.api.list_namespaced_config_map(
+                    "default", label_selector=f"probe={label}", limit=1, _continue=first.metadata._continue
+                )
+            )
+            token = expired["body"]["metadata"].pop("continue", None)
+            rest = side.api.list_namespaced_config_map(
+                "default", label_selector=f"probe={label}", _continue=token
+            )
+            return {
+                "watch": {"http": watch["http"], "events": watch["events"]},
+                "first page": [c.metadata.name.removeprefix(label) for c in first.items],
+                "remaining count": first.metadata.remaining_item_count,
+                "exact": exact,
+                "continue": expired,
+                "a token to go on": bool(token),
+                "the rest": [c.metadata.name.removeprefix(label) for c in rest.items],
+            }
+        finally:
+            for i in range(4):
+                with contextlib.suppress(ApiException):
+                    side.api.delete_namespaced_config_map(f"{label}-{i}", "default")
 
     seen = backends.run(probe)
     assert_same(seen)
-    assert seen["real"]["events"] == [
-        {
-            "type": "ERROR",
-            "object": {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": "too old resource version: N (N)",
-                "reason": "Expired",
-                "code": 410,
-            },
-        }
-    ]
+    assert seen["real"]["watch"] == {
+        "http": 200,
+        "events": [
+            {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": "too old resource version: N (N)",
+                    "reason": "Expired",
+                    "code": 410,
+                },
+            }
+        ],
+    }
+    assert seen["real"]["exact"] == {
+        "http": 410,
+        "body": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "The resourceVersion for the provided list is too old.",
+            "reason": "Expired",
+            "code": 410,
+        },
+    }
+    assert seen["real"]["continue"]["http"] == 410 and seen["real"]["a token to go on"]
+    assert seen["real"]["the rest"] == ["-1", "-2", "-3"]

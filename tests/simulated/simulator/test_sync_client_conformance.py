@@ -239,6 +239,84 @@ def test_watch_gets_410_gone_after_compaction(
     assert caught.value.status == 410
 
 
+def raw_watch(core: kubernetes.client.CoreV1Api, resource_version: int | str) -> list[dict[str, Any]]:
+    raw = core.list_namespaced_config_map(
+        "default",
+        watch=True,
+        resource_version=str(resource_version),
+        timeout_seconds=1,
+        _preload_content=False,
+    )
+    return [json.loads(line) for line in raw.read().decode().splitlines() if line.strip()]
+
+
+def test_a_watch_from_before_the_history_window_is_410_gone() -> None:
+    """The window is the last ``history`` changes. A watch from a version whose next change has
+    left it gets one ERROR event, a 410 Expired Status naming the newest version dropped, as
+    kube-apiserver's watch cache names it (``too old resource version: X (Y)``, k8s.io/apiserver
+    pkg/storage/cacher/watch_cache.go); a watch from that version still misses nothing."""
+    with FakeCluster(history=5) as cluster:
+        core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(cluster.kubeconfig)))
+        start = int(core.list_namespaced_config_map("default").metadata.resource_version)
+        for i in range(8):  # versions start+1 .. start+8; the window keeps the last five
+            core.create_namespaced_config_map("default", {"metadata": {"name": f"c{i}"}})
+        dropped = start + 3
+        (gone,) = raw_watch(core, dropped - 1)
+        assert gone == {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"too old resource version: {dropped - 1} ({dropped})",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+        served = raw_watch(core, dropped)
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in served] == [
+            ("ADDED", f"c{i}") for i in range(3, 8)
+        ]
+
+
+def test_a_list_at_a_compacted_version_and_a_continue_from_before_are_410_on_the_request(
+    core: kubernetes.client.CoreV1Api, cluster: FakeCluster
+) -> None:
+    """As kube-apiserver answers from etcd (k8s.io/apiserver pkg/storage/etcd3/errors.go): an exact
+    list at a version compacted away, and a list continued with a token from before, are 410
+    Expired on the request; the latter comes with a token to go on at the latest version."""
+    for name in ("a", "b", "c"):
+        core.create_namespaced_pod("default", pod_body(name, labels={"page": "yes"}))
+    first = core.list_namespaced_pod("default", label_selector="page=yes", limit=1)
+    # With a selector the API server cannot say how many are left; without one it does.
+    assert first.metadata.remaining_item_count is None
+    assert core.list_namespaced_pod("default", limit=1).metadata.remaining_item_count == 2
+    old = first.metadata.resource_version
+    core.create_namespaced_pod("default", pod_body("d", labels={"page": "yes"}))
+    cluster.compact()
+    with pytest.raises(ApiException) as caught:
+        core.list_namespaced_pod("default", resource_version=old, resource_version_match="Exact")
+    body = status_of(caught.value)
+    assert (body["code"], body["reason"], body["message"]) == (
+        410,
+        "Expired",
+        "The resourceVersion for the provided list is too old.",
+    )
+    with pytest.raises(ApiException) as caught:
+        core.list_namespaced_pod(
+            "default", label_selector="page=yes", limit=1, _continue=first.metadata._continue
+        )
+    body = status_of(caught.value)
+    assert (body["code"], body["reason"]) == (410, "Expired")
+    assert body["message"].startswith("The provided continue parameter is too old to display a consistent")
+    assert body["message"].endswith("may show up in the list.")
+    rest = core.list_namespaced_pod(
+        "default", label_selector="page=yes", _continue=body["metadata"]["continue"]
+    )
+    assert [p.metadata.name for p in rest.items] == ["b", "c", "d"]
+
+
 def test_watch_bookmarks_and_timeout(core: kubernetes.client.CoreV1Api, cluster: FakeCluster) -> None:
     rv = core.list_namespaced_pod("default").metadata.resource_version
     raw = core.list_namespaced_pod(
