@@ -102,7 +102,7 @@ lint: $(STAMP)
 # The documentation site, from docs/ into docs/_build/html (warnings are errors). The reference pages
 # in docs/api/ are rewritten first when the public classes changed (docs/_ext/api_pages.py).
 docs: $(STAMP)
-	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+	$(BIN)/sphinx-build -E -q -W --keep-going -b html docs docs/_build/html
 
 # Both distributions built as a release builds them (sdist, then the wheel from the sdist) into a
 # temporary folder, and checked as PyPI will render them.
