@@ -249,7 +249,7 @@ def pod_in_event(ti: Any) -> dict[str, Any] | None:
         return None
     connection = event.get("connection")
     if not isinstance(connection, Mapping):
-        return None  # a pod kept on a kill, a sensor's, another trigger's event, or an older one
+        return None  # a pod kept on a kill, a sensor's, or another trigger's event
     pod = {
         "kubernetes_conn_id": connection.get("kubernetes_conn_id"),
         "namespace": event.get("namespace"),
