@@ -11,7 +11,6 @@ case has one outcome whatever the machine's load, and makes exactly the reads (a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +20,21 @@ from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import FailurePolicy, Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
+from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.tracker import GRACE_NOTE_EVERY
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import requests, until_watching
-from tests.support.lab import Run, TriggerLog, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.lab import (
+    Run,
+    TriggerLog,
+    cluster_reaches,
+    create_pod,
+    pod_body,
+    stamped_signals,
+    trigger_for,
+    use_cluster,
+)
 
 LONG = {"exit_code": 0, "duration_seconds": 100_000}
 SCENARIO = {
@@ -180,12 +188,6 @@ CASES = {
 def cluster() -> Iterator[FakeCluster]:
     with FakeCluster(SCENARIO, clock="manual") as running:
         yield running
-
-
-def stamped_signals(cluster: FakeCluster, name: str) -> dict[str, float]:
-    pod = cluster.pod(name)
-    raw = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(HISTORY_ANNOTATION)
-    return dict(json.loads(raw)["first_seen"]) if raw else {}
 
 
 def force_delete(cluster: FakeCluster, name: str) -> None:

@@ -21,9 +21,17 @@ from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
-from tests.simulated.watching.test_every_default_rule_through_a_pod_lifecycle import stamped_signals
 from tests.support.feeds import mark, probe, requests, until_watching, version
-from tests.support.lab import Run, TriggerLog, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.lab import (
+    Run,
+    TriggerLog,
+    cluster_reaches,
+    create_pod,
+    pod_body,
+    stamped_signals,
+    trigger_for,
+    use_cluster,
+)
 
 #: How long a pending pod's trigger waits at most (the deadline of a pod that never starts).
 PENDING_WAIT = 900.0
