@@ -1,5 +1,5 @@
 """Fixtures for driving the operator and the sensor in-process (the operator and sensor folders'
-conftests import them; ``no_backoff_sleep`` is autouse there). The cluster they run against is the
+conftests import them; ``retry_sleep`` is autouse there). The cluster they run against is the
 simulator's own pytest plugin's ``fake_cluster``, its scenario from the test's ``fake_cluster`` marker.
 
 Airflow reads its configuration once per process, so a throw-away AIRFLOW_HOME is set before
@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from unittest.mock import MagicMock
 
 import pytest
+from pytest_mock import MockerFixture
 
 from tools.airflow_home import use_throwaway_airflow_home
 
@@ -47,10 +49,10 @@ def context(ti: TaskInstanceStandIn) -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True)
-def no_backoff_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """API retries back off through ``RetryingPodOperator.retry_sleep``: record, don't sleep."""
+def retry_sleep(mocker: MockerFixture) -> MagicMock:
+    """API retries back off through the seam ``RetryingPodOperator.retry_sleep``: a stub that does
+    not sleep, whose calls a test reads (``retry_sleep.call_args_list``) for the pauses taken."""
     from airflow_k8s_retry.operators import RetryingPodOperator
 
-    slept: list[float] = []
-    monkeypatch.setattr(RetryingPodOperator, "retry_sleep", staticmethod(slept.append))
-    return slept
+    stub: MagicMock = mocker.patch.object(RetryingPodOperator, "retry_sleep")
+    return stub

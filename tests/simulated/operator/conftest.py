@@ -4,6 +4,6 @@ its ``fake_cluster`` marker."""
 
 from __future__ import annotations
 
-from tests.support.task_fixtures import context, no_backoff_sleep, ti
+from tests.support.task_fixtures import context, retry_sleep, ti
 
-__all__ = ["context", "no_backoff_sleep", "ti"]
+__all__ = ["context", "retry_sleep", "ti"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from unittest.mock import call
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -155,7 +156,7 @@ def test_a_configuration_error_gives_no_second_traceback_from_the_callback(
 
 
 def test_a_create_still_on_its_way_when_the_callback_first_looks_is_deleted_too(
-    fake_cluster, context, monkeypatch
+    fake_cluster, context, retry_sleep
 ):
     # An executor that reports a dead worker at once (CeleryExecutor) has the callback run while
     # the create the worker sent just before it died is still on its way to the API server.
@@ -167,13 +168,13 @@ def test_a_create_still_on_its_way_when_the_callback_first_looks_is_deleted_too(
         if seconds == IN_FLIGHT_SETTLE and not landed:
             landed.append(defer(operator(retries=0), context).pod_name)  # the dead worker's create lands
 
-    monkeypatch.setattr(RetryingPodOperator, "retry_sleep", staticmethod(sleep))
+    retry_sleep.side_effect = sleep
     assert dag_processor_runs_failure_callbacks(operator(retries=0), context) == []
     assert len(landed) == 1
     assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
-def test_in_the_worker_that_ran_the_try_the_callback_does_not_wait(fake_cluster, context, no_backoff_sleep):
+def test_in_the_worker_that_ran_the_try_the_callback_does_not_wait(fake_cluster, context, retry_sleep):
     from airflow_k8s_retry.kills.callback import IN_FLIGHT_SETTLE
 
     op = operator(retries=0)
@@ -181,4 +182,4 @@ def test_in_the_worker_that_ran_the_try_the_callback_does_not_wait(fake_cluster,
     with pytest.raises(PodFailure):
         op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
     assert dag_processor_runs_failure_callbacks(op, context) == []
-    assert IN_FLIGHT_SETTLE not in no_backoff_sleep
+    assert call(IN_FLIGHT_SETTLE) not in retry_sleep.call_args_list

@@ -10,6 +10,7 @@ import logging
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import call
 
 import pytest
 from airflow.models.taskinstancekey import TaskInstanceKey
@@ -113,18 +114,17 @@ class TaskInstanceRow:
 
 
 @pytest.mark.parametrize("previous_state", ["running", "queued"])
-def test_a_task_s_own_ending_costs_nothing(monkeypatch, previous_state):
+def test_a_task_s_own_ending_costs_nothing(mocker, previous_state):
     # The task runner and the scheduler call the same hooks with the state the task left.
-    called: list[Any] = []
-    monkeypatch.setattr(kills, "kill_deferred_pod", lambda *args: called.append(args))
+    kill = mocker.patch.object(kills, "kill_deferred_pod")
     ti = TaskInstanceRow()
     kills.on_task_instance_failed(previous_state=previous_state, task_instance=ti, error="boom")
     kills.on_task_instance_success(previous_state=previous_state, task_instance=ti)
     kills.on_task_instance_skipped(previous_state=previous_state, task_instance=ti)
-    assert called == []
+    kill.assert_not_called()
     kills.on_task_instance_failed(previous_state=None, task_instance=ti, error="manually set")
     kills.on_task_instance_skipped(previous_state=None, task_instance=ti)
-    assert called == [(ti, "failed"), (ti, "skipped")]
+    assert kill.call_args_list == [call(ti, "failed"), call(ti, "skipped")]
 
 
 def test_a_task_instance_that_was_not_deferred_is_not_looked_up():

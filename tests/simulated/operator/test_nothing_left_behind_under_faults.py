@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+from unittest.mock import call
 
 import pytest
 import urllib3
@@ -38,7 +39,7 @@ def running(cluster: Any, name: str) -> bool:
 # -- 1. a delete that fails ---------------------------------------------------------------------
 
 
-def test_a_delete_that_fails_once_is_retried(fake_cluster, context, no_backoff_sleep):
+def test_a_delete_that_fails_once_is_retried(fake_cluster, context, retry_sleep):
     op = operator()
     trigger = defer(op, context)
     assert fake_cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
@@ -48,13 +49,11 @@ def test_a_delete_that_fails_once_is_retried(fake_cluster, context, no_backoff_s
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
         )
     assert [r["status"] for r in requests(fake_cluster, "delete")] == [500, 200]
-    assert no_backoff_sleep == [0.5]
+    assert retry_sleep.call_args_list == [call(0.5)]
     assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
-def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(
-    fake_cluster, context, ti, no_backoff_sleep
-):
+def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(fake_cluster, context, ti, retry_sleep):
     op = operator()
     trigger = defer(op, context)
     assert fake_cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
@@ -67,7 +66,7 @@ def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(
     stamp = read_stamp(fake_cluster.pod(trigger.pod_name))
     assert stamp is not None and stamp.kept is False
     assert live(fake_cluster) == [trigger.pod_name]
-    assert no_backoff_sleep == list(OUTAGE_BACKOFF)  # about 30 s of attempts before giving up
+    assert retry_sleep.call_args_list == [call(s) for s in OUTAGE_BACKOFF]  # about 30 s, then it gives up
 
     ti.try_number = 2
     second = defer(operator(), context)
@@ -316,7 +315,7 @@ def test_get_logs_false_puts_no_log_tail_in_the_failure_report(fake_cluster, con
     assert "private-output-line" not in written
 
 
-def test_a_delete_refused_with_403_for_a_moment_is_retried(fake_cluster, context, no_backoff_sleep):
+def test_a_delete_refused_with_403_for_a_moment_is_retried(fake_cluster, context):
     # An authorizer that fails for a moment denies (a webhook's timeout): tried again, not left.
     op = operator()
     trigger = defer(op, context)
@@ -416,7 +415,7 @@ def test_the_sweep_retries_a_list_refused_for_a_moment(fake_cluster, context, ti
 
 
 def test_the_next_try_is_not_started_beside_an_earlier_pod_it_cannot_delete(
-    fake_cluster, context, ti, no_backoff_sleep
+    fake_cluster, context, ti, retry_sleep
 ):
     from airflow_k8s_retry.kills.sweep import EarlierTryNotGone
     from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF as SWEEP_BACKOFF
@@ -428,5 +427,5 @@ def test_the_next_try_is_not_started_beside_an_earlier_pod_it_cannot_delete(
     with pytest.raises(EarlierTryNotGone, match=rf"still there: {first.pod_name}.*not started beside"):
         operator().execute(context)
     assert len(requests(fake_cluster, "create")) == 1  # try 1's only
-    assert no_backoff_sleep == list(SWEEP_BACKOFF)
+    assert retry_sleep.call_args_list == [call(s) for s in SWEEP_BACKOFF]
     assert live(fake_cluster) == [first.pod_name]

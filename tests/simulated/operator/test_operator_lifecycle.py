@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from unittest.mock import call
 
 import pytest
 
@@ -239,11 +240,11 @@ def test_a_relaunch_keeps_the_execution_deadline_of_the_try(fake_cluster, contex
     assert second.value.kwargs == {"execution_deadline": deadline - 120}
 
 
-def test_a_server_error_at_create_is_retried_in_process(fake_cluster, context, no_backoff_sleep):
+def test_a_server_error_at_create_is_retried_in_process(fake_cluster, context, retry_sleep):
     fake_cluster.add_fault(verb="create", resource="pods", status=500, times=1)
     trigger = defer(operator(), context)
     assert [r["status"] for r in requests(fake_cluster, "create")] == [500, 201]
-    assert no_backoff_sleep == [1.0]
+    assert retry_sleep.call_args_list == [call(1.0)]
     assert [p["metadata"]["name"] for p in fake_cluster.pods()] == [trigger.pod_name]
 
 

@@ -17,7 +17,6 @@ import pytest
 from airflow_k8s_retry.classification import FailurePolicy, Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.queues import QUEUE_FIRST_NOTE, QUEUE_NOTE_EVERY
 from airflow_k8s_retry.triggers.target import PodTargetTrigger, Target
 from airflow_k8s_retry_testing import FakeCluster
@@ -28,16 +27,12 @@ from tests.support.lab import CONN_ID, use_cluster
 
 KUEUE = "kueue.x-k8s.io/admission"
 
+pytestmark = pytest.mark.usefixtures("trigger_clock")
+
 
 @pytest.fixture
 def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
     return hold_hub(hub_settings, backoff_base=0.05, backoff_cap=0.2)
-
-
-@pytest.fixture(autouse=True)
-def trigger_clock(monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock) -> ManualClock:
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    return manual_clock
 
 
 @pytest.fixture

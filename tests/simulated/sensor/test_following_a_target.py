@@ -25,7 +25,6 @@ from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.target import PROGRESS_EVERY, PodTargetTrigger, Target, TargetEvent
 from airflow_k8s_retry_testing import FakeCluster
 from tests.simulated.sensor.stepping import (
@@ -45,6 +44,8 @@ from tests.support.lab import use_cluster
 
 #: The hub's longest reconnect delay: advancing its clock this far ends any one backoff.
 BACKOFF_CAP = 0.2
+#: The following trigger's clock, and its judges', moves only when a test advances it.
+pytestmark = pytest.mark.usefixtures("trigger_clock")
 EXIT_3 = "container 'main' failed with exit code 3, reason Error"
 BACKOFF_LIMIT = "BackoffLimitExceeded: Job has reached the specified backoff limit"
 
@@ -52,13 +53,6 @@ BACKOFF_LIMIT = "BackoffLimitExceeded: Job has reached the specified backoff lim
 @pytest.fixture
 def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
     return hold_hub(hub_settings, backoff_base=0.05, backoff_cap=BACKOFF_CAP)
-
-
-@pytest.fixture(autouse=True)
-def trigger_clock(monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock) -> ManualClock:
-    """The following trigger's clock, and its judges': it moves only when a test advances it."""
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    return manual_clock
 
 
 @pytest.fixture

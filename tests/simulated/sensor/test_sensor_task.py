@@ -10,8 +10,10 @@ from __future__ import annotations
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import MagicMock, call
 
 import pytest
+from pytest_mock import MockerFixture
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
 from airflow_k8s_retry.compat import (
@@ -157,7 +159,7 @@ def test_deletes_when_asked(fake_cluster, context):
 
 
 def test_a_refused_delete_does_not_turn_a_success_into_a_failure(
-    fake_cluster, context, monkeypatch, no_backoff_sleep
+    fake_cluster, context, monkeypatch, retry_sleep
 ):
     pod = external_pod(fake_cluster, "report-1", {"app": "report"})
     succeeded(fake_cluster)
@@ -175,7 +177,7 @@ def test_a_refused_delete_does_not_turn_a_success_into_a_failure(
     assert [p["metadata"]["name"] for p in fake_cluster.pods()] == ["report-1"]
     # A 403 may be an authorizer failing for a moment: the delete took its whole back-off, the
     # stamp (not transient) was tried once.
-    assert no_backoff_sleep == list(OUTAGE_BACKOFF)
+    assert retry_sleep.call_args_list == [call(s) for s in OUTAGE_BACKOFF]
     assert [r["verb"] for r in refused] == ["patch"] + ["delete"] * (len(OUTAGE_BACKOFF) + 1)
 
 
@@ -187,13 +189,13 @@ def test_a_job_verdict_without_a_pod_still_fails_the_task(context):
 
 
 @pytest.fixture
-def no_backoff_sleep(monkeypatch):
-    slept: list[float] = []
-    monkeypatch.setattr(PodCompletionSensor, "retry_sleep", staticmethod(slept.append))
-    return slept
+def retry_sleep(mocker: MockerFixture) -> MagicMock:
+    """The sensor's back-off seam, ``PodCompletionSensor.retry_sleep``: a stub that does not sleep."""
+    stub: MagicMock = mocker.patch.object(PodCompletionSensor, "retry_sleep")
+    return stub
 
 
-def test_a_delete_that_fails_once_is_retried_and_the_success_stands(fake_cluster, context, no_backoff_sleep):
+def test_a_delete_that_fails_once_is_retried_and_the_success_stands(fake_cluster, context, retry_sleep):
     pod = external_pod(fake_cluster, "report-1", {"app": "report"})
     succeeded(fake_cluster)
     fake_cluster.add_fault("delete", "pods", 500, times=1)
@@ -206,11 +208,11 @@ def test_a_delete_that_fails_once_is_retried_and_the_success_stands(fake_cluster
         if r.get("verb") == "delete" and r.get("kind") == "request"
     ]
     assert statuses == [500, 200]
-    assert no_backoff_sleep == [0.5]
+    assert retry_sleep.call_args_list == [call(0.5)]
     assert fake_cluster.pods() == [], "the pod was deleted on the second attempt"
 
 
-def test_api_errors_in_the_cleanup_never_fail_a_succeeded_task(fake_cluster, context, no_backoff_sleep):
+def test_api_errors_in_the_cleanup_never_fail_a_succeeded_task(fake_cluster, context, retry_sleep):
     pod = external_pod(fake_cluster, "report-1", {"app": "report"})
     succeeded(fake_cluster)
     for verb in ("delete", "patch"):
