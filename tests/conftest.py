@@ -7,6 +7,10 @@ Airflow.
 Every test lives in the folder of its tier and gets the tier's marker from that folder, so
 ``pytest -m unit`` and ``pytest tests/unit`` select the same tests and no test goes unmarked: a
 test file outside a tier folder stops the collection.
+
+The fixtures more than one tier uses are here: the metadata database the DAG runs under real
+Airflow copy (the Airflow and cluster tiers), and the real control plane's (the cluster tier and its
+fidelity suite).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tools.airflow_home import use_throwaway_airflow_home
+from tools.airflow_runner import MigratedDatabase
 
 use_throwaway_airflow_home(replace=True)
 
@@ -40,6 +45,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     for item in items:
         item.add_marker(getattr(pytest.mark, str(tiers[Path(item.path)])))
+
+
+@pytest.fixture(scope="session")
+def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> MigratedDatabase:
+    """A metadata database ``airflow db migrate`` made once per test session; each DAG run gets a
+    copy of it in its own AIRFLOW_HOME, so runs go in parallel without sharing a SQLite file."""
+    return MigratedDatabase.create(Path(tmp_path_factory.mktemp("airflow-template")))
 
 
 # The real control plane's session fixtures (the cluster tier, the fidelity suite included).

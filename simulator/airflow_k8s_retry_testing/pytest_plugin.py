@@ -12,8 +12,18 @@ Fixtures:
         def test_my_dag(fake_cluster): ...
 
     The marker's one positional argument is a shipped scenario's name, a path to a YAML or JSON
-    file, a dict or a ``Scenario``; its keyword arguments are ``FakeCluster``'s. Without the marker
-    the cluster is the default one (a healthy node, every image pulls and exits 0).
+    file, a dict or a ``Scenario``; its keyword arguments are ``FakeCluster``'s (``clock="manual"``
+    for a cluster that stands still until the test calls its ``advance``). Without the marker the
+    cluster is the default one (a healthy node, every image pulls and exits 0). The closest marker
+    wins, so a module's ``pytestmark`` gives its tests a scenario that one test's own marker
+    replaces, and a parametrized test gives each case its own through the case's marks::
+
+        def exiting(code):
+            scenario = {"images": {"app:1": {"run": {"exit_code": code}}}}
+            return pytest.param(code, marks=pytest.mark.fake_cluster(scenario))
+
+        @pytest.mark.parametrize("code", [exiting(0), exiting(3)])
+        def test_each_exit_code(fake_cluster, code): ...
 
 ``make_fake_cluster``
     A factory for more clusters in one test, ``make_fake_cluster(scenario=None, **options)``,

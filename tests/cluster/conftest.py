@@ -12,59 +12,15 @@ skipped, unless ``AIRFLOW_K8S_RETRY_REQUIRE_CLUSTER=1`` (``make test``) makes th
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry.kube.aio import AsyncKube, WatchEvent
-from airflow_k8s_retry.kube.config import ClusterConfig
 from tests.cluster.examples import ExampleRuns, selected
+from tests.cluster.watch_probe import WatchProbe
 from tools.airflow_runner import MigratedDatabase
 from tools.controlplane import ControlPlane
-
-
-class WatchProbe:
-    """One long watch through the package's client, opened with the first cluster test and read by
-    the bookmark test at its end (the watch cache's periodic bookmark comes about once a minute, so
-    the wait overlaps the other tests instead of adding to them)."""
-
-    def __init__(self, kubeconfig: Path, seconds: int) -> None:
-        self.kubeconfig = kubeconfig
-        self.seconds = seconds
-        self.events: list[WatchEvent] = []
-        self.list_version = ""
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._watch())
-        except BaseException as exc:
-            self.error = exc
-
-    async def _watch(self) -> None:
-        kube = await AsyncKube.connect(ClusterConfig(kube_config_path=str(self.kubeconfig)))
-        try:
-            selector = "probe=bookmarks"
-            self.list_version = (await kube.list_pods("default", label_selector=selector)).resource_version
-            async for event in kube.watch_pods(
-                "default",
-                resource_version=self.list_version,
-                label_selector=selector,
-                timeout_seconds=self.seconds,
-            ):
-                self.events.append(event)
-        finally:
-            await kube.close()
-
-    def result(self) -> list[WatchEvent]:
-        self.thread.join(self.seconds + 30)
-        if self.error is not None:
-            raise self.error
-        return self.events
 
 
 @pytest.fixture(scope="session")
@@ -72,11 +28,6 @@ def watch_probe(control_plane: ControlPlane) -> WatchProbe:
     probe = WatchProbe(control_plane.kubeconfig, seconds=75)
     probe.thread.start()
     return probe
-
-
-@pytest.fixture(scope="session")
-def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> MigratedDatabase:
-    return MigratedDatabase.create(Path(tmp_path_factory.mktemp("airflow-template")))
 
 
 @pytest.fixture(scope="session")

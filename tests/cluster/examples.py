@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry_testing.scenario import Scenario
-from demo.run import DAGS, SCENARIO
+from demo.run import DAGS
 from tests.cluster.kube import PodRecorder
 from tests.support.cluster_session import REPO
+from tests.support.example_dags import demo_scenario_on_a_control_plane
 from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
 from tools.controlplane import ControlPlane, built_binaries
 
@@ -31,32 +31,7 @@ EXAMPLES = (
     "04_missing_secret",
     "05_eviction_relaunch",
 )
-TRAIN = "example.com/ml/train:2"
-EXPORT = "registry.example.com/team/export:2"
 MODULE = "test_the_example_dags"
-
-
-def cluster_scenario() -> Scenario:
-    """demo/scenario.yaml, with 05's eviction where the trigger already watches (and without 07's
-    image).
-
-    FakeCluster's ``evict`` keeps the evicted pod (a kubelet eviction); the real one is the
-    Eviction API, whose graceful deletion KWOK confirms at once, so a pod evicted before the
-    trigger's first look is simply gone (``pod.deleted_externally``, a spent try: what a real
-    cluster does to a pod whose container exits at SIGTERM). ``airflow dags test`` starts the
-    trigger a few seconds after the pod on a busy machine; evicting after 10 s (not 1 s), in a
-    20 s run (not 3 s), puts the eviction where the trigger watches, which is what 05 is about.
-    """
-    import yaml
-
-    data = yaml.safe_load(SCENARIO.read_text())
-    # 07's registry outage ends after its first pod (``for_pods``), which only FakeCluster plays;
-    # 07 does not run here.
-    del data["images"][EXPORT]
-    data["images"][TRAIN]["run"]["duration_seconds"] = 200
-    (evict,) = [d for d in data["disruptions"] if d["pod_name_prefix"].startswith("05-")]
-    evict["after_seconds"] = 100
-    return Scenario.from_dict(data)
 
 
 @dataclass
@@ -71,7 +46,7 @@ class ExampleRuns:
 
     @classmethod
     def start(cls, work: Path, database: MigratedDatabase) -> ExampleRuns:
-        scenario = cluster_scenario()
+        scenario = demo_scenario_on_a_control_plane()
         running = ControlPlane.attach(REPO / ".cluster")
         if running is not None and running.scenario.to_dict() == scenario.to_dict():
             cp, owned = running, False

@@ -13,7 +13,7 @@ from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import Outcome, Reason
 from airflow_k8s_retry.triggers.target import Target
-from tests.simulated.sensor.test_following_a_target import Following, following
+from tests.support.following import Following, following
 from tests.support.lab import CONN_ID
 
 

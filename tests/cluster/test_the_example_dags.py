@@ -6,10 +6,10 @@ every pod deleted.
 The demo's scenario is not the tier's (it runs ten times faster than real time and has images,
 an outage that ends and logs of its own), so the examples have a control plane of their own (it
 reuses one that ``make cluster-up SCENARIO=...`` left running with the same scenario). They start
-with the first cluster test and are read here (tests/cluster/examples.py, which also names the one
-change to the demo's scenario: 05's eviction comes later). The pods are read from a watch kept
-open during the runs: they are deleted by the time the runs end. 06_sensor runs on the tier's
-control plane (test_operator_lifecycle).
+with the first cluster test and are read here (tests/cluster/examples.py; the one change to the
+demo's scenario, 05's eviction coming later, is in tests/support/example_dags.py). The pods are
+read from a watch kept open during the runs: they are deleted by the time the runs end. 06_sensor
+runs on the tier's control plane (test_operator_lifecycle).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import pytest
 
 from demo.run import DAGS, build_rows
-from tests.airflow.end_to_end.test_example_dags_run import EXPECTED
 from tests.cluster.examples import EXAMPLES, ExampleRuns
 from tests.cluster.kube import PodRecorder
+from tests.support.example_dags import EXPECTED
 from tools.airflow_runner import DagRunResult
 
 #: The container log each example's image writes in the demo's scenario (``run.log``), which the

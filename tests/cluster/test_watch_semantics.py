@@ -13,8 +13,8 @@ from airflow_k8s_retry.kube.aio import AsyncKube
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Gone
 from airflow_k8s_retry.kube.hub import WatchHub
-from tests.cluster.conftest import WatchProbe
 from tests.cluster.kube import core_api, delete_now, pod_body, wait_for_pod
+from tests.cluster.watch_probe import WatchProbe
 from tools.controlplane import ControlPlane
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from tests.deployment.conftest import SCALE
+from tests.deployment.scenario import SCALE
 from tools.deployment import Deployment
 
 DAG_ID = "deployment_db_outage"

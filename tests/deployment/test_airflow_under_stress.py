@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from tests.deployment.conftest import SCALE
 from tests.deployment.dags.deployment_capacity import TASKS
+from tests.deployment.scenario import SCALE
 from tools.deployment import SCHEDULERS, TRIGGERERS, Deployment
 
 CAPACITY = 2

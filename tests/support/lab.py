@@ -16,7 +16,7 @@ import pytest
 from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.kills import policy
-from airflow_k8s_retry.kube.naming import TryIdentity
+from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
 from airflow_k8s_retry.triggers.pod import PodEvent, PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 
@@ -73,6 +73,13 @@ def create_pod(cluster: FakeCluster, body: Mapping[str, Any], namespace: str = "
         return dict(client.sanitize_for_serialization(created))
     finally:
         client.close()
+
+
+def stamped_signals(cluster: FakeCluster, name: str) -> dict[str, float]:
+    """When the trigger first saw each signal of pod ``name``, as stamped in its history annotation."""
+    pod = cluster.pod(name)
+    raw = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(HISTORY_ANNOTATION)
+    return dict(json.loads(raw)["first_seen"]) if raw else {}
 
 
 @dataclass

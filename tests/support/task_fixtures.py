@@ -1,5 +1,6 @@
 """Fixtures for driving the operator and the sensor in-process (the operator and sensor folders'
-conftests import them; ``no_backoff_sleep`` is autouse there).
+conftests import them; ``retry_sleep`` is autouse there). The cluster they run against is the
+simulator's own pytest plugin's ``fake_cluster``, its scenario from the test's ``fake_cluster`` marker.
 
 Airflow reads its configuration once per process, so a throw-away AIRFLOW_HOME is set before
 anything imports Airflow. The task instance is a small stand-in with the attributes the operator
@@ -9,13 +10,13 @@ between this package and Airflow's task runner.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+from unittest.mock import MagicMock
 
 import pytest
+from pytest_mock import MockerFixture
 
 from tools.airflow_home import use_throwaway_airflow_home
 
@@ -48,34 +49,10 @@ def context(ti: TaskInstanceStandIn) -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True)
-def no_backoff_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """API retries back off through ``RetryingPodOperator.retry_sleep``: record, don't sleep."""
+def retry_sleep(mocker: MockerFixture) -> MagicMock:
+    """API retries back off through the seam ``RetryingPodOperator.retry_sleep``: a stub that does
+    not sleep, whose calls a test reads (``retry_sleep.call_args_list``) for the pauses taken."""
     from airflow_k8s_retry.operators import RetryingPodOperator
 
-    slept: list[float] = []
-    monkeypatch.setattr(RetryingPodOperator, "retry_sleep", staticmethod(slept.append))
-    return slept
-
-
-@pytest.fixture
-def make_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Start a simulator with a scenario; the default kubeconfig (KUBECONFIG) points at it.
-    ``clock="manual"``: its pods stand still until the test advances the cluster's clock."""
-    from airflow_k8s_retry_testing import FakeCluster
-
-    started: list[Any] = []
-
-    def start(
-        scenario: dict[str, Any] | None = None, *, clock: Literal["scaled", "manual"] = "scaled"
-    ) -> Any:
-        cluster = FakeCluster(
-            scenario=scenario or {"time_scale": 0.05}, audit=tmp_path / "audit.jsonl", clock=clock
-        )
-        cluster.__enter__()
-        started.append(cluster)
-        monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-        return cluster
-
-    yield start
-    for cluster in started:
-        cluster.__exit__(None, None, None)
+    stub: MagicMock = mocker.patch.object(RetryingPodOperator, "retry_sleep")
+    return stub

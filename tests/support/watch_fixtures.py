@@ -1,5 +1,10 @@
 """Fixtures of the watching and sensor tests: a throw-away Airflow home, kubeconfig files, a manual clock,
-hub settings (their folders' conftests import them)."""
+hub settings, and the triggers' two seams replaced: their clock and their task-state lookup (their
+folders' conftests import them).
+
+The seams are class attributes of ``PodStateTrigger`` (the sensor's ``PodTargetTrigger`` reads the
+same clock), replaced through pytest-mock's ``mocker`` for the test alone.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,10 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import AsyncMock
 
 import pytest
+from pytest_mock import MockerFixture
 
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
@@ -60,3 +67,24 @@ def hub_settings() -> Iterator[Callable[..., HubSettings]]:
             return stack.enter_context(use_settings(dataclasses.replace(HubSettings.from_env(), **knobs)))
 
         yield choose
+
+
+@pytest.fixture
+def trigger_clock(mocker: MockerFixture, manual_clock: ManualClock) -> ManualClock:
+    """``manual_clock`` as the triggers' clock (the seam ``PodStateTrigger.clock``): their timers,
+    deadlines and progress lines move only when the test advances it."""
+    from airflow_k8s_retry.triggers import PodStateTrigger
+
+    mocker.patch.object(PodStateTrigger, "clock", manual_clock)
+    return manual_clock
+
+
+@pytest.fixture
+def task_state_lookup(mocker: MockerFixture) -> AsyncMock:
+    """The triggers' task-state lookup (the seam ``PodStateTrigger.task_state_lookup``, this package's
+    boundary with Airflow's task SDK) as a stub: the test sets what it answers (``return_value``,
+    ``side_effect``) and asserts what it was asked (``await_args_list``)."""
+    from airflow_k8s_retry.triggers import PodStateTrigger
+
+    stub: AsyncMock = mocker.patch.object(PodStateTrigger, "task_state_lookup", new_callable=AsyncMock)
+    return stub

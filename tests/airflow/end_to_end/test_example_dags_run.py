@@ -16,40 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_k8s_retry.compat import HAS_RETRY_POLICIES
 from airflow_k8s_retry_testing import FakeCluster
 from demo.run import DAGS, SCENARIO, Row, build_rows, print_table
+from tests.support.example_dags import EXPECTED
 from tools.airflow_runner import AirflowHome, DagRunResult, MigratedDatabase
-
-
-@dataclass(frozen=True)
-class Expected:
-    dag_run: str
-    tasks: dict[str, tuple[int, str]]  # task_id: (tries, final state)
-    pods: int  # pods created by RetryingPodOperator
-    reasons: frozenset[str] = frozenset()  # reason codes stamped on the pods, if any
-
-
-EXPECTED = {
-    "01_basic": Expected("success", {"hello": (1, "success")}, pods=1),
-    "02_image_pull_retry": Expected(
-        "failed", {"pull_missing_image": (4, "failed")}, pods=4, reasons=frozenset({"image.not_found"})
-    ),
-    "03_rate_limit_recovers": Expected("success", {"pull_through_throttle": (1, "success")}, pods=1),
-    "04_missing_secret": Expected(
-        "failed", {"needs_db_password": (2, "failed")}, pods=2, reasons=frozenset({"config.missing_secret"})
-    ),
-    "05_eviction_relaunch": Expected("success", {"train": (1, "success")}, pods=2),
-    "06_sensor": Expected("success", {"start_report": (1, "success"), "wait_for_report": (1, "success")}, 0),
-    # Airflow 3.3's retry policy fails the OOM at once; 3.1 and 3.2 ignore it and spend every try.
-    "07_retry_policy": Expected(
-        "failed",
-        {"export": (2, "success"), "join": (1, "failed") if HAS_RETRY_POLICIES else (4, "failed")},
-        pods=3 if HAS_RETRY_POLICIES else 6,
-    ),
-    # Held by its scheduling gate past schedule_timeout, admitted, run: one try, one pod.
-    "08_queued_pod": Expected("success", {"train_when_admitted": (1, "success")}, pods=1),
-}
 
 
 @dataclass

@@ -20,7 +20,8 @@ from tools.controlplane.stages import KUBERNETES_MINOR
 
 
 @pytest.fixture(scope="session")
-def fake_cluster(cluster_scenario: Scenario) -> Iterator[FakeCluster]:
+def fake_backend(cluster_scenario: Scenario) -> Iterator[FakeCluster]:
+    """One FakeCluster for the session (the plugin's `fake_cluster` is one per test)."""
     # The real control plane is Kubernetes 1.36 whatever the scenario says (it accepts the default
     # 1.31 and plays 1.36 kubelets); FakeCluster is told so, as a DAG author would tell it.
     scenario = dataclasses.replace(cluster_scenario, kubernetes_version=f"1.{KUBERNETES_MINOR}")
@@ -29,5 +30,5 @@ def fake_cluster(cluster_scenario: Scenario) -> Iterator[FakeCluster]:
 
 
 @pytest.fixture(scope="session")
-def backends(fake_cluster: FakeCluster, control_plane: ControlPlane) -> Backends:
-    return Backends(fake=fake_cluster, real=control_plane)
+def backends(fake_backend: FakeCluster, control_plane: ControlPlane) -> Backends:
+    return Backends(fake=fake_backend, real=control_plane)

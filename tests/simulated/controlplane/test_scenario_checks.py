@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from airflow_k8s_retry_testing.scenario import Scenario
-from tests.cluster.examples import cluster_scenario
+from tests.support.example_dags import demo_scenario_on_a_control_plane
 from tests.support.paths import REPO
 from tools.controlplane import COMPONENTS, ControlPlane, ControlPlaneError
 from tools.controlplane.cluster import KWOK_CRDS
@@ -45,10 +45,10 @@ def test_the_tier_scenario_becomes_kwok_stages():
 def test_the_demo_scenario_runs_on_the_real_backend():
     """An outage that ends (``for_seconds``) and container logs (``run.log``) are played there; 07's
     outage, which ends by pods (``for_pods``), is refused, and the cluster tier plays the demo's
-    scenario without it (``cluster_scenario``; the tier runs 01-05)."""
+    scenario without it (``demo_scenario_on_a_control_plane``; the tier runs 01-05)."""
     with pytest.raises(UnsupportedScenario, match="for_pods"):
         check_supported(Scenario.load(REPO / "demo" / "scenario.yaml"))
-    scenario = cluster_scenario()
+    scenario = demo_scenario_on_a_control_plane()
     check_supported(scenario)
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(kwok_config(scenario))]
     report = sorted(scenario.images).index("registry.example.com/team/report:1.4")
@@ -60,7 +60,7 @@ def test_the_demo_scenario_runs_on_the_real_backend():
 def test_kwok_is_never_given_an_exec_target():
     """KWOK's only exec runs the client's command on this machine (the XCom sidecar's
     ``kill -s SIGINT 1`` would reach this machine's PID 1): no Exec in its config or its CRDs."""
-    scenario = cluster_scenario()
+    scenario = demo_scenario_on_a_control_plane()
     kinds = {d["kind"] for d in yaml.safe_load_all(kwok_config(scenario))}
     assert kinds == {"Stage"}
     assert not [crd for crd in KWOK_CRDS if "exec" in crd.lower() or "attach" in crd.lower()]

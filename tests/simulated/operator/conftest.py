@@ -1,8 +1,9 @@
-"""The operator's in-process fixtures: a task instance stand-in, its context, a simulator per test,
-and API back-off that records instead of sleeping."""
+"""The operator's in-process fixtures: a task instance stand-in, its context, and API back-off that
+records instead of sleeping. The simulator is the plugin's ``fake_cluster``, each test's scenario in
+its ``fake_cluster`` marker."""
 
 from __future__ import annotations
 
-from tests.support.task_fixtures import context, make_cluster, no_backoff_sleep, ti
+from tests.support.task_fixtures import context, retry_sleep, ti
 
-__all__ = ["context", "make_cluster", "no_backoff_sleep", "ti"]
+__all__ = ["context", "retry_sleep", "ti"]

@@ -22,8 +22,9 @@ from kubernetes.client import rest
 
 from airflow_k8s_retry.exceptions import PodFailure
 from airflow_k8s_retry.operators import RetryingPodOperator
+from tests.support.operator_try import RUNNING
 
-LONG = {"time_scale": 0.05, "images": {"busybox:1.36": {"run": {"duration_seconds": 100000}}}}
+pytestmark = pytest.mark.fake_cluster(RUNNING)
 
 
 class Sigkill(BaseException):
@@ -69,10 +70,9 @@ def kill_at(
     ids=["kill-before-the-create-is-sent", "kill-after-the-create-landed", "kill-during-the-sweep"],
 )
 def test_a_kill_before_the_operator_holds_its_pod_leaves_no_pod(
-    make_cluster, context, ti, monkeypatch, method, after
+    fake_cluster, context, ti, monkeypatch, method, after
 ):
     ti.try_number = 2  # a later try first sweeps the earlier tries' pods (a LIST)
-    cluster = make_cluster(LONG)
     op = RetryingPodOperator(
         task_id="load", image="busybox:1.36", kubernetes_conn_id=None, namespace="default"
     )
@@ -80,13 +80,12 @@ def test_a_kill_before_the_operator_holds_its_pod_leaves_no_pod(
     with pytest.raises(PodFailure, match="the task was killed"):
         op.execute(context)
     assert killed == [method]
-    assert cluster.wait_for(lambda c: not c.pods(), timeout=10), [
-        p["metadata"]["name"] for p in cluster.pods()
+    assert fake_cluster.wait_for(lambda c: not c.pods(), timeout=10), [
+        p["metadata"]["name"] for p in fake_cluster.pods()
     ]
 
 
-def test_on_kill_action_keep_pod_keeps_a_pod_created_after_the_kill(make_cluster, context, monkeypatch):
-    cluster = make_cluster(LONG)
+def test_on_kill_action_keep_pod_keeps_a_pod_created_after_the_kill(fake_cluster, context, monkeypatch):
     op = RetryingPodOperator(
         task_id="load",
         image="busybox:1.36",
@@ -97,30 +96,27 @@ def test_on_kill_action_keep_pod_keeps_a_pod_created_after_the_kill(make_cluster
     kill_at(monkeypatch, op, "POST", after=True)
     with pytest.raises(PodFailure, match="the task was killed"):
         op.execute(context)
-    assert len(cluster.pods()) == 1
+    assert len(fake_cluster.pods()) == 1
 
 
-def test_on_kill_alone_deletes_a_first_pod_whose_create_landed(make_cluster, context, monkeypatch):
-    cluster = make_cluster(LONG)
+def test_on_kill_alone_deletes_a_first_pod_whose_create_landed(fake_cluster, context, monkeypatch):
     op = RetryingPodOperator(
         task_id="load", image="busybox:1.36", kubernetes_conn_id=None, namespace="default"
     )
     kill_at(monkeypatch, op, "POST", after=True, sigkill=True)
     with pytest.raises(Sigkill):
         op.execute(context)
-    assert cluster.wait_for(lambda c: not c.pods(), timeout=10), [
-        p["metadata"]["name"] for p in cluster.pods()
+    assert fake_cluster.wait_for(lambda c: not c.pods(), timeout=10), [
+        p["metadata"]["name"] for p in fake_cluster.pods()
     ]
 
 
 def test_on_kill_alone_deletes_a_relaunch_whose_create_landed_in_a_resumed_worker(
-    make_cluster, context, monkeypatch
+    fake_cluster, context, monkeypatch
 ):
     from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
     from airflow_k8s_retry.compat import TaskDeferred
     from airflow_k8s_retry.triggers.pod import PodEvent
-
-    cluster = make_cluster(LONG)
 
     def parsed() -> RetryingPodOperator:  # each worker parses the DAG again
         return RetryingPodOperator(
@@ -143,6 +139,6 @@ def test_on_kill_alone_deletes_a_relaunch_whose_create_landed_in_a_resumed_worke
     with pytest.raises(Sigkill):
         resumed.execute_complete(context, event=event)
     assert killed == ["POST"]
-    assert cluster.wait_for(lambda c: not c.pods(), timeout=10), [
-        p["metadata"]["name"] for p in cluster.pods()
+    assert fake_cluster.wait_for(lambda c: not c.pods(), timeout=10), [
+        p["metadata"]["name"] for p in fake_cluster.pods()
     ]

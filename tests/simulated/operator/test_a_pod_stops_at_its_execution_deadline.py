@@ -13,35 +13,32 @@ from typing import Any
 import pytest
 
 from airflow_k8s_retry.exceptions import PodFailure
-from tests.simulated.operator.test_a_users_kill_reaches_the_pod_from_the_api_server import (
-    RUNNING,
-    first_event,
-    pods_named,
-)
-from tests.simulated.operator.test_operator_lifecycle import defer, operator
+from tests.support.operator_try import RUNNING, defer, first_event, operator, pods_named
+
+pytestmark = pytest.mark.fake_cluster(RUNNING)
 
 
 def live(cluster: Any, name: str) -> list[dict[str, Any]]:
     return [p for p in pods_named(cluster, name) if not p["metadata"].get("deletionTimestamp")]
 
 
-def test_the_pod_is_deleted_when_the_deadline_verdict_fires(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_the_pod_is_deleted_when_the_deadline_verdict_fires(fake_cluster, context):
     op = operator(execution_timeout=timedelta(seconds=1))
     trigger = defer(op, context)
     event = first_event(trigger)
     assert event.payload["verdict"]["reason"] == "execution.timeout"
-    assert live(cluster, trigger.pod_name) == []  # going or gone when the event leaves
-    deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
+    assert live(fake_cluster, trigger.pod_name) == []  # going or gone when the event leaves
+    deletes = [
+        r for r in fake_cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
+    ]
     assert [(r["uid"], r["status"]) for r in deletes] == [(trigger.pod_uid, 200)]
     with pytest.raises(PodFailure, match="execution_timeout reached"):
         op.execute_complete(context, event=event.payload)
-    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    assert fake_cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
 
 
-def test_a_task_that_keeps_its_pod_on_kill_keeps_it_at_the_deadline(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_a_task_that_keeps_its_pod_on_kill_keeps_it_at_the_deadline(fake_cluster, context):
     trigger = defer(operator(execution_timeout=timedelta(seconds=1), on_kill_action="keep_pod"), context)
     event = first_event(trigger)
     assert event.payload["verdict"]["reason"] == "execution.timeout"
-    assert [p["status"]["phase"] for p in live(cluster, trigger.pod_name)] == ["Running"]
+    assert [p["status"]["phase"] for p in live(fake_cluster, trigger.pod_name)] == ["Running"]

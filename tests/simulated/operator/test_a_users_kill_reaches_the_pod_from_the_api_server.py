@@ -6,11 +6,11 @@ reached over HTTP by the real client. (Under a real api-server: ``tests/deployme
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import call
 
 import pytest
 from airflow.models.taskinstancekey import TaskInstanceKey
@@ -23,9 +23,9 @@ from airflow_k8s_retry.kills import listener as kills
 from airflow_k8s_retry.kube.naming import encode_stamp
 from airflow_k8s_retry.kube.pods import KILL_BACKOFF
 from airflow_k8s_retry.triggers import PodStateTrigger
-from tests.simulated.operator.test_operator_lifecycle import client_for, defer, operator, verdict
+from tests.support.operator_try import RUNNING, client_for, defer, first_event, operator, pods_named, verdict
 
-RUNNING = {"time_scale": 0.05, "images": {"busybox:1.36": {"run": {"duration_seconds": 100_000}}}}
+pytestmark = pytest.mark.fake_cluster(RUNNING)
 WHY = "Task instance dag.load (run r, try 1) marked failed"
 
 
@@ -34,12 +34,7 @@ def row_of(trigger: Any) -> Trigger:
     return Trigger(classpath=classpath, kwargs=kwargs)
 
 
-def pods_named(cluster: Any, name: str) -> list[dict[str, Any]]:
-    return [p for p in cluster.pods() if p["metadata"]["name"] == name]
-
-
-def test_the_listener_deletes_the_pod_of_a_task_killed_while_deferred(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_the_listener_deletes_the_pod_of_a_task_killed_while_deferred(fake_cluster, context):
     trigger = defer(operator(), context)
     pod = kills.pod_in_trigger(row_of(trigger))
     assert pod == {
@@ -51,42 +46,41 @@ def test_the_listener_deletes_the_pod_of_a_task_killed_while_deferred(make_clust
     slept: list[float] = []
     assert kills.delete_pod_of_killed_task(pod, WHY, sleep=slept.append) is True
     assert slept == [kills.ON_KILL_FIRST]  # the trigger's on_kill had its turn first
-    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
-    deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
+    assert fake_cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    deletes = [
+        r for r in fake_cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
+    ]
     assert [(r["uid"], r["status"], r["user_agent"]) for r in deletes] == [
         (trigger.pod_uid, 200, kills.USER_AGENT)
     ]
 
 
-def test_a_refused_delete_is_retried(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_a_refused_delete_is_retried(fake_cluster, context):
     trigger = defer(operator(), context)
-    cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
-    cluster.add_fault(verb="get", resource="pods", status=500, times=1)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
+    fake_cluster.add_fault(verb="get", resource="pods", status=500, times=1)
     slept: list[float] = []
     assert kills.delete_pod_of_killed_task(kills.pod_in_trigger(row_of(trigger)), WHY, sleep=slept.append)
     assert slept == [kills.ON_KILL_FIRST, 0.5, 1.0, 2.0]
-    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    assert fake_cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
 
 
-def test_a_pod_already_gone_stamped_or_replaced_is_left_alone(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_a_pod_already_gone_stamped_or_replaced_is_left_alone(fake_cluster, context):
     trigger = defer(operator(), context)
     pod = kills.pod_in_trigger(row_of(trigger))
     assert (
         kills.delete_pod_of_killed_task({**pod, "pod_uid": "another-pod"}, WHY, sleep=lambda _: None) is False
     )
     stamp = encode_stamp(verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE), kept=True)
-    assert client_for(cluster).stamp_verdict("default", trigger.pod_name, trigger.pod_uid, stamp)
+    assert client_for(fake_cluster).stamp_verdict("default", trigger.pod_name, trigger.pod_uid, stamp)
     assert kills.delete_pod_of_killed_task(pod, WHY, sleep=lambda _: None) is False
-    assert len(pods_named(cluster, trigger.pod_name)) == 1
-    client_for(cluster).delete("default", trigger.pod_name, trigger.pod_uid, grace_period_seconds=0)
-    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    assert len(pods_named(fake_cluster, trigger.pod_name)) == 1
+    client_for(fake_cluster).delete("default", trigger.pod_name, trigger.pod_uid, grace_period_seconds=0)
+    assert fake_cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
     assert kills.delete_pod_of_killed_task(pod, WHY, sleep=lambda _: None) is False
 
 
-def test_only_a_trigger_that_owns_its_pod_names_one(make_cluster, context):
-    make_cluster(RUNNING)
+def test_only_a_trigger_that_owns_its_pod_names_one(fake_cluster, context):
     kept = defer(operator(on_kill_action="keep_pod"), context)
     assert kills.pod_in_trigger(row_of(kept)) is None
     assert (
@@ -120,18 +114,17 @@ class TaskInstanceRow:
 
 
 @pytest.mark.parametrize("previous_state", ["running", "queued"])
-def test_a_task_s_own_ending_costs_nothing(monkeypatch, previous_state):
+def test_a_task_s_own_ending_costs_nothing(mocker, previous_state):
     # The task runner and the scheduler call the same hooks with the state the task left.
-    called: list[Any] = []
-    monkeypatch.setattr(kills, "kill_deferred_pod", lambda *args: called.append(args))
+    kill = mocker.patch.object(kills, "kill_deferred_pod")
     ti = TaskInstanceRow()
     kills.on_task_instance_failed(previous_state=previous_state, task_instance=ti, error="boom")
     kills.on_task_instance_success(previous_state=previous_state, task_instance=ti)
     kills.on_task_instance_skipped(previous_state=previous_state, task_instance=ti)
-    assert called == []
+    kill.assert_not_called()
     kills.on_task_instance_failed(previous_state=None, task_instance=ti, error="manually set")
     kills.on_task_instance_skipped(previous_state=None, task_instance=ti)
-    assert called == [(ti, "failed"), (ti, "skipped")]
+    assert kill.call_args_list == [call(ti, "failed"), call(ti, "skipped")]
 
 
 def test_a_task_instance_that_was_not_deferred_is_not_looked_up():
@@ -160,8 +153,7 @@ def test_an_unreadable_trigger_row_never_fails_the_users_request():
         (("failed", 2), False),  # the task instance is on a later try
     ],
 )
-def test_the_pod_is_deleted_only_while_the_kill_stands(make_cluster, context, now, deleted):
-    cluster = make_cluster(RUNNING)
+def test_the_pod_is_deleted_only_while_the_kill_stands(fake_cluster, context, now, deleted):
     trigger = defer(operator(), context)
     slept: list[float] = []
     thread = kills.kill_deferred_pod(
@@ -175,7 +167,7 @@ def test_the_pod_is_deleted_only_while_the_kill_stands(make_cluster, context, no
     thread.join(30)
     # Airflow 3.3 gives the trigger an on_kill first; on 3.1 and 3.2 only the request's commit.
     assert slept[:1] == [kills.ON_KILL_FIRST if triggers_get_on_kill() else kills.COMMIT_FIRST]
-    gone = cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=5 if deleted else 1)
+    gone = fake_cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=5 if deleted else 1)
     assert gone is deleted
 
 
@@ -187,21 +179,6 @@ def test_only_airflow_3_3_on_gives_a_trigger_an_on_kill():
 
 
 # -- killed while the accepted event waits for a worker (scheduled, queued) -----------------------
-
-
-def first_event(trigger: PodStateTrigger) -> TriggerEvent:
-    """The trigger's one event, as a triggerer runs it (the after-firing check is another test's)."""
-    trigger.after_firing_check = False
-
-    async def run() -> TriggerEvent:
-        try:
-            async for event in trigger.run():
-                return event
-            raise AssertionError("the trigger ended without an event")
-        finally:
-            await trigger.cleanup()
-
-    return asyncio.run(run())
 
 
 def accepted(trigger: PodStateTrigger, event: TriggerEvent, like: Any = None) -> TaskInstanceRow:
@@ -224,18 +201,17 @@ def accepted(trigger: PodStateTrigger, event: TriggerEvent, like: Any = None) ->
 
 
 def test_the_listener_deletes_the_running_pod_of_a_task_killed_while_it_waits_for_a_worker(
-    make_cluster, context
+    fake_cluster, context
 ):
     # execution_timeout fires while the pod still runs, and the trigger's delete at the deadline
     # fails (a 500); the user marks the scheduled (or queued) task failed before a worker resumed
     # it. No trigger is left for an on_kill, and no worker acts on the verdict: the listener reads
     # the pod's namespace and connection from the event.
-    cluster = make_cluster(RUNNING)
     trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
-    cluster.add_fault(verb="delete", resource="pods", status=500, times=1)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=500, times=1)
     event = first_event(trigger)
     assert event.payload["verdict"]["reason"] == "execution.timeout"
-    assert [p["status"]["phase"] for p in pods_named(cluster, trigger.pod_name)] == ["Running"]
+    assert [p["status"]["phase"] for p in pods_named(fake_cluster, trigger.pod_name)] == ["Running"]
     ti = accepted(trigger, event, like=context["ti"])
     slept: list[float] = []
     thread = kills.kill_deferred_pod(
@@ -244,8 +220,10 @@ def test_the_listener_deletes_the_running_pod_of_a_task_killed_while_it_waits_fo
     assert thread is not None
     thread.join(30)
     assert slept[:1] == [kills.ON_KILL_FIRST]  # a worker that resumed meanwhile had its turn
-    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
-    deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
+    assert fake_cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    deletes = [
+        r for r in fake_cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
+    ]
     by_listener = [(r["status"], r["user_agent"] == kills.USER_AGENT) for r in deletes]
     assert by_listener == [(500, False), (200, True)]  # the trigger's at the deadline, the listener's
     assert deletes[1]["uid"] == trigger.pod_uid
@@ -255,8 +233,7 @@ def no_trigger_row(ti: Any) -> None:
     raise AssertionError("looked up a trigger row for a task instance with no trigger_id")
 
 
-def test_a_waiting_event_names_the_pod_only_when_its_task_owns_it(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_a_waiting_event_names_the_pod_only_when_its_task_owns_it(fake_cluster, context):
     trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
     event = first_event(trigger)
     assert event.payload["connection"] == {"kubernetes_conn_id": None}
@@ -274,21 +251,20 @@ def test_a_waiting_event_names_the_pod_only_when_its_task_owns_it(make_cluster, 
     elsewhere.next_method = "execute"
     assert kills.pod_in_event(elsewhere) is None
     # (The owned trigger deleted its pod at the deadline; the kept task's pod is a new one.)
-    assert cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
+    assert fake_cluster.wait_for(lambda c: not pods_named(c, trigger.pod_name), timeout=10)
     kept = defer(operator(on_kill_action="keep_pod", execution_timeout=timedelta(seconds=1)), context)
     kept_event = first_event(kept)
     assert "connection" not in kept_event.payload
     kept_ti = accepted(kept, kept_event, like=context["ti"])
     # The event names no pod; the try's are looked for by label and this one keeps its pod on kill.
     kill_running(kept_ti, {"namespace": "default"})
-    assert len(pods_named(cluster, kept.pod_name)) == 1
+    assert len(pods_named(fake_cluster, kept.pod_name)) == 1
 
 
-def test_a_waiting_event_stored_by_older_airflow_is_read_too(make_cluster, context):
+def test_a_waiting_event_stored_by_older_airflow_is_read_too(fake_cluster, context):
     # Airflow 3.1 and 3.2 stored next_kwargs with BaseSerialization.
     from airflow.serialization.serialized_objects import BaseSerialization
 
-    make_cluster(RUNNING)
     trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
     event = first_event(trigger)
     ti = TaskInstanceRow(trigger_id=None)
@@ -323,43 +299,41 @@ def kill_running(ti: TaskInstanceRow, fields: dict[str, Any]) -> list[float]:
     return slept
 
 
-def test_the_listener_deletes_the_pod_of_a_running_try_whose_deferral_was_refused(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_the_listener_deletes_the_pod_of_a_running_try_whose_deferral_was_refused(fake_cluster, context):
     name = created_then_refused(operator(), context)
     running = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
     slept = kill_running(running, {"namespace": "default", "kubernetes_conn_id": None})
     assert slept[:1] == [kills.ON_KILL_FIRST]
-    assert cluster.wait_for(lambda c: not pods_named(c, name), timeout=10)
-    deletes = [r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"]
+    assert fake_cluster.wait_for(lambda c: not pods_named(c, name), timeout=10)
+    deletes = [
+        r for r in fake_cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
+    ]
     assert [(r["name"], r["status"], r["user_agent"]) for r in deletes] == [(name, 200, kills.USER_AGENT)]
 
 
-def test_without_a_namespace_the_running_try_is_looked_for_where_the_operator_puts_it(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_without_a_namespace_the_running_try_is_looked_for_where_the_operator_puts_it(fake_cluster, context):
     name = created_then_refused(operator(), context)
     running = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
     kill_running(running, {"namespace": None, "pod_template_dict": None})  # the connection's, else default
-    assert cluster.wait_for(lambda c: not pods_named(c, name), timeout=10)
+    assert fake_cluster.wait_for(lambda c: not pods_named(c, name), timeout=10)
 
 
-def test_a_running_try_of_a_task_that_keeps_its_pod_on_kill_keeps_it(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_a_running_try_of_a_task_that_keeps_its_pod_on_kill_keeps_it(fake_cluster, context):
     name = created_then_refused(operator(on_kill_action="keep_pod"), context)
     running = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
     kill_running(running, {"namespace": "default"})
-    assert len(pods_named(cluster, name)) == 1
+    assert len(pods_named(fake_cluster, name)) == 1
     assert not [
-        r for r in cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
+        r for r in fake_cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
     ]
 
 
-def test_the_pods_of_another_try_or_another_operator_are_not_the_listeners(make_cluster, context):
-    cluster = make_cluster(RUNNING)
+def test_the_pods_of_another_try_or_another_operator_are_not_the_listeners(fake_cluster, context):
     name = created_then_refused(operator(), context)
     later = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
     later.try_number += 1  # the user killed the next try
     kill_running(later, {"namespace": "default"})
-    assert len(pods_named(cluster, name)) == 1
+    assert len(pods_named(fake_cluster, name)) == 1
 
     def no_fields(ti: Any) -> dict[str, Any]:
         raise AssertionError("read the rendered fields of another operator's task")
@@ -376,29 +350,27 @@ def test_the_pods_of_another_try_or_another_operator_are_not_the_listeners(make_
     ],
 )
 def test_a_running_try_whose_pods_cannot_be_listed_keeps_them_and_says_why(
-    make_cluster, context, caplog, status, said
+    fake_cluster, context, caplog, status, said
 ):
-    cluster = make_cluster(RUNNING)
     name = created_then_refused(operator(), context)
-    cluster.add_fault(verb="list", resource="pods", status=status, times=10)
+    fake_cluster.add_fault(verb="list", resource="pods", status=status, times=10)
     running = TaskInstanceRow(trigger_id=None, like=context["ti"], operator="RetryingPodOperator")
     with caplog.at_level(logging.WARNING, logger=kills.__name__):
         slept = kill_running(running, {"namespace": "default"})
     assert slept == [kills.ON_KILL_FIRST, *KILL_BACKOFF]
     [record] = [r for r in caplog.records if r.name == kills.__name__]
     assert f"marked failed: {said}" in record.getMessage()
-    assert len(pods_named(cluster, name)) == 1
+    assert len(pods_named(fake_cluster, name)) == 1
 
 
 @pytest.mark.parametrize(
     ("status", "said"), [(403, "kept: RBAC: may not delete pods"), (500, "kept: delete failed 8 times")]
 )
 def test_a_deferred_tasks_pod_that_cannot_be_deleted_is_kept_and_says_why(
-    make_cluster, context, caplog, status, said
+    fake_cluster, context, caplog, status, said
 ):
-    cluster = make_cluster(RUNNING)
     trigger = defer(operator(), context)
-    cluster.add_fault(verb="delete", resource="pods", status=status, times=10)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=status, times=10)
     with caplog.at_level(logging.WARNING, logger=kills.__name__):
         deleted = kills.delete_pod_of_killed_task(
             kills.pod_in_trigger(row_of(trigger)), WHY, sleep=lambda _: None
@@ -406,4 +378,4 @@ def test_a_deferred_tasks_pod_that_cannot_be_deleted_is_kept_and_says_why(
     assert deleted is False
     [record] = [r for r in caplog.records if r.name == kills.__name__]
     assert record.getMessage().startswith(f"{WHY}: pod {trigger.pod_name} {said}")
-    assert len(pods_named(cluster, trigger.pod_name)) == 1
+    assert len(pods_named(fake_cluster, trigger.pod_name)) == 1

@@ -25,6 +25,7 @@ SCENARIO = {
         },
     }
 }
+pytestmark = pytest.mark.fake_cluster(SCENARIO, clock="manual")
 
 
 async def _first_event(trigger: Any) -> dict[str, Any]:
@@ -53,23 +54,21 @@ def _log_reads(cluster: Any) -> list[str]:
     ]
 
 
-def test_the_runtimes_exec_format_error_in_the_log_fails_the_task_at_once(make_cluster, context):
-    cluster = make_cluster(SCENARIO, clock="manual")
-    op, event = _run(cluster, "etl:amd64-only", context)
+def test_the_runtimes_exec_format_error_in_the_log_fails_the_task_at_once(fake_cluster, context):
+    op, event = _run(fake_cluster, "etl:amd64-only", context)
     verdict = event["verdict"]
     assert (verdict["outcome"], verdict["reason"]) == ("fail", "image.wrong_platform")
     assert "exec /app: exec format error" in verdict["message"]
     # The last look's one read of the log: the failed container's last lines.
-    assert _log_reads(cluster) == [
+    assert _log_reads(fake_cluster) == [
         f"/api/v1/namespaces/default/pods/{event['pod_name']}/log?container=base&tailLines=20"
     ]
     with pytest.raises(PodFailurePermanent, match=r"image\.wrong_platform"):
         op.execute_complete(context, event=event)
 
 
-def test_a_tasks_own_exec_failure_is_its_exit_code(make_cluster, context):
-    cluster = make_cluster(SCENARIO, clock="manual")
-    op, event = _run(cluster, "etl:broken", context)
+def test_a_tasks_own_exec_failure_is_its_exit_code(fake_cluster, context):
+    op, event = _run(fake_cluster, "etl:broken", context)
     assert (event["verdict"]["outcome"], event["verdict"]["reason"]) == ("retry", "container.exit_code")
     with pytest.raises(PodFailure, match=r"container\.exit_code"):
         op.execute_complete(context, event=event)

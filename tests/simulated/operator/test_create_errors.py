@@ -196,14 +196,14 @@ def test_a_wrong_ca_fails_at_once_in_one_line(context, tmp_path, monkeypatch):
         assert served.pods() == [] and other.pods() == []
 
 
-def test_a_non_string_env_value_is_refused_by_the_api_and_fails_at_once(make_cluster, context):
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_a_non_string_env_value_is_refused_by_the_api_and_fails_at_once(fake_cluster, context):
     """``env_vars={"N": 5}`` reaches the API as a number; kube-apiserver's decoder answers 400 and
     the simulator does the same, so an offline test no longer passes a DAG that fails in
     production (review finding R3-10)."""
     from airflow_k8s_retry.exceptions import PodFailurePermanent
     from airflow_k8s_retry.operators import RetryingPodOperator
 
-    cluster = make_cluster()
     op = RetryingPodOperator(
         task_id="load", image="busybox:1.36", kubernetes_conn_id=None, namespace="default", env_vars={"N": 5}
     )
@@ -214,4 +214,4 @@ def test_a_non_string_env_value_is_refused_by_the_api_and_fails_at_once(make_clu
         "cannot unmarshal number into Go struct field EnvVar.spec.containers.env.value of type string"
         in str(failure.value)
     )
-    assert cluster.all_pods() == []
+    assert fake_cluster.all_pods() == []

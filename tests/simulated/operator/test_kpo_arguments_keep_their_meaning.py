@@ -45,50 +45,50 @@ def deletes(cluster: Any) -> list[str]:
     ]
 
 
-def test_deferrable_false_follows_the_pod_in_the_worker_and_returns_its_result(make_cluster, context, ti):
-    cluster = make_cluster(
-        {
-            "time_scale": 0.05,
-            "images": {"example.com/count:1": {"run": {"xcom": {"rows": 42}, "duration_seconds": 2}}},
-        }
-    )
+@pytest.mark.fake_cluster(
+    {
+        "time_scale": 0.05,
+        "images": {"example.com/count:1": {"run": {"xcom": {"rows": 42}, "duration_seconds": 2}}},
+    }
+)
+def test_deferrable_false_follows_the_pod_in_the_worker_and_returns_its_result(fake_cluster, context, ti):
     op = sync_operator(image="example.com/count:1", do_xcom_push=True)
     assert op.execute(context) == {"rows": 42}  # no TaskDeferred: nothing for a triggerer to do
-    assert deletes(cluster) == [ti.xcom["pod_name"]]
-    assert cluster.pods() == []
+    assert deletes(fake_cluster) == [ti.xcom["pod_name"]]
+    assert fake_cluster.pods() == []
 
 
-def test_deferrable_false_judges_a_failure_like_the_trigger(make_cluster, context):
-    cluster = make_cluster({"time_scale": 0.05, "images": {"example.com/oom:1": {"run": {"oom": True}}}})
+@pytest.mark.fake_cluster({"time_scale": 0.05, "images": {"example.com/oom:1": {"run": {"oom": True}}}})
+def test_deferrable_false_judges_a_failure_like_the_trigger(fake_cluster, context):
     with pytest.raises(PodOOMKilled) as raised:
         sync_operator(image="example.com/oom:1").execute(context)
     assert raised.value.reason == "container.oom"
-    assert cluster.wait_for(lambda c: not c.pods(), timeout=10)
+    assert fake_cluster.wait_for(lambda c: not c.pods(), timeout=10)
 
 
-def test_deferrable_true_still_defers(make_cluster, context):
-    make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_deferrable_true_still_defers(fake_cluster, context):
     op = RetryingPodOperator(task_id="load", image="busybox:1.36", kubernetes_conn_id=None)
     with pytest.raises(TaskDeferred):
         op.execute(context)
 
 
-def test_skip_on_exit_code_zero_skips_a_base_container_that_exits_zero(make_cluster, context, ti):
-    cluster = make_cluster({"time_scale": 0.05, "images": {"example.com/ok:1": {"run": {"xcom": {"a": 1}}}}})
+@pytest.mark.fake_cluster({"time_scale": 0.05, "images": {"example.com/ok:1": {"run": {"xcom": {"a": 1}}}}})
+def test_skip_on_exit_code_zero_skips_a_base_container_that_exits_zero(fake_cluster, context, ti):
     op = sync_operator(image="example.com/ok:1", skip_on_exit_code=0, do_xcom_push=True)
     with pytest.raises(AirflowSkipException, match="exit code 0 is in skip_on_exit_codes"):
         op.execute(context)
     assert "return_value" not in ti.xcom  # as KPO: a skipped success pushes no result
-    assert deletes(cluster) == [ti.xcom["pod_name"]]
+    assert deletes(fake_cluster) == [ti.xcom["pod_name"]]
 
 
-def test_a_failed_pods_partial_result_fans_out_with_multiple_outputs(make_cluster, context, ti):
-    make_cluster(
-        {
-            "time_scale": 0.05,
-            "images": {"example.com/half:1": {"run": {"exit_code": 3, "xcom": {"done": 7, "left": 3}}}},
-        }
-    )
+@pytest.mark.fake_cluster(
+    {
+        "time_scale": 0.05,
+        "images": {"example.com/half:1": {"run": {"exit_code": 3, "xcom": {"done": 7, "left": 3}}}},
+    }
+)
+def test_a_failed_pods_partial_result_fans_out_with_multiple_outputs(fake_cluster, context, ti):
     op = sync_operator(image="example.com/half:1", do_xcom_push=True, multiple_outputs=True)
     with pytest.raises(ContainerExitFailure):
         op.execute(context)
@@ -102,18 +102,18 @@ def test_a_failed_pods_partial_result_fans_out_with_multiple_outputs(make_cluste
         ("x" * 221, "has to be less than 220 characters"),
     ],
 )
-def test_an_invalid_pod_name_fails_at_once_and_creates_nothing(make_cluster, context, name, message):
-    cluster = make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_an_invalid_pod_name_fails_at_once_and_creates_nothing(fake_cluster, context, name, message):
     op = RetryingPodOperator(task_id="load", image="busybox:1.36", kubernetes_conn_id=None, name=name)
     with pytest.raises(PodFailurePermanent) as raised:
         op.execute(context)
     assert message in str(raised.value) and "\n" not in str(raised.value)
     assert str(raised.value).startswith("load: configuration error (name): ")
-    assert not [r for r in cluster.audit_records() if r.get("verb") == "create"]
+    assert not [r for r in fake_cluster.audit_records() if r.get("verb") == "create"]
 
 
-def test_config_file_selects_the_cluster_over_the_connection(make_cluster, context, monkeypatch, tmp_path):
-    cluster = make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_config_file_selects_the_cluster_over_the_connection(fake_cluster, context, monkeypatch, tmp_path):
     # The connection points at a kubeconfig that does not exist; the task's config_file wins.
     extra = {"kube_config_path": str(tmp_path / "missing")}
     monkeypatch.setenv("AIRFLOW_CONN_K8S_OTHER", json.dumps({"conn_type": "kubernetes", "extra": extra}))
@@ -122,18 +122,18 @@ def test_config_file_selects_the_cluster_over_the_connection(make_cluster, conte
         task_id="load",
         image="busybox:1.36",
         kubernetes_conn_id="k8s_other",
-        config_file=str(cluster.kubeconfig),
+        config_file=str(fake_cluster.kubeconfig),
     )
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context)
     trigger = deferred.value.trigger
     assert isinstance(trigger, PodStateTrigger)
-    assert trigger.serialize()[1]["cluster"] == {"config_file": str(cluster.kubeconfig)}
-    assert len(cluster.pods()) == 1
+    assert trigger.serialize()[1]["cluster"] == {"config_file": str(fake_cluster.kubeconfig)}
+    assert len(fake_cluster.pods()) == 1
     # What the kill listener reads back from the trigger row carries it too.
     row = type("Row", (), {"classpath": trigger.serialize()[0], "kwargs": trigger.serialize()[1]})()
     pod = pod_in_trigger(row)
-    assert pod is not None and pod["cluster"] == {"config_file": str(cluster.kubeconfig)}
+    assert pod is not None and pod["cluster"] == {"config_file": str(fake_cluster.kubeconfig)}
 
 
 async def test_the_trigger_resolves_the_same_cluster_as_the_worker(monkeypatch, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+from unittest.mock import call
 
 import pytest
 import urllib3
@@ -22,16 +23,9 @@ from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 from airflow_k8s_retry.kube.naming import read_stamp
 from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF, PodClient
 from airflow_k8s_retry.operators import RetryingPodOperator
-from tests.simulated.operator.test_operator_lifecycle import (
-    client_for,
-    defer,
-    event_for,
-    operator,
-    requests,
-    verdict,
-)
+from tests.support.operator_try import RUNNING, client_for, defer, event_for, operator, requests, verdict
 
-LONG_RUNNING = {"time_scale": 0.05, "images": {"busybox:1.36": {"run": {"duration_seconds": 100_000}}}}
+pytestmark = pytest.mark.fake_cluster(RUNNING)
 
 
 def live(cluster: Any) -> list[str]:
@@ -45,46 +39,41 @@ def running(cluster: Any, name: str) -> bool:
 # -- 1. a delete that fails ---------------------------------------------------------------------
 
 
-def test_a_delete_that_fails_once_is_retried(make_cluster, context, no_backoff_sleep):
-    cluster = make_cluster(LONG_RUNNING)
+def test_a_delete_that_fails_once_is_retried(fake_cluster, context, retry_sleep):
     op = operator()
     trigger = defer(op, context)
-    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
-    cluster.add_fault(verb="delete", resource="pods", status=500, times=1)
+    assert fake_cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=500, times=1)
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
         )
-    assert [r["status"] for r in requests(cluster, "delete")] == [500, 200]
-    assert no_backoff_sleep == [0.5]
-    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+    assert [r["status"] for r in requests(fake_cluster, "delete")] == [500, 200]
+    assert retry_sleep.call_args_list == [call(0.5)]
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
-def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(
-    make_cluster, context, ti, no_backoff_sleep
-):
-    cluster = make_cluster(LONG_RUNNING)
+def test_a_pod_whose_deletes_all_failed_is_deleted_by_the_next_try(fake_cluster, context, ti, retry_sleep):
     op = operator()
     trigger = defer(op, context)
-    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
-    cluster.add_fault(verb="delete", resource="pods", status=500, times=len(OUTAGE_BACKOFF) + 1)
+    assert fake_cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=500, times=len(OUTAGE_BACKOFF) + 1)
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
         )
     # Still there, stamped with its verdict, and marked as not kept on purpose.
-    stamp = read_stamp(cluster.pod(trigger.pod_name))
+    stamp = read_stamp(fake_cluster.pod(trigger.pod_name))
     assert stamp is not None and stamp.kept is False
-    assert live(cluster) == [trigger.pod_name]
-    assert no_backoff_sleep == list(OUTAGE_BACKOFF)  # about 30 s of attempts before giving up
+    assert live(fake_cluster) == [trigger.pod_name]
+    assert retry_sleep.call_args_list == [call(s) for s in OUTAGE_BACKOFF]  # about 30 s, then it gives up
 
     ti.try_number = 2
     second = defer(operator(), context)
-    assert cluster.wait_for(lambda c: live(c) == [second.pod_name], timeout=10)
+    assert fake_cluster.wait_for(lambda c: live(c) == [second.pod_name], timeout=10)
 
 
-def test_a_failing_xcom_push_does_not_skip_the_delete(make_cluster, context, ti, monkeypatch):
-    cluster = make_cluster(LONG_RUNNING)
+def test_a_failing_xcom_push_does_not_skip_the_delete(fake_cluster, context, ti, monkeypatch):
     op = operator()
     trigger = defer(op, context)
 
@@ -96,24 +85,23 @@ def test_a_failing_xcom_push_does_not_skip_the_delete(make_cluster, context, ti,
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONFIG_MISSING_SECRET))
         )
-    assert [r["status"] for r in requests(cluster, "delete")] == [200]
-    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+    assert [r["status"] for r in requests(fake_cluster, "delete")] == [200]
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
-def test_a_pod_kept_on_purpose_survives_the_next_tries_sweep(make_cluster, context, ti):
-    cluster = make_cluster(LONG_RUNNING)
+def test_a_pod_kept_on_purpose_survives_the_next_tries_sweep(fake_cluster, context, ti):
     op = operator(on_finish_action="delete_succeeded_pod")
     trigger = defer(op, context)
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
         )
-    stamp = read_stamp(cluster.pod(trigger.pod_name))
+    stamp = read_stamp(fake_cluster.pod(trigger.pod_name))
     assert stamp is not None and stamp.kept is True
     ti.try_number = 2
     second = defer(operator(on_finish_action="delete_succeeded_pod"), context)
-    assert live(cluster) == sorted([trigger.pod_name, second.pod_name])
-    assert requests(cluster, "delete") == []
+    assert live(fake_cluster) == sorted([trigger.pod_name, second.pod_name])
+    assert requests(fake_cluster, "delete") == []
 
 
 def test_a_malformed_stamp_reads_as_none():
@@ -127,8 +115,7 @@ def test_a_malformed_stamp_reads_as_none():
 # -- 6. an error between create and defer -------------------------------------------------------
 
 
-def test_a_lost_create_response_adopts_the_pod_it_created(make_cluster, context, monkeypatch):
-    cluster = make_cluster(LONG_RUNNING)
+def test_a_lost_create_response_adopts_the_pod_it_created(fake_cluster, context, monkeypatch):
     real = CoreV1Api.create_namespaced_pod
     calls: list[int] = []
 
@@ -141,12 +128,11 @@ def test_a_lost_create_response_adopts_the_pod_it_created(make_cluster, context,
 
     monkeypatch.setattr(CoreV1Api, "create_namespaced_pod", create_then_lose_the_answer)
     trigger = defer(operator(), context)
-    assert live(cluster) == [trigger.pod_name]
-    assert trigger.pod_uid == cluster.pod(trigger.pod_name)["metadata"]["uid"]
+    assert live(fake_cluster) == [trigger.pod_name]
+    assert trigger.pod_uid == fake_cluster.pod(trigger.pod_name)["metadata"]["uid"]
 
 
-def test_an_error_after_the_create_deletes_the_pod(make_cluster, context, ti, monkeypatch):
-    cluster = make_cluster(LONG_RUNNING)
+def test_an_error_after_the_create_deletes_the_pod(fake_cluster, context, ti, monkeypatch):
 
     def broken(key: str, value: Any) -> None:
         raise RuntimeError("execution API answered 503")
@@ -154,9 +140,9 @@ def test_an_error_after_the_create_deletes_the_pod(make_cluster, context, ti, mo
     monkeypatch.setattr(ti, "xcom_push", broken)
     with pytest.raises(RuntimeError, match="503"):
         operator().execute(context)
-    assert len(requests(cluster, "create", 201)) == 1
-    assert [r["status"] for r in requests(cluster, "delete")] == [200]
-    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+    assert len(requests(fake_cluster, "create", 201)) == 1
+    assert [r["status"] for r in requests(fake_cluster, "delete")] == [200]
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
 def test_poll_interval_zero_is_refused_before_any_pod_exists():
@@ -180,8 +166,8 @@ QUOTA = (
 )
 
 
-def test_a_full_quota_at_create_costs_a_try_not_the_task(make_cluster, context, ti, monkeypatch):
-    cluster = make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_a_full_quota_at_create_costs_a_try_not_the_task(fake_cluster, context, ti, monkeypatch):
 
     def quota(self: CoreV1Api, *args: Any, **kwargs: Any) -> Any:
         raise status_error(403, "Forbidden", QUOTA)
@@ -192,22 +178,22 @@ def test_a_full_quota_at_create_costs_a_try_not_the_task(make_cluster, context, 
     assert not isinstance(failure.value, AirflowFailException)
     assert failure.value.verdict.reason is Reason.API_QUOTA_EXCEEDED
     assert ti.xcom["verdict"]["reason"] == "api.quota_exceeded"
-    assert cluster.all_pods() == []
+    assert fake_cluster.all_pods() == []
 
 
-def test_rbac_forbidding_create_fails_at_once(make_cluster, context, ti, monkeypatch):
-    cluster = make_cluster()
-    monkeypatch.setenv("KUBECONFIG", str(cluster.restrict("no-create", verbs={"get", "list", "watch"})))
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_rbac_forbidding_create_fails_at_once(fake_cluster, context, ti, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(fake_cluster.restrict("no-create", verbs={"get", "list", "watch"})))
     with pytest.raises(PodFailurePermanent, match=r"api\.rejected: .*HTTP 403: .*cannot create"):
         operator().execute(context)
-    assert cluster.all_pods() == []
+    assert fake_cluster.all_pods() == []
 
 
 # -- 11. adoption bound to the task instance try and the deployment -----------------------------
 
 
-def test_a_recreated_dag_run_never_adopts_the_old_runs_kept_pod(make_cluster, context, ti):
-    cluster = make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_a_recreated_dag_run_never_adopts_the_old_runs_kept_pod(fake_cluster, context, ti):
     op = operator(on_finish_action="keep_pod")
     trigger = defer(op, context)
     op.execute_complete(context, event=event_for(trigger, verdict(Outcome.SUCCEED, Reason.SUCCEEDED)))
@@ -215,52 +201,51 @@ def test_a_recreated_dag_run_never_adopts_the_old_runs_kept_pod(make_cluster, co
     ti.id = "0199a1b2-0000-7000-8000-0000000000ff"
     fresh = defer(operator(on_finish_action="keep_pod", image="busybox:1.37"), context)
     assert fresh.pod_name != trigger.pod_name
-    assert len(requests(cluster, "create", 201)) == 2
-    assert cluster.pod(fresh.pod_name)["spec"]["containers"][0]["image"] == "busybox:1.37"
+    assert len(requests(fake_cluster, "create", 201)) == 2
+    assert fake_cluster.pod(fresh.pod_name)["spec"]["containers"][0]["image"] == "busybox:1.37"
 
 
-def test_a_pod_of_another_task_instance_under_the_name_is_not_adopted(make_cluster, context, ti):
-    cluster = make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_a_pod_of_another_task_instance_under_the_name_is_not_adopted(fake_cluster, context, ti):
     squatter = operator().build_try_pod(context)
     squatter["metadata"]["annotations"]["airflow-k8s-retry.io/ti-id"] = "someone-else"
-    client_for(cluster).core.create_namespaced_pod("default", squatter)
+    client_for(fake_cluster).core.create_namespaced_pod("default", squatter)
     with pytest.raises(PodFailure, match="belongs to another task instance"):
         operator().execute(context)
-    assert requests(cluster, "delete") == []
+    assert requests(fake_cluster, "delete") == []
 
 
-def test_the_sweep_leaves_another_deployments_pods_alone(make_cluster, context, ti, monkeypatch):
-    cluster = make_cluster(LONG_RUNNING)
+def test_the_sweep_leaves_another_deployments_pods_alone(fake_cluster, context, ti, monkeypatch):
     monkeypatch.setenv("AIRFLOW__KUBERNETES_RETRY__DEPLOYMENT_ID", "blue")
     blue = defer(operator(), context)
-    assert cluster.pod(blue.pod_name)["metadata"]["labels"]["airflow-k8s-retry.io/deployment"] == "blue"
+    assert fake_cluster.pod(blue.pod_name)["metadata"]["labels"]["airflow-k8s-retry.io/deployment"] == "blue"
     monkeypatch.setenv("AIRFLOW__KUBERNETES_RETRY__DEPLOYMENT_ID", "green")
     ti.try_number = 2
     green = defer(operator(), context)
-    assert live(cluster) == sorted([blue.pod_name, green.pod_name])
-    assert requests(cluster, "delete") == []
+    assert live(fake_cluster) == sorted([blue.pod_name, green.pod_name])
+    assert requests(fake_cluster, "delete") == []
 
 
 # -- 10. the worker's client never blocks on a stalled request ----------------------------------
 
 
-def test_a_stalled_delete_times_out_and_is_retried(make_cluster, context, monkeypatch):
-    cluster = make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_a_stalled_delete_times_out_and_is_retried(fake_cluster, context, monkeypatch):
     op = operator()
     trigger = defer(op, context)
     monkeypatch.setattr(PodClient, "request_timeout", (2.0, 2.0))
-    cluster.add_fault(verb="delete", resource="pods", status="slow", delay_seconds=30)
+    fake_cluster.add_fault(verb="delete", resource="pods", status="slow", delay_seconds=30)
     began = time.monotonic()
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
         )
     assert time.monotonic() - began < 20
-    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
-def test_the_worker_client_has_tcp_keepalive(make_cluster):
-    make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_the_worker_client_has_tcp_keepalive(fake_cluster):
     op = operator()
     import socket
 
@@ -274,10 +259,10 @@ def test_the_worker_client_has_tcp_keepalive(make_cluster):
 @pytest.mark.parametrize(
     "case", ["missing template", "invalid template", "missing kubeconfig", "missing connection"]
 )
+@pytest.mark.fake_cluster(time_scale=0.05)
 def test_local_configuration_errors_fail_at_once_in_one_line(
-    case, make_cluster, context, tmp_path, monkeypatch
+    case, fake_cluster, context, tmp_path, monkeypatch
 ):
-    cluster = make_cluster()
     kwargs: dict[str, Any] = {}
     if case == "missing template":
         kwargs["pod_template_file"] = str(tmp_path / "nope.yaml")
@@ -303,22 +288,22 @@ def test_local_configuration_errors_fail_at_once_in_one_line(
     assert expected in str(failure.value)
     if case == "invalid template":  # the YAML error names the file it is in
         assert f"pod_template_file {tmp_path / 'bad.yaml'}" in str(failure.value)
-    assert cluster.all_pods() == []
+    assert fake_cluster.all_pods() == []
 
 
 # -- 18. get_logs=False keeps container output out of the task log ------------------------------
 
 
-def test_get_logs_false_puts_no_log_tail_in_the_failure_report(make_cluster, context, caplog, capsys):
+@pytest.mark.fake_cluster(
+    {"time_scale": 0.05, "images": {"etl:3": {"run": {"exit_code": 3, "log": "private-output-line"}}}}
+)
+def test_get_logs_false_puts_no_log_tail_in_the_failure_report(fake_cluster, context, caplog, capsys):
     import logging
 
     caplog.set_level(logging.INFO)
-    cluster = make_cluster(
-        {"time_scale": 0.05, "images": {"etl:3": {"run": {"exit_code": 3, "log": "private-output-line"}}}}
-    )
     op = operator(image="etl:3", get_logs=False)
     trigger = defer(op, context)
-    assert cluster.wait_for(
+    assert fake_cluster.wait_for(
         lambda c: ((c.pod(trigger.pod_name) or {}).get("status") or {}).get("phase") == "Failed", timeout=20
     )
     with pytest.raises(PodFailure):
@@ -330,56 +315,52 @@ def test_get_logs_false_puts_no_log_tail_in_the_failure_report(make_cluster, con
     assert "private-output-line" not in written
 
 
-def test_a_delete_refused_with_403_for_a_moment_is_retried(make_cluster, context, no_backoff_sleep):
+def test_a_delete_refused_with_403_for_a_moment_is_retried(fake_cluster, context):
     # An authorizer that fails for a moment denies (a webhook's timeout): tried again, not left.
-    cluster = make_cluster(LONG_RUNNING)
     op = operator()
     trigger = defer(op, context)
-    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
-    cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
+    assert fake_cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
         )
-    assert [r["status"] for r in requests(cluster, "delete")] == [403, 403, 200]
-    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+    assert [r["status"] for r in requests(fake_cluster, "delete")] == [403, 403, 200]
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
-def test_a_pod_kept_on_purpose_is_stamped_through_a_failing_patch(make_cluster, context):
-    cluster = make_cluster(LONG_RUNNING)
+def test_a_pod_kept_on_purpose_is_stamped_through_a_failing_patch(fake_cluster, context):
     op = operator(on_finish_action="keep_pod")
     trigger = defer(op, context)
-    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
-    cluster.add_fault(verb="patch", resource="pods", status=500, times=2)
+    assert fake_cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    fake_cluster.add_fault(verb="patch", resource="pods", status=500, times=2)
     with pytest.raises(PodFailure):
         op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
-    stamp = read_stamp(cluster.pod(trigger.pod_name))
+    stamp = read_stamp(fake_cluster.pod(trigger.pod_name))
     assert stamp is not None and stamp.kept
-    assert live(cluster) == [trigger.pod_name]
+    assert live(fake_cluster) == [trigger.pod_name]
 
 
-def test_a_pod_whose_stamp_cannot_be_written_is_not_kept_unmarked(make_cluster, context):
-    cluster = make_cluster(LONG_RUNNING)
+def test_a_pod_whose_stamp_cannot_be_written_is_not_kept_unmarked(fake_cluster, context):
     op = operator(on_finish_action="keep_pod")
     trigger = defer(op, context)
-    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
-    cluster.add_fault(verb="patch", resource="pods", status=500, times=10)
+    assert fake_cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    fake_cluster.add_fault(verb="patch", resource="pods", status=500, times=10)
     with pytest.raises(PodFailure):
         op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
-    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
-def test_a_timed_out_try_does_not_keep_its_running_pod(make_cluster, context):
+def test_a_timed_out_try_does_not_keep_its_running_pod(fake_cluster, context):
     # As KPO: a timed-out task is killed and on_kill_action decides; a kept pod would run on.
-    cluster = make_cluster(LONG_RUNNING)
     op = operator(on_finish_action="keep_pod")
     trigger = defer(op, context)
-    assert cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
+    assert fake_cluster.wait_for(lambda c: running(c, trigger.pod_name), timeout=20)
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.EXECUTION_TIMEOUT))
         )
-    assert cluster.wait_for(lambda c: not live(c), timeout=10)
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
 
 
 # -- the next try's sweep: the earlier try's pod is out of the way before this try's pod starts --
@@ -403,50 +384,48 @@ def lifetime(cluster: Any, uid: str) -> tuple[float, float]:
     return start, min(ends, default=float("inf"))
 
 
-def test_the_next_try_starts_only_once_the_earlier_pod_still_stopping_is_gone(make_cluster, context, ti):
-    cluster = make_cluster(SLOW_TO_STOP)
+@pytest.mark.fake_cluster(SLOW_TO_STOP)
+def test_the_next_try_starts_only_once_the_earlier_pod_still_stopping_is_gone(fake_cluster, context, ti):
     op = operator(termination_grace_period=900)
     first = defer(op, context)
-    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    assert fake_cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
     # Try 1 ends with a graceful delete: its container keeps running while it stops.
     with pytest.raises(PodFailure):
         op.execute_complete(
             context, event=event_for(first, verdict(Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
         )
-    assert cluster.pod(first.pod_name)["metadata"].get("deletionTimestamp")
+    assert fake_cluster.pod(first.pod_name)["metadata"].get("deletionTimestamp")
 
     ti.try_number = 2
     second = defer(operator(termination_grace_period=900), context)
-    assert cluster.wait_for(lambda c: running(c, second.pod_name), timeout=20)
-    _, first_ended = lifetime(cluster, first.pod_uid)
-    second_started, _ = lifetime(cluster, second.pod_uid)
+    assert fake_cluster.wait_for(lambda c: running(c, second.pod_name), timeout=20)
+    _, first_ended = lifetime(fake_cluster, first.pod_uid)
+    second_started, _ = lifetime(fake_cluster, second.pod_uid)
     assert first_ended < second_started, "try 2's pod ran beside try 1's"
-    assert cluster.pod(first.pod_name) is None
+    assert fake_cluster.pod(first.pod_name) is None
 
 
-def test_the_sweep_retries_a_list_refused_for_a_moment(make_cluster, context, ti):
-    cluster = make_cluster(LONG_RUNNING)
+def test_the_sweep_retries_a_list_refused_for_a_moment(fake_cluster, context, ti):
     first = defer(operator(), context)  # its worker dies: nothing deletes the pod
-    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
-    cluster.add_fault(verb="list", resource="pods", status=403, times=2)
+    assert fake_cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    fake_cluster.add_fault(verb="list", resource="pods", status=403, times=2)
     ti.try_number = 2
     second = defer(operator(), context)
-    assert live(cluster) == [second.pod_name]
+    assert live(fake_cluster) == [second.pod_name]
 
 
 def test_the_next_try_is_not_started_beside_an_earlier_pod_it_cannot_delete(
-    make_cluster, context, ti, no_backoff_sleep
+    fake_cluster, context, ti, retry_sleep
 ):
     from airflow_k8s_retry.kills.sweep import EarlierTryNotGone
     from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF as SWEEP_BACKOFF
 
-    cluster = make_cluster(LONG_RUNNING)
     first = defer(operator(), context)  # its worker dies: nothing deletes the pod
-    assert cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
-    cluster.add_fault(verb="delete", resource="pods", status=500, times=100)
+    assert fake_cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=500, times=100)
     ti.try_number = 2
     with pytest.raises(EarlierTryNotGone, match=rf"still there: {first.pod_name}.*not started beside"):
         operator().execute(context)
-    assert len(requests(cluster, "create")) == 1  # try 1's only
-    assert no_backoff_sleep == list(SWEEP_BACKOFF)
-    assert live(cluster) == [first.pod_name]
+    assert len(requests(fake_cluster, "create")) == 1  # try 1's only
+    assert retry_sleep.call_args_list == [call(s) for s in SWEEP_BACKOFF]
+    assert live(fake_cluster) == [first.pod_name]

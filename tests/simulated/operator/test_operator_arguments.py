@@ -13,8 +13,8 @@ from airflow_k8s_retry.classification.policy import FailurePolicy, PolicyError
 from airflow_k8s_retry.operators import RetryingPodOperator
 
 
-def test_kpo_names_reach_the_pod(tmp_path: Path, make_cluster, context):
-    make_cluster()
+@pytest.mark.fake_cluster(time_scale=0.05)
+def test_kpo_names_reach_the_pod(tmp_path: Path, fake_cluster, context):
     template = tmp_path / "pod.yaml"
     template.write_text(
         "spec:\n  containers:\n    - name: base\n      image: from-template\n  priorityClassName: low\n"

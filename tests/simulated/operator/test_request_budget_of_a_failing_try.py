@@ -42,6 +42,7 @@ SCENARIO = {
     "time_scale": 0.05,
     "images": {"notavalidimage": {"pull": "not_found"}, "sleeper:1": {"run": {"duration_seconds": 3600}}},
 }
+pytestmark = pytest.mark.fake_cluster(SCENARIO)
 #: A grace of 2 s instead of 90: the timer runs (and is stamped on the pod for a restarted trigger)
 #: as with the default, and the test takes seconds.
 POLICY = FailurePolicy(grace={"image.not_found": 2})
@@ -99,15 +100,14 @@ async def neighbour_in_the_namespace(cluster: Any) -> Run:
 
 
 @pytest.mark.parametrize("try_number", [1, 2])
-def test_a_failing_try_costs_at_most_eight_requests(make_cluster, context, ti, try_number):
-    cluster = make_cluster(SCENARIO)
+def test_a_failing_try_costs_at_most_eight_requests(fake_cluster, context, ti, try_number):
     ti.try_number = try_number
 
     async def scenario() -> list[str]:
-        neighbour = await neighbour_in_the_namespace(cluster)
+        neighbour = await neighbour_in_the_namespace(fake_cluster)
         try:
-            since = await one_failing_try(cluster, context)
-            return requests(cluster, since)
+            since = await one_failing_try(fake_cluster, context)
+            return requests(fake_cluster, since)
         finally:
             await neighbour.stop()
 
@@ -117,20 +117,19 @@ def test_a_failing_try_costs_at_most_eight_requests(make_cluster, context, ti, t
     print(f"\ntry {try_number}: {len(made)} requests, target {BUDGET}")
 
 
-def test_a_try_alone_in_its_namespace_also_pays_for_the_triggerers_feeds(make_cluster, context, ti):
-    cluster = make_cluster(SCENARIO)
+def test_a_try_alone_in_its_namespace_also_pays_for_the_triggerers_feeds(fake_cluster, context, ti):
     ti.try_number = 2
-    since = asyncio.run(one_failing_try(cluster, context))
-    made = requests(cluster, since)
+    since = asyncio.run(one_failing_try(fake_cluster, context))
+    made = requests(fake_cluster, since)
     assert Counter(made) == Counter(FEEDS) + Counter(OWN) + Counter(SWEEP), made
 
 
-def test_a_failed_try_whose_container_ran_reads_only_its_log(make_cluster, context, ti, caplog):
+@pytest.mark.fake_cluster(
+    {"time_scale": 0.05, "images": {"fails:1": {"run": {"duration_seconds": 1, "exit_code": 1}}}}
+)
+def test_a_failed_try_whose_container_ran_reads_only_its_log(fake_cluster, context, ti, caplog):
     # The container ran and exited 1: the task log gets its whole log (get_logs=True, the default)
     # through the provider's reader, whose reads of the pod the pod carried in the event answers.
-    cluster = make_cluster(
-        {"time_scale": 0.05, "images": {"fails:1": {"run": {"duration_seconds": 1, "exit_code": 1}}}}
-    )
     op = RetryingPodOperator(
         task_id="load",
         kubernetes_conn_id=None,
@@ -140,7 +139,7 @@ def test_a_failed_try_whose_container_ran_reads_only_its_log(make_cluster, conte
     )
 
     async def scenario() -> list[str]:
-        start = len(cluster.audit_records())
+        start = len(fake_cluster.audit_records())
         with pytest.raises(TaskDeferred) as deferred:
             await asyncio.to_thread(op.execute, context)
         event = await Run(deferred.value.trigger).start().finish(within=60)
@@ -149,7 +148,7 @@ def test_a_failed_try_whose_container_ran_reads_only_its_log(make_cluster, conte
             await asyncio.to_thread(op.execute_complete, context, PodEvent.to_payload(event))
         return [
             f"{r['verb']} {r['resource']}{'/' + r['subresource'] if r.get('subresource') else ''}"
-            for r in cluster.audit_records()[start:]
+            for r in fake_cluster.audit_records()[start:]
             if r.get("kind") == "request"
         ]
 

@@ -31,13 +31,13 @@ async def first_event(trigger: PodStateTrigger) -> dict[str, Any]:
     raise AssertionError("the trigger ended without an event")
 
 
-def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, context, ti, caplog, capsys):
-    cluster = make_cluster(
-        {
-            "images": {"etl:3": {"run": {"exit_code": 3, "duration_seconds": 0.1, "log": "loading\nboom"}}},
-            "time_scale": 0.05,
-        }
-    )
+@pytest.mark.fake_cluster(
+    {
+        "images": {"etl:3": {"run": {"exit_code": 3, "duration_seconds": 0.1, "log": "loading\nboom"}}},
+        "time_scale": 0.05,
+    }
+)
+def test_a_failed_try_reports_its_cause_without_its_secrets(fake_cluster, context, ti, caplog, capsys):
     op = RetryingPodOperator(
         task_id="load",
         image="etl:3",
@@ -57,7 +57,7 @@ def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, contex
         op.execute_complete(context, event=event)
 
     # The secrets did reach the pod spec: the search below would find them if they leaked.
-    [created] = cluster.all_pods()
+    [created] = fake_cluster.all_pods()
     env = {e["name"]: e.get("value") for e in created["spec"]["containers"][0]["env"]}
     assert env == {"DB_PASSWORD": DB_PASSWORD, "API_KEY": API_KEY}
 
@@ -75,7 +75,7 @@ def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, contex
         "exception": str(failure.value),
         "annotations": json.dumps(stamped),
         "stamp of a kept pod": encode_stamp(failure.value.verdict, kept=True),
-        "events": json.dumps(cluster.events(), default=str),
+        "events": json.dumps(fake_cluster.events(), default=str),
     }
     # The report is really there (so an empty capture cannot pass this test) ...
     assert "container.exit_code" in written["log"] + written["stdout"]
@@ -84,25 +84,23 @@ def test_a_failed_try_reports_its_cause_without_its_secrets(make_cluster, contex
     assert "container.exit_code" in written["stamp of a kept pod"]
     # ... and nothing in it carries a secret or the cluster's bearer token.
     for where, text in written.items():
-        for secret in (DB_PASSWORD, API_KEY, cluster.token):
+        for secret in (DB_PASSWORD, API_KEY, fake_cluster.token):
             assert secret not in text, f"{secret!r} leaked into the {where}"
     assert classpath == "airflow_k8s_retry.triggers.PodStateTrigger"
 
 
+@pytest.mark.fake_cluster(
+    {
+        "images": {"etl:4": {"run": {"exit_code": 3, "duration_seconds": 0.1, "log": f"token={API_KEY}"}}},
+        "time_scale": 0.05,
+    }
+)
 def test_a_secret_in_a_termination_message_stays_out_of_the_event_and_the_logs(
-    make_cluster, context, ti, caplog, capsys
+    fake_cluster, context, ti, caplog, capsys
 ):
     """A container's termination message may be anything it wrote: with FallbackToLogsOnError the
     end of its log, here a Secret's value. With ``get_logs=False`` it reaches no log, and in no case
     the trigger's event, which Airflow stores in its database as it is (review finding R3-4)."""
-    cluster = make_cluster(
-        {
-            "images": {
-                "etl:4": {"run": {"exit_code": 3, "duration_seconds": 0.1, "log": f"token={API_KEY}"}}
-            },
-            "time_scale": 0.05,
-        }
-    )
     op = RetryingPodOperator(
         task_id="load",
         image="etl:4",
@@ -117,7 +115,7 @@ def test_a_secret_in_a_termination_message_stays_out_of_the_event_and_the_logs(
     event = asyncio.run(first_event(deferred.value.trigger))
     with pytest.raises(PodFailure) as failure:
         op.execute_complete(context, event=event)
-    [created] = cluster.all_pods()
+    [created] = fake_cluster.all_pods()
     terminated = created["status"]["containerStatuses"][0]["state"]["terminated"]
     assert API_KEY in terminated["message"]  # the kubelet did put it there
     out = capsys.readouterr()

@@ -9,7 +9,9 @@ import pytest
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.compat import TaskDeferred
 from airflow_k8s_retry.operators import RetryingPodOperator
-from tests.simulated.operator.test_operator_lifecycle import event_for, verdict
+from tests.support.operator_try import event_for, verdict
+
+pytestmark = pytest.mark.fake_cluster(time_scale=0.05)
 
 
 def make_task(**kwargs: Any) -> Any:
@@ -36,11 +38,10 @@ def test_the_decorator_is_registered_and_builds_a_retrying_pod_operator():
     assert op.custom_operator_name == "@task.retrying_kubernetes"
 
 
-def test_the_function_runs_in_the_try_pod_and_a_relaunch_gets_the_script_again(make_cluster, context, ti):
-    cluster = make_cluster()
+def test_the_function_runs_in_the_try_pod_and_a_relaunch_gets_the_script_again(fake_cluster, context, ti):
     with pytest.raises(TaskDeferred) as first:
         make_task().execute(context)
-    pod = cluster.pod(first.value.trigger.pod_name)
+    pod = fake_cluster.pod(first.value.trigger.pod_name)
     assert {"__PYTHON_SCRIPT", "__PYTHON_INPUT"} <= script_env(pod)
     assert pod["spec"]["containers"][0]["command"][0] == "bash"
     # The relaunch is built in a fresh worker process: a new operator instance, nothing prepared.
@@ -48,14 +49,13 @@ def test_the_function_runs_in_the_try_pod_and_a_relaunch_gets_the_script_again(m
         make_task().execute_complete(
             context, event=event_for(first.value.trigger, verdict(Outcome.RELAUNCH, Reason.NODE_DISRUPTION))
         )
-    relaunched = cluster.pod(second.value.trigger.pod_name)
+    relaunched = fake_cluster.pod(second.value.trigger.pod_name)
     assert second.value.trigger.relaunches == 1
     assert {"__PYTHON_SCRIPT", "__PYTHON_INPUT"} <= script_env(relaunched)
     assert relaunched["spec"]["containers"][0]["command"] == pod["spec"]["containers"][0]["command"]
 
 
-def test_success_returns_through_execute_complete(make_cluster, context):
-    make_cluster()
+def test_success_returns_through_execute_complete(fake_cluster, context):
     op = make_task()
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context)

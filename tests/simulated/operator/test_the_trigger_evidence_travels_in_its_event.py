@@ -26,6 +26,7 @@ from airflow_k8s_retry.triggers.pod import PodEvent
 
 SECRET = "pw-0d1e2f3a-do-not-carry"
 SCENARIO = {"time_scale": 0.05, "images": {"etl:3": {"run": {"exit_code": 3, "duration_seconds": 0.1}}}}
+pytestmark = pytest.mark.fake_cluster(SCENARIO, clock="manual")
 
 
 def pod(uid: str = "u-1", message: str = "boom") -> dict[str, Any]:
@@ -147,21 +148,20 @@ def requests(cluster: Any, since: int) -> list[str]:
 
 @pytest.mark.parametrize("carried", [True, False], ids=["carried", "too large to carry"])
 def test_the_report_reads_the_api_only_for_an_event_without_a_snapshot(
-    make_cluster, context, caplog, capsys, carried
+    fake_cluster, context, caplog, capsys, carried
 ):
-    cluster = make_cluster(SCENARIO, clock="manual")
     op = RetryingPodOperator(
         task_id="load", image="etl:3", kubernetes_conn_id=None, namespace="default", get_logs=False
     )
-    event = _failed_pod_event(cluster, op, context)
+    event = _failed_pod_event(fake_cluster, op, context)
     assert Snapshot.from_payload(event.get("seen"), event["pod_uid"]) is not None
     if not carried:
         del event["seen"]  # as for a snapshot larger than Snapshot.SIZE_LIMIT
     caplog.set_level(logging.INFO)
-    since = len(cluster.audit_records())
+    since = len(fake_cluster.audit_records())
     with pytest.raises(PodFailure, match=r"container\.exit_code"):
         op.execute_complete(context, event=event)
-    reads = [r for r in requests(cluster, since) if r in ("get pods", "list events")]
+    reads = [r for r in requests(fake_cluster, since) if r in ("get pods", "list events")]
     assert reads == ([] if carried else ["get pods", "list events"])
     # Either way the report shows the container's end and the pod's Events.
     out = capsys.readouterr()
@@ -170,19 +170,20 @@ def test_the_report_reads_the_api_only_for_an_event_without_a_snapshot(
     assert "events:" in written
 
 
-def test_a_failure_seen_before_the_events_are_listed_still_carries_them(make_cluster, context):
+def test_a_failure_seen_before_the_events_are_listed_still_carries_them(fake_cluster, context):
     """The trigger sees the failed pod in the pods' LIST while the Events' LIST is still out (it
     answers a second later): the failure waits for it, and its snapshot holds every Event."""
-    cluster = make_cluster(SCENARIO, clock="manual")
-    cluster.add_fault(verb="list", resource="events", status="slow", delay_seconds=1.0)
+    fake_cluster.add_fault(verb="list", resource="events", status="slow", delay_seconds=1.0)
     op = RetryingPodOperator(
         task_id="load", image="etl:3", kubernetes_conn_id=None, namespace="default", get_logs=False
     )
-    event = _failed_pod_event(cluster, op, context)
+    event = _failed_pod_event(fake_cluster, op, context)
     unpacked = Snapshot.from_payload(event.get("seen"), event["pod_uid"])
     assert unpacked is not None
     body, evs = unpacked.pod, unpacked.events
     assert body is not None and body["status"]["phase"] == "Failed"
-    assert [e["reason"] for e in evs] == _reasons(cluster)[-Snapshot.EVENTS_KEPT :]
+    assert [e["reason"] for e in evs] == _reasons(fake_cluster)[-Snapshot.EVENTS_KEPT :]
     assert evs, "the pod's Events"
-    assert [r.get("fault") for r in cluster.audit_records() if r.get("resource") == "events"][:1] == ["slow"]
+    assert [r.get("fault") for r in fake_cluster.audit_records() if r.get("resource") == "events"][:1] == [
+        "slow"
+    ]

@@ -15,6 +15,16 @@ from airflow_k8s_retry_testing import FakeCluster
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid="
 #: How far a test lets the cluster's clock run before it calls the step it waits for missing.
 LONGEST_RUN = 600.0
+#: What the trigger's feeds ask while they watch: one LIST, then one WATCH.
+WATCHED = ["list 200", "watch 200"]
+#: The images the following tests run: a quick success, a pod that runs until deleted, a failure.
+SCENARIO = {
+    "images": {
+        "quick:1": {"run": {"duration_seconds": 2}},
+        "long:1": {"run": {"duration_seconds": 100_000}},
+        "fails:1": {"run": {"exit_code": 3, "duration_seconds": 1, "log": "boom"}},
+    }
+}
 
 
 def requests(cluster: FakeCluster) -> dict[str, list[str]]:

@@ -9,7 +9,7 @@ the test alone moves time, so each step has one outcome.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,16 +17,17 @@ import pytest
 from airflow_k8s_retry.classification import FailurePolicy, Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.queues import QUEUE_FIRST_NOTE, QUEUE_NOTE_EVERY
 from airflow_k8s_retry.triggers.target import PodTargetTrigger, Target
 from airflow_k8s_retry_testing import FakeCluster
-from tests.simulated.sensor.stepping import TaskLog, phase, requests, run_until
-from tests.simulated.sensor.test_following_a_target import SCENARIO, Following, create, manual_cluster, pod
+from tests.simulated.sensor.stepping import SCENARIO, TaskLog, phase, requests, run_until
 from tests.support.feeds import hold_hub
-from tests.support.lab import CONN_ID
+from tests.support.following import Following, create, pod
+from tests.support.lab import CONN_ID, use_cluster
 
 KUEUE = "kueue.x-k8s.io/admission"
+
+pytestmark = pytest.mark.usefixtures("trigger_clock")
 
 
 @pytest.fixture
@@ -34,15 +35,13 @@ def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
     return hold_hub(hub_settings, backoff_base=0.05, backoff_cap=0.2)
 
 
-@pytest.fixture(autouse=True)
-def trigger_clock(monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock) -> ManualClock:
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    return manual_clock
-
-
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch, hub_clock: ManualClock) -> Iterator[FakeCluster]:
-    yield from manual_cluster(monkeypatch, SCENARIO)
+def cluster(
+    hub_clock: ManualClock, make_fake_cluster: Callable[..., FakeCluster], monkeypatch: pytest.MonkeyPatch
+) -> FakeCluster:
+    running = make_fake_cluster(SCENARIO, clock="manual")
+    use_cluster(monkeypatch, running)
+    return running
 
 
 @pytest.fixture

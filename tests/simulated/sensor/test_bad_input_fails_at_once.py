@@ -11,7 +11,9 @@ import pytest
 from airflow_k8s_retry.compat import AirflowFailException, AirflowSkipException, TaskDeferred
 from airflow_k8s_retry.exceptions import PodSelectionError
 from airflow_k8s_retry.sensors import PodCompletionSensor
-from tests.simulated.sensor.test_sensor_task import external_pod
+from tests.support.following import external_pod
+
+pytestmark = pytest.mark.fake_cluster(time_scale=0.05)
 
 
 def sensor(**kwargs: Any) -> PodCompletionSensor:
@@ -30,8 +32,7 @@ def test_the_error_is_permanent():
 
 
 @pytest.mark.parametrize("selector", ["app in (a,b", "!app=b", "a b"])
-def test_an_invalid_label_selector(make_cluster, context, selector):
-    make_cluster()
+def test_an_invalid_label_selector(fake_cluster, context, selector):
     with pytest.raises(PodSelectionError) as raised:
         sensor(label_selector=selector).execute(context)
     text = one_line(raised.value)
@@ -47,20 +48,18 @@ IN_DEFAULT = {
 }
 
 
-def test_a_namespace_that_does_not_exist(make_cluster, context, monkeypatch):
+def test_a_namespace_that_does_not_exist(fake_cluster, context, monkeypatch):
     # No grant can be bound in a namespace that does not exist: listing its pods is refused, and
     # credentials that may read namespaces learn why.
-    cluster = make_cluster()
     may_read_namespaces = {"verbs": ["get"], "resources": ["namespaces"], "namespaces": None}
-    monkeypatch.setenv("KUBECONFIG", str(cluster.grant("ns-reader", [IN_DEFAULT, may_read_namespaces])))
+    monkeypatch.setenv("KUBECONFIG", str(fake_cluster.grant("ns-reader", [IN_DEFAULT, may_read_namespaces])))
     with pytest.raises(PodSelectionError) as raised:
         sensor(pod_name="report-1", namespace="reports").execute(context)
     assert "namespace 'reports' does not exist" in one_line(raised.value)
 
 
-def test_a_namespace_that_does_not_exist_under_the_namespaced_role(make_cluster, context, monkeypatch):
-    cluster = make_cluster()
-    monkeypatch.setenv("KUBECONFIG", str(cluster.grant("role", [IN_DEFAULT])))
+def test_a_namespace_that_does_not_exist_under_the_namespaced_role(fake_cluster, context, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(fake_cluster.grant("role", [IN_DEFAULT])))
     with pytest.raises(PodSelectionError) as raised:
         sensor(pod_name="report-1", namespace="reports").execute(context)
     text = one_line(raised.value)
@@ -69,34 +68,34 @@ def test_a_namespace_that_does_not_exist_under_the_namespaced_role(make_cluster,
 
 
 def test_under_the_namespaced_role_the_check_reads_no_namespace_once_pods_are_listed(
-    make_cluster, context, monkeypatch
+    fake_cluster, context, monkeypatch
 ):
     # Reading a namespace is cluster-scoped: the Role does not grant it, so a read at every start
     # would be a refusal in the audit log at every start. Once listing finds pods, the namespace
     # plainly exists and is not read.
-    cluster = make_cluster()
-    external_pod(cluster, "report-1", {"app": "x"})
-    before = len(cluster.audit_records())
-    monkeypatch.setenv("KUBECONFIG", str(cluster.grant("role", [IN_DEFAULT])))
+    external_pod(fake_cluster, "report-1", {"app": "x"})
+    before = len(fake_cluster.audit_records())
+    monkeypatch.setenv("KUBECONFIG", str(fake_cluster.grant("role", [IN_DEFAULT])))
     for target in ({"pod_name": "report-1"}, {"label_selector": "app=x"}, {"job_name": "etl"}):
         with pytest.raises(TaskDeferred):
             sensor(**target).execute(context)
-    records = cluster.audit_records()[before:]
+    records = fake_cluster.audit_records()[before:]
     assert [r for r in records if r.get("resource") == "namespaces"] == []
     assert [r for r in records if r.get("status") == 403] == []
 
 
 def test_a_sensor_that_starts_before_its_pod_waits_whatever_the_namespace_read_answers(
-    make_cluster, context, monkeypatch
+    fake_cluster, context, monkeypatch
 ):
     # No pod yet: the namespace is read to tell an empty namespace from a missing one, and the
     # Role's refusal of that read is no error.
-    cluster = make_cluster()
-    monkeypatch.setenv("KUBECONFIG", str(cluster.grant("role", [IN_DEFAULT])))
+    monkeypatch.setenv("KUBECONFIG", str(fake_cluster.grant("role", [IN_DEFAULT])))
     with pytest.raises(TaskDeferred):
         sensor(pod_name="report-1").execute(context)
     reads = [
-        (r.get("verb"), r.get("status")) for r in cluster.audit_records() if r.get("resource") == "namespaces"
+        (r.get("verb"), r.get("status"))
+        for r in fake_cluster.audit_records()
+        if r.get("resource") == "namespaces"
     ]
     assert reads == [("get", 403)]
 
@@ -109,9 +108,8 @@ def test_a_sensor_that_starts_before_its_pod_waits_whatever_the_namespace_read_a
         ({"job_name": "etl"}, ["namespaces", "pods"], "may not read jobs (API group batch)"),
     ],
 )
-def test_rbac_that_forbids_reading(make_cluster, context, monkeypatch, kwargs, resources, complaint):
-    cluster = make_cluster()
-    monkeypatch.setenv("KUBECONFIG", str(cluster.restrict("narrow", resources=resources)))
+def test_rbac_that_forbids_reading(fake_cluster, context, monkeypatch, kwargs, resources, complaint):
+    monkeypatch.setenv("KUBECONFIG", str(fake_cluster.restrict("narrow", resources=resources)))
     with pytest.raises(PodSelectionError) as raised:
         sensor(**kwargs).execute(context)
     text = one_line(raised.value)
@@ -119,23 +117,20 @@ def test_rbac_that_forbids_reading(make_cluster, context, monkeypatch, kwargs, r
     assert "is forbidden: User" in text  # the API's own words
 
 
-def test_no_permission_on_namespaces_is_not_an_error(make_cluster, context, monkeypatch):
+def test_no_permission_on_namespaces_is_not_an_error(fake_cluster, context, monkeypatch):
     """Reading a namespace is cluster-scoped: many sensors may not, and that says nothing about it."""
-    cluster = make_cluster()
-    monkeypatch.setenv("KUBECONFIG", str(cluster.restrict("pods-only", resources=["pods", "events"])))
+    monkeypatch.setenv("KUBECONFIG", str(fake_cluster.restrict("pods-only", resources=["pods", "events"])))
     with pytest.raises(TaskDeferred):
         sensor(pod_name="report-1").execute(context)
 
 
-def test_a_transient_api_error_only_warns_and_the_sensor_waits(make_cluster, context):
-    cluster = make_cluster()
-    cluster.add_fault("list", "pods", 500, times=1)
+def test_a_transient_api_error_only_warns_and_the_sensor_waits(fake_cluster, context):
+    fake_cluster.add_fault("list", "pods", 500, times=1)
     with pytest.raises(TaskDeferred):
         sensor(label_selector="app=x").execute(context)
 
 
 @pytest.mark.parametrize("flag", ["soft_fail", "never_fail"])
-def test_soft_fail_and_never_fail_skip_it_as_airflow_skips_a_failing_poke(make_cluster, context, flag):
-    make_cluster()
+def test_soft_fail_and_never_fail_skip_it_as_airflow_skips_a_failing_poke(fake_cluster, context, flag):
     with pytest.raises(AirflowSkipException, match="does not exist"):
         sensor(pod_name="report-1", namespace="reports", **{flag: True}).execute(context)

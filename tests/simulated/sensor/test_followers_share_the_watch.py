@@ -22,9 +22,9 @@ from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import CollectionSubscription, WatchHub
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry_testing import FakeCluster
-from tests.simulated.sensor.stepping import made, requests
-from tests.simulated.sensor.test_following_a_target import WATCHED, create, job, pod
+from tests.simulated.sensor.stepping import WATCHED, made, requests
 from tests.support.feeds import hold_hub
+from tests.support.following import create, job, pod
 from tests.support.lab import cluster_reaches
 
 

@@ -15,36 +15,37 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
-from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import Outcome, Reason
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.target import PROGRESS_EVERY, PodTargetTrigger, Target, TargetEvent
 from airflow_k8s_retry_testing import FakeCluster
-from tests.simulated.sensor.stepping import TaskLog, created, job_failed, made, phase, requests, run_until
+from tests.simulated.sensor.stepping import (
+    SCENARIO,
+    WATCHED,
+    TaskLog,
+    created,
+    job_failed,
+    made,
+    phase,
+    requests,
+    run_until,
+)
 from tests.support.feeds import hold_hub
-from tests.support.lab import CONN_ID, use_cluster
+from tests.support.following import Following, create, following, job, pod
+from tests.support.lab import use_cluster
 
-SCENARIO = {
-    "images": {
-        "quick:1": {"run": {"duration_seconds": 2}},
-        "long:1": {"run": {"duration_seconds": 100_000}},
-        "fails:1": {"run": {"exit_code": 3, "duration_seconds": 1, "log": "boom"}},
-    }
-}
 #: The hub's longest reconnect delay: advancing its clock this far ends any one backoff.
 BACKOFF_CAP = 0.2
-#: What the trigger's feeds ask while they watch: one LIST, then one WATCH.
-WATCHED = ["list 200", "watch 200"]
+#: The following trigger's clock, and its judges', moves only when a test advances it.
+pytestmark = pytest.mark.usefixtures("trigger_clock")
 EXIT_3 = "container 'main' failed with exit code 3, reason Error"
 BACKOFF_LIMIT = "BackoffLimitExceeded: Job has reached the specified backoff limit"
 
@@ -54,83 +55,18 @@ def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
     return hold_hub(hub_settings, backoff_base=0.05, backoff_cap=BACKOFF_CAP)
 
 
-@pytest.fixture(autouse=True)
-def trigger_clock(monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock) -> ManualClock:
-    """The following trigger's clock, and its judges': it moves only when a test advances it."""
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    return manual_clock
-
-
 @pytest.fixture
 def log(capsys: pytest.CaptureFixture[str]) -> TaskLog:
     return TaskLog(capsys)
 
 
-def manual_cluster(monkeypatch: pytest.MonkeyPatch, scenario: Mapping[str, Any]) -> Iterator[FakeCluster]:
-    with FakeCluster(scenario, clock="manual") as running:
-        use_cluster(monkeypatch, running)
-        yield running
-
-
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch, hub_clock: ManualClock) -> Iterator[FakeCluster]:
-    yield from manual_cluster(monkeypatch, SCENARIO)
-
-
-def following(target: Target, **kwargs: Any) -> PodTargetTrigger:
-    return PodTargetTrigger(kubernetes_conn_id=CONN_ID, target=target.to_payload(), policy=None, **kwargs)
-
-
-class Following:
-    """A following trigger running in the test's loop, like the triggerer runs it."""
-
-    def __init__(self, trigger: PodTargetTrigger) -> None:
-        self.trigger = trigger
-        self.events: list[TargetEvent] = []
-        self.task = asyncio.get_running_loop().create_task(self._consume())
-
-    async def _consume(self) -> None:
-        async for event in self.trigger.run():
-            self.events.append(TargetEvent.from_payload(event.payload))
-
-    async def finish(self, within: float) -> TargetEvent:
-        await asyncio.wait_for(asyncio.shield(self.task), within)
-        assert len(self.events) == 1, self.events
-        return self.events[0]
-
-
-def create(cluster: FakeCluster, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    from kubernetes import client
-
-    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
-    try:
-        if kind == "job":
-            made = client.BatchV1Api(api).create_namespaced_job("default", body)
-        else:
-            made = client.CoreV1Api(api).create_namespaced_pod("default", body)
-        return dict(api.sanitize_for_serialization(made))
-    finally:
-        api.close()
-
-
-def pod(name: str, image: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": labels or {"app": "report"}},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]},
-    }
-
-
-def job(name: str, image: str, *, backoff_limit: int = 6) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "backoffLimit": backoff_limit,
-            "template": {
-                "metadata": {"labels": {"app": "etl"}},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]},
-            },
-        },
-    }
+def cluster(
+    hub_clock: ManualClock, make_fake_cluster: Callable[..., FakeCluster], monkeypatch: pytest.MonkeyPatch
+) -> FakeCluster:
+    running = make_fake_cluster(SCENARIO, clock="manual")
+    use_cluster(monkeypatch, running)
+    return running
 
 
 def watching(cluster: FakeCluster, name: str) -> str:
@@ -211,10 +147,14 @@ async def test_a_selector_follows_the_newest_matching_pod(cluster: FakeCluster, 
 
 
 @pytest.fixture
-def evicting(monkeypatch: pytest.MonkeyPatch, hub_clock: ManualClock) -> Iterator[FakeCluster]:
+def evicting(
+    hub_clock: ManualClock, make_fake_cluster: Callable[..., FakeCluster], monkeypatch: pytest.MonkeyPatch
+) -> FakeCluster:
     """The first pod of Job ``etl`` is evicted a second after it starts (count 1: not its successor)."""
     disruption = {"pod_name_prefix": "etl-", "after_seconds": 1, "kind": "evict"}
-    yield from manual_cluster(monkeypatch, {**SCENARIO, "disruptions": [disruption]})
+    running = make_fake_cluster({**SCENARIO, "disruptions": [disruption]}, clock="manual")
+    use_cluster(monkeypatch, running)
+    return running
 
 
 async def test_a_failed_pod_the_job_replaces_is_not_the_end(evicting: FakeCluster, log: TaskLog) -> None:

@@ -7,14 +7,13 @@ event it hands the sensor speaks of (a success for a pod that has succeeded)."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import MagicMock, call
 
 import pytest
-from kubernetes.config import new_client_from_config
+from pytest_mock import MockerFixture
 
 from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
 from airflow_k8s_retry.compat import (
@@ -25,19 +24,16 @@ from airflow_k8s_retry.compat import (
     TaskDeferred,
 )
 from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
-from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF, PodClient
+from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF
 from airflow_k8s_retry.sensors import PodCompletionSensor
 from airflow_k8s_retry.sensors import pod as sensor_module
 from airflow_k8s_retry.triggers.target import Judged, Target, TargetEvent
 from tests.simulated.sensor.stepping import phase, run_until
+from tests.support.following import external_pod
 
 SCENARIO = {"images": {"app:broken": {"run": {"exit_code": 3, "log": "boom at line 7"}}}}
 
-
-@pytest.fixture
-def make_cluster(make_cluster: Callable[..., Any]) -> Callable[..., Any]:
-    """The shared fixture's simulator, on a manual clock."""
-    return functools.partial(make_cluster, clock="manual")
+pytestmark = pytest.mark.fake_cluster(clock="manual")
 
 
 def succeeded(cluster: Any, name: str = "report-1") -> None:
@@ -50,20 +46,6 @@ def sensor(**kwargs: Any) -> PodCompletionSensor:
         kwargs.setdefault("pod_name", "report-1")
     kwargs.setdefault("namespace", "default")
     return PodCompletionSensor(task_id="wait", kubernetes_conn_id=None, **kwargs)
-
-
-def external_pod(
-    cluster: Any, name: str, labels: dict[str, str], image: str = "busybox:1.36"
-) -> dict[str, Any]:
-    client = PodClient(new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False))
-    body = {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image}]},
-    }
-    client.core.create_namespaced_pod("default", body)
-    pod = client.read("default", name)
-    assert pod is not None
-    return pod
 
 
 def deletes(cluster: Any) -> list[str]:
@@ -92,8 +74,7 @@ def timed_out() -> dict[str, Any]:
     ).to_payload()
 
 
-def test_defers_at_once_even_before_the_pod_exists(make_cluster, context, monkeypatch):
-    make_cluster()
+def test_defers_at_once_even_before_the_pod_exists(fake_cluster, context, monkeypatch):
     now = 1_800_000_000.0  # the sensor's wall clock, held still
     monkeypatch.setattr(sensor_module, "time", SimpleNamespace(time=lambda: now))
     with pytest.raises(TaskDeferred) as deferred:
@@ -109,8 +90,7 @@ def test_defers_at_once_even_before_the_pod_exists(make_cluster, context, monkey
     assert deferred.value.timeout == timedelta(seconds=120 + 300)
 
 
-def test_the_templated_target_is_what_is_followed(make_cluster, context):
-    make_cluster()
+def test_the_templated_target_is_what_is_followed(fake_cluster, context):
     with pytest.raises(TaskDeferred) as deferred:
         sensor(job_name="etl-2024", namespace=None).execute(context)
     assert deferred.value.trigger.serialize()[1]["target"]["job_name"] == "etl-2024"
@@ -145,9 +125,8 @@ def test_soft_fail_and_never_fail_turn_a_timeout_or_a_failure_into_a_skip(contex
         sensor(**{flag: True}).resume_execution("execute_complete", {"event": event}, context)
 
 
-def test_failures_raise_the_operator_exceptions_and_delete_nothing(make_cluster, context, ti):
-    cluster = make_cluster()
-    pod = external_pod(cluster, "report-1", {"app": "report"})
+def test_failures_raise_the_operator_exceptions_and_delete_nothing(fake_cluster, context, ti):
+    pod = external_pod(fake_cluster, "report-1", {"app": "report"})
     with pytest.raises(PodFailure):
         sensor().execute_complete(context, target_event(pod, Outcome.RETRY, Reason.CONTAINER_OOM))
     assert ti.xcom["verdict"]["reason"] == "container.oom"
@@ -157,48 +136,48 @@ def test_failures_raise_the_operator_exceptions_and_delete_nothing(make_cluster,
     with pytest.raises(PodFailure):
         sensor().execute_complete(context, target_event(pod, Outcome.RELAUNCH, Reason.NODE_LOST))
     sensor().execute_complete(context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED))
-    assert deletes(cluster) == []
-    assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]
+    assert deletes(fake_cluster) == []
+    assert [p["metadata"]["name"] for p in fake_cluster.pods()] == ["report-1"]
 
 
-def test_the_failure_report_carries_the_pods_last_log_lines(make_cluster, context, capsys):
-    cluster = make_cluster(SCENARIO)
-    pod = external_pod(cluster, "report-1", {"app": "report"}, image="app:broken")
-    run_until(cluster, lambda c: phase(c, "report-1") == "Failed")
+@pytest.mark.fake_cluster(SCENARIO, clock="manual")
+def test_the_failure_report_carries_the_pods_last_log_lines(fake_cluster, context, capsys):
+    pod = external_pod(fake_cluster, "report-1", {"app": "report"}, image="app:broken")
+    run_until(fake_cluster, lambda c: phase(c, "report-1") == "Failed")
     with pytest.raises(PodFailure):
         sensor().execute_complete(context, target_event(pod, Outcome.RETRY, Reason.CONTAINER_EXIT_CODE))
     assert "boom at line 7" in capsys.readouterr().out
 
 
-def test_deletes_when_asked(make_cluster, context):
-    cluster = make_cluster()
-    pod = external_pod(cluster, "report-1", {"app": "report"})
-    succeeded(cluster)
+def test_deletes_when_asked(fake_cluster, context):
+    pod = external_pod(fake_cluster, "report-1", {"app": "report"})
+    succeeded(fake_cluster)
     s = sensor(delete_pod_on_finish=True)
     s.execute_complete(context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED))
-    assert deletes(cluster) == ["report-1"]
-    assert cluster.pods() == []  # a finished pod goes at once
+    assert deletes(fake_cluster) == ["report-1"]
+    assert fake_cluster.pods() == []  # a finished pod goes at once
 
 
 def test_a_refused_delete_does_not_turn_a_success_into_a_failure(
-    make_cluster, context, monkeypatch, no_backoff_sleep
+    fake_cluster, context, monkeypatch, retry_sleep
 ):
-    cluster = make_cluster()
-    pod = external_pod(cluster, "report-1", {"app": "report"})
-    succeeded(cluster)
-    read_only = cluster.restrict("read-only", verbs=["get", "list", "watch"])
+    pod = external_pod(fake_cluster, "report-1", {"app": "report"})
+    succeeded(fake_cluster)
+    read_only = fake_cluster.restrict("read-only", verbs=["get", "list", "watch"])
     monkeypatch.setenv("KUBECONFIG", str(read_only))
     sensor(delete_pod_on_finish=True).execute_complete(
         context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED)
     )
     refused = [
-        r for r in cluster.audit_records() if r.get("verb") in ("patch", "delete") and r.get("status") == 403
+        r
+        for r in fake_cluster.audit_records()
+        if r.get("verb") in ("patch", "delete") and r.get("status") == 403
     ]
     assert refused, "the stamp and the delete were refused"
-    assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]
+    assert [p["metadata"]["name"] for p in fake_cluster.pods()] == ["report-1"]
     # A 403 may be an authorizer failing for a moment: the delete took its whole back-off, the
     # stamp (not transient) was tried once.
-    assert no_backoff_sleep == list(OUTAGE_BACKOFF)
+    assert retry_sleep.call_args_list == [call(s) for s in OUTAGE_BACKOFF]
     assert [r["verb"] for r in refused] == ["patch"] + ["delete"] * (len(OUTAGE_BACKOFF) + 1)
 
 
@@ -210,41 +189,39 @@ def test_a_job_verdict_without_a_pod_still_fails_the_task(context):
 
 
 @pytest.fixture
-def no_backoff_sleep(monkeypatch):
-    slept: list[float] = []
-    monkeypatch.setattr(PodCompletionSensor, "retry_sleep", staticmethod(slept.append))
-    return slept
+def retry_sleep(mocker: MockerFixture) -> MagicMock:
+    """The sensor's back-off seam, ``PodCompletionSensor.retry_sleep``: a stub that does not sleep."""
+    stub: MagicMock = mocker.patch.object(PodCompletionSensor, "retry_sleep")
+    return stub
 
 
-def test_a_delete_that_fails_once_is_retried_and_the_success_stands(make_cluster, context, no_backoff_sleep):
-    cluster = make_cluster()
-    pod = external_pod(cluster, "report-1", {"app": "report"})
-    succeeded(cluster)
-    cluster.add_fault("delete", "pods", 500, times=1)
+def test_a_delete_that_fails_once_is_retried_and_the_success_stands(fake_cluster, context, retry_sleep):
+    pod = external_pod(fake_cluster, "report-1", {"app": "report"})
+    succeeded(fake_cluster)
+    fake_cluster.add_fault("delete", "pods", 500, times=1)
     sensor(delete_pod_on_finish=True).execute_complete(
         context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED)
     )
     statuses = [
         r["status"]
-        for r in cluster.audit_records()
+        for r in fake_cluster.audit_records()
         if r.get("verb") == "delete" and r.get("kind") == "request"
     ]
     assert statuses == [500, 200]
-    assert no_backoff_sleep == [0.5]
-    assert cluster.pods() == [], "the pod was deleted on the second attempt"
+    assert retry_sleep.call_args_list == [call(0.5)]
+    assert fake_cluster.pods() == [], "the pod was deleted on the second attempt"
 
 
-def test_api_errors_in_the_cleanup_never_fail_a_succeeded_task(make_cluster, context, no_backoff_sleep):
-    cluster = make_cluster()
-    pod = external_pod(cluster, "report-1", {"app": "report"})
-    succeeded(cluster)
+def test_api_errors_in_the_cleanup_never_fail_a_succeeded_task(fake_cluster, context, retry_sleep):
+    pod = external_pod(fake_cluster, "report-1", {"app": "report"})
+    succeeded(fake_cluster)
     for verb in ("delete", "patch"):
-        cluster.add_fault(verb, "pods", 500, times=None)
+        fake_cluster.add_fault(verb, "pods", 500, times=None)
     sensor(delete_pod_on_finish=True).execute_complete(
         context, target_event(pod, Outcome.SUCCEED, Reason.SUCCEEDED)
     )
-    failed = [r["verb"] for r in cluster.audit_records() if r.get("status") == 500]
+    failed = [r["verb"] for r in fake_cluster.audit_records() if r.get("status") == 500]
     # Four attempts at the stamp, then seven at the delete (about 30 s: a finished pod's delete
     # outlasts an API server's restart); none of it reaches the task's outcome.
     assert failed == ["patch"] * 4 + ["delete"] * (len(OUTAGE_BACKOFF) + 1)
-    assert [p["metadata"]["name"] for p in cluster.pods()] == ["report-1"]
+    assert [p["metadata"]["name"] for p in fake_cluster.pods()] == ["report-1"]

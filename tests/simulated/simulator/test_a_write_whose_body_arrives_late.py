@@ -23,8 +23,7 @@ import kubernetes
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-
-from .conftest import BASE_SCENARIO, LONG, phase, pod_body
+from tests.simulated.simulator.pods import BASE_SCENARIO, LONG, phase, pod_body
 
 NAME = "late-write"
 

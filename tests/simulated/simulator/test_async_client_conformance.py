@@ -11,8 +11,7 @@ from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiException
 
 from airflow_k8s_retry_testing import FakeCluster
-
-from .conftest import LONG, phase, pod_body, pod_is
+from tests.simulated.simulator.pods import LONG, phase, pod_body, pod_is
 
 
 async def reached(cluster: FakeCluster, predicate: Any, within: float = 5) -> bool:

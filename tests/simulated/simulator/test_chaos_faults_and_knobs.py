@@ -13,9 +13,7 @@ from kubernetes.client import ApiException
 
 from airflow_k8s_retry_testing import FakeCluster
 from airflow_k8s_retry_testing.simclock import SimClock
-
-from .conftest import pod_body
-from .test_faults_rbac_and_audit import api_for
+from tests.simulated.simulator.pods import api_for, pod_body
 
 
 def test_a_403_at_create_is_a_quota_rejection_and_elsewhere_the_authorizer(cluster: FakeCluster) -> None:

@@ -7,22 +7,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import kubernetes
 import pytest
 import urllib3
 from kubernetes.client import ApiException
 
 from airflow_k8s_retry_testing import FakeCluster
-
-from .conftest import FAST, pod_body
-
-
-def api_for(kubeconfig: Path) -> kubernetes.client.CoreV1Api:
-    """A client without urllib3's own retries (which would retry a 429 carrying Retry-After)."""
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    configuration.retries = False
-    return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+from tests.simulated.simulator.pods import FAST, api_for, pod_body
 
 
 def test_faults_fail_exactly_the_requested_calls(cluster: FakeCluster) -> None:

@@ -15,8 +15,7 @@ import kubernetes
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-
-from .conftest import pod_body
+from tests.simulated.simulator.pods import pod_body
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(

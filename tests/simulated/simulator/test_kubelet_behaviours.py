@@ -10,8 +10,15 @@ import kubernetes
 import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
-
-from .conftest import FAST, container_state, phase, pod_body, pod_is, snapshot_when, waiting_reason
+from tests.simulated.simulator.pods import (
+    FAST,
+    container_state,
+    phase,
+    pod_body,
+    pod_is,
+    snapshot_when,
+    waiting_reason,
+)
 
 SCENARIO: dict[str, Any] = {
     "images": {

@@ -16,8 +16,7 @@ import pytest
 
 from airflow_k8s_retry_testing import FakeCluster
 from airflow_k8s_retry_testing.timers import ManualTime
-
-from .conftest import phase, pod_body
+from tests.simulated.simulator.pods import phase, pod_body
 
 SCENARIO: dict[str, Any] = {
     "images": {

@@ -39,6 +39,16 @@ def test_a_scenario_as_a_dict(fake_cluster):
     assert secret.metadata.name == "db"
 
 
+def exiting(code):
+    scenario = {"images": {"app:1": {"run": {"exit_code": code}}}}
+    return pytest.param(code, marks=pytest.mark.fake_cluster(scenario, time_scale=0.5))
+
+
+@pytest.mark.parametrize("code", [exiting(0), exiting(3)])
+def test_each_case_its_own_scenario(fake_cluster, code):
+    assert fake_cluster.scenario.images["app:1"].run.exit_code == code and fake_cluster.time_scale == 0.5
+
+
 def test_two_clusters_from_the_factory(make_fake_cluster):
     one, two = make_fake_cluster(), make_fake_cluster(time_scale=0.5)
     assert one.url != two.url and two.time_scale == 0.5
@@ -57,7 +67,7 @@ def test_an_authors_suite_gets_a_ready_cluster_from_the_entry_point(pytester: py
         "-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function", "-v"
     )
 
-    result.assert_outcomes(passed=4, errors=1)
+    result.assert_outcomes(passed=6, errors=1)
     result.stdout.fnmatch_lines(["plugins:*airflow-k8s-retry-testing-0.1.0*"])
     result.stdout.fnmatch_lines(
         ["*no shipped scenario named 'no_such_scenario'; choose one of: capacity, config_errors, *healthy*"]

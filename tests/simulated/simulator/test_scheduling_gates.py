@@ -13,8 +13,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from airflow_k8s_retry_testing import FakeCluster
-
-from .conftest import BASE_SCENARIO, FAST, LONG, phase, pod_body, pod_is
+from tests.simulated.simulator.pods import BASE_SCENARIO, FAST, LONG, phase, pod_body, pod_is
 
 
 @pytest.fixture

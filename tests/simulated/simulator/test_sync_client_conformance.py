@@ -14,8 +14,7 @@ from kubernetes.client import ApiException
 from kubernetes.stream import stream
 
 from airflow_k8s_retry_testing import FakeCluster
-
-from .conftest import phase, pod_body, pod_is
+from tests.simulated.simulator.pods import phase, pod_body, pod_is
 
 
 def status_of(exc: ApiException) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The watching tests' fixtures: kubeconfig files, manual clocks, hub settings."""
+"""The watching tests' fixtures: kubeconfig files, manual clocks, hub settings, the triggers' clock and
+task-state lookup replaced."""
 
 from __future__ import annotations
 
@@ -9,9 +10,22 @@ import pytest
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from tests.support.feeds import hold_hub
-from tests.support.watch_fixtures import hub_settings, kubeconfig_file, manual_clock
+from tests.support.watch_fixtures import (
+    hub_settings,
+    kubeconfig_file,
+    manual_clock,
+    task_state_lookup,
+    trigger_clock,
+)
 
-__all__ = ["held_hub", "hub_settings", "kubeconfig_file", "manual_clock"]
+__all__ = [
+    "held_hub",
+    "hub_settings",
+    "kubeconfig_file",
+    "manual_clock",
+    "task_state_lookup",
+    "trigger_clock",
+]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from kubernetes.config import new_client_from_config
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.naming import MANAGED_LABEL, TryIdentity
-from airflow_k8s_retry.triggers.pod import PodEvent, PodStateTrigger
+from airflow_k8s_retry.triggers.pod import PodEvent
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import feed_requests, mark, requests, until_watching
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
@@ -60,7 +60,6 @@ async def running_and_followed(
     """A running pod, and a trigger that has seen it running (it waits for its re-check) through
     feeds that list and watch."""
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", trigger_clock)
     identity = TryIdentity(task, "feed", "run-1")
     pod = create_pod(cluster, pod_body(identity, "job:1"))
     cluster.advance(STARTED)
@@ -72,12 +71,12 @@ async def running_and_followed(
 
 
 async def test_a_stuck_feed_does_not_hide_a_finished_pod(
-    monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     # The container runs until the test ends it.
     scenario = {"images": {"job:1": {"run": {"exit_code": 0, "duration_seconds": 10**7}}}}
     with FakeCluster(scenario, clock="manual") as cluster:
-        pod, _, run = await running_and_followed(cluster, monkeypatch, manual_clock, "stuck")
+        pod, _, run = await running_and_followed(cluster, monkeypatch, trigger_clock, "stuck")
         name = pod["metadata"]["name"]
         listed = str(cluster.resource_version)
         # From now on the feed can neither watch nor re-list; GET still works. Its watch ends
@@ -99,19 +98,19 @@ async def test_a_stuck_feed_does_not_hide_a_finished_pod(
         # Its re-check falls due: with no news for that long, the trigger reads the pod itself,
         # once, and the one event is the success.
         first = mark(cluster)
-        manual_clock.advance(RECHECK)
+        trigger_clock.advance(RECHECK)
         event = await run.finish(within=30)
         assert event.verdict.outcome is Outcome.SUCCEED
         assert requests(cluster, first) == [("get", "pods", "default", 200)]
 
 
 async def test_a_live_pod_the_feed_called_gone_is_followed_again(
-    monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     # The container runs until the test ends it, after the label dance.
     scenario = {"images": {"job:1": {"run": {"exit_code": 0, "duration_seconds": 10**7}}}}
     with FakeCluster(scenario, clock="manual") as cluster:
-        pod, _, run = await running_and_followed(cluster, monkeypatch, manual_clock, "misled")
+        pod, _, run = await running_and_followed(cluster, monkeypatch, trigger_clock, "misled")
         name = pod["metadata"]["name"]
         listed = str(cluster.resource_version)
         # A webhook takes the label off: the watch no longer shows the pod. The history is
@@ -124,11 +123,11 @@ async def test_a_live_pod_the_feed_called_gone_is_followed_again(
         held_hub.set(await backs_off(held_hub))  # the watch ended with nothing in it
         # The trigger's clock moves a second (no timer of its falls due), so that the wait that
         # follows the last look is one of its own.
-        manual_clock.advance(1)
+        trigger_clock.advance(1)
         held_hub.set(await backs_off(held_hub))  # 410: gone again before anything came through
         # The last look finds the pod alive and withdraws the deletion; the trigger waits for the
         # running pod's re-check again.
-        await manual_clock.wait_for_sleeper(manual_clock.now() + RECHECK)
+        await trigger_clock.wait_for_sleeper(trigger_clock.now() + RECHECK)
         assert run.events == []
         relisted = str(cluster.resource_version)
         # The feed watches again from its listing (the trigger's look may come first or not).
@@ -154,7 +153,7 @@ async def test_a_live_pod_the_feed_called_gone_is_followed_again(
 
 
 async def test_a_relaunch_waits_until_the_disrupted_pod_stopped(
-    monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     # A checkpointing job: after SIGTERM it takes 400 s to exit, within its 600 s of grace; a
     # replacement started in that time would run beside it.
@@ -162,7 +161,6 @@ async def test_a_relaunch_waits_until_the_disrupted_pod_stopped(
     scenario = {"images": {"long:1": {"run": run_spec}}}
     with FakeCluster(scenario, clock="manual") as cluster:
         use_cluster(monkeypatch, cluster)
-        monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
         identity = TryIdentity("overlap", "task", "run-1")
         pod = create_pod(cluster, pod_body(identity, "long:1", spec={"terminationGracePeriodSeconds": 600}))
         name = pod["metadata"]["name"]
@@ -177,12 +175,12 @@ async def test_a_relaunch_waits_until_the_disrupted_pod_stopped(
 
         task = asyncio.get_running_loop().create_task(consume())
         await until_watching(cluster)
-        await manual_clock.wait_for_sleeper(manual_clock.now() + RECHECK)
+        await trigger_clock.wait_for_sleeper(trigger_clock.now() + RECHECK)
         # Preempted: the pod is marked for deletion and its container told to stop. The trigger
         # sees the container still running and holds the relaunch, at most the pod's grace and a
         # margin (600 + 30 s on its clock, which does not move here).
         cluster.disrupt(name, "preempt")
-        await manual_clock.wait_for_sleeper(manual_clock.now() + 630)
+        await trigger_clock.wait_for_sleeper(trigger_clock.now() + 630)
         assert seen == []
         # The container exits 400 s after its SIGTERM; only then does the relaunch leave, while
         # the old pod (its deletion not confirmed yet) shows no container running.

@@ -18,7 +18,6 @@ from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import Recorder, feed_counts, feed_requests, requests, until_watching, woken
 from tests.support.lab import Run, create_pod, pod_body, trigger_for, use_cluster
@@ -29,17 +28,13 @@ PENDING_WAIT = 900.0
 #: The simulated seconds a trigger waits without any news before it reads the pod itself.
 QUIET_LIMIT = 300.0
 
+pytestmark = pytest.mark.usefixtures("trigger_clock")
+
 
 @pytest.fixture
 def cluster() -> Iterator[FakeCluster]:
     with FakeCluster(SCENARIO, clock="manual") as running:
         yield running
-
-
-@pytest.fixture(autouse=True)
-def trigger_clock(monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock) -> ManualClock:
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    return manual_clock
 
 
 async def test_a_pod_created_after_the_feed_started_arrives_through_the_watch(

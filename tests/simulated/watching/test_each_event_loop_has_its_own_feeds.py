@@ -18,7 +18,6 @@ from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import feed_requests, hold_hub, mark, requests, until_watching
 from tests.support.lab import Run, create_pod, pod_body, trigger_for, use_cluster
@@ -40,11 +39,10 @@ def test_one_asyncio_run_per_trigger_like_dags_test(
     cluster: FakeCluster,
     monkeypatch: pytest.MonkeyPatch,
     hub_settings: Callable[..., HubSettings],
-    manual_clock: ManualClock,
+    trigger_clock: ManualClock,
 ) -> None:
     use_cluster(monkeypatch, cluster)
     hold_hub(hub_settings)  # every loop's hub waits on it; nobody advances it
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     hubs: list[WatchHub] = []
 
     async def one(task: str) -> tuple[Outcome, str]:
@@ -54,7 +52,7 @@ def test_one_asyncio_run_per_trigger_like_dags_test(
         run = Run(trigger_for(pod, identity)).start()
         # This loop's feeds list and watch; its trigger has the pending pod and waits.
         await until_watching(cluster, since=since)
-        await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+        await trigger_clock.wait_for_sleeper(trigger_clock.now() + PENDING_WAIT)
         cluster.advance(LIFE)
         event = await run.finish(within=30)
         return event.verdict.outcome, pod["metadata"]["resourceVersion"]

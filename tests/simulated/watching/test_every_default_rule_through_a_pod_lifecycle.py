@@ -11,7 +11,6 @@ case has one outcome whatever the machine's load, and makes exactly the reads (a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +20,20 @@ from kubernetes.config import new_client_from_config
 
 from airflow_k8s_retry.classification import FailurePolicy, Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
-from airflow_k8s_retry.triggers import PodStateTrigger
+from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.triggers.tracker import GRACE_NOTE_EVERY
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import requests, until_watching
-from tests.support.lab import Run, TriggerLog, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.lab import (
+    Run,
+    TriggerLog,
+    cluster_reaches,
+    create_pod,
+    pod_body,
+    stamped_signals,
+    trigger_for,
+    use_cluster,
+)
 
 LONG = {"exit_code": 0, "duration_seconds": 100_000}
 SCENARIO = {
@@ -182,12 +189,6 @@ def cluster() -> Iterator[FakeCluster]:
         yield running
 
 
-def stamped_signals(cluster: FakeCluster, name: str) -> dict[str, float]:
-    pod = cluster.pod(name)
-    raw = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(HISTORY_ANNOTATION)
-    return dict(json.loads(raw)["first_seen"]) if raw else {}
-
-
 def force_delete(cluster: FakeCluster, name: str) -> None:
     from kubernetes import client as k
 
@@ -233,38 +234,37 @@ async def test_default_rule(
     name: str,
     cluster: FakeCluster,
     monkeypatch: pytest.MonkeyPatch,
-    manual_clock: ManualClock,
+    trigger_clock: ManualClock,
     held_hub: ManualClock,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     case = CASES[name]
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     identity = TryIdentity("rules", name.replace(" ", "_"), "run-1")
     pod = create_pod(cluster, body_for(identity, case))
     pod_name = pod["metadata"]["name"]
     deadline = None
     if case.execution_timeout is not None:
-        deadline = manual_clock.now() + case.execution_timeout
+        deadline = trigger_clock.now() + case.execution_timeout
     policy = FailurePolicy.from_payload(case.policy).to_payload() if case.policy else None
     trigger = trigger_for(pod, identity, policy=policy, execution_deadline=deadline, poll_interval=QUIET_POLL)
     run = Run(trigger).start()
     # The feeds watch, the trigger waits on the pending pod; then the pod goes as far as the case runs.
     await until_watching(cluster)
-    await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + PENDING_WAIT)
     cluster.advance(case.runs)
 
     if case.disrupt or case.running:
         assert phase(cluster, pod_name) == "Running"
     if case.disrupt:
         # Once the trigger has seen it running (it sleeps until the running re-check), take it away.
-        await manual_clock.wait_for_sleeper(manual_clock.now() + RECHECK)
+        await trigger_clock.wait_for_sleeper(trigger_clock.now() + RECHECK)
         if case.disrupt == "force_delete":
             force_delete(cluster, pod_name)
         else:
             cluster.disrupt(pod_name, case.disrupt)
         cluster.advance(case.disrupted)
-    start = manual_clock.now()
+    start = trigger_clock.now()
     if case.signal is not None:
         signal = case.signal
         await cluster_reaches(cluster, lambda c: signal in stamped_signals(c, pod_name), 30)
@@ -272,10 +272,10 @@ async def test_default_rule(
     if case.grace is not None:
         # The trigger's timer is set for exactly the end of the grace, counted from first seen.
         timer = case.timer if case.timer is not None else case.grace
-        await manual_clock.wait_for_sleeper(start + timer)
-        await before_the_end(case, start, manual_clock, TriggerLog(capsys))
+        await trigger_clock.wait_for_sleeper(start + timer)
+        await before_the_end(case, start, trigger_clock, TriggerLog(capsys))
         assert run.events == []
-        manual_clock.advance(1)
+        trigger_clock.advance(1)
 
     event = await run.finish(within=30)
     assert (event.verdict.outcome, event.verdict.reason.value) == (case.outcome, case.reason), event.verdict

@@ -19,11 +19,18 @@ import pytest
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.naming import TryIdentity
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
-from tests.simulated.watching.test_every_default_rule_through_a_pod_lifecycle import stamped_signals
 from tests.support.feeds import mark, probe, requests, until_watching, version
-from tests.support.lab import Run, TriggerLog, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
+from tests.support.lab import (
+    Run,
+    TriggerLog,
+    cluster_reaches,
+    create_pod,
+    pod_body,
+    stamped_signals,
+    trigger_for,
+    use_cluster,
+)
 
 #: How long a pending pod's trigger waits at most (the deadline of a pod that never starts).
 PENDING_WAIT = 900.0
@@ -50,17 +57,16 @@ def waiting(log: TriggerLog) -> list[str]:
 async def test_a_rate_limited_pull_says_once_a_minute_what_it_awaits(
     cluster: FakeCluster,
     monkeypatch: pytest.MonkeyPatch,
-    manual_clock: ManualClock,
+    trigger_clock: ManualClock,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     log = TriggerLog(capsys)
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     pod = create_pod(cluster, pod_body(TryIdentity("grace", "pull", "run-1"), "busy:1"))
     name = pod["metadata"]["name"]
     run = Run(trigger_for(pod, TryIdentity("grace", "pull", "run-1"))).start()
     await until_watching(cluster)
-    await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + PENDING_WAIT)
     cluster.advance(PULL_REFUSED)
 
     signal = "image.rate_limited:base"
@@ -73,18 +79,18 @@ async def test_a_rate_limited_pull_says_once_a_minute_what_it_awaits(
     since, until = hhmmss(start), hhmmss(start + 900)
     line = f"Pod {name}: image.rate_limited: waiting since {since}, giving up at {until}"
     # The grace's own timer stays as it was; a line a minute is a timer of its own.
-    await manual_clock.wait_for_sleeper(start + 900)
-    await manual_clock.wait_for_sleeper(start + 60)
+    await trigger_clock.wait_for_sleeper(start + 900)
+    await trigger_clock.wait_for_sleeper(start + 60)
     assert waiting(log) == []
     first = mark(cluster)
     for minute in (1, 2, 3):
-        manual_clock.advance(60)
-        await manual_clock.wait_for_sleeper(start + 60 * (minute + 1))
+        trigger_clock.advance(60)
+        await trigger_clock.wait_for_sleeper(start + 60 * (minute + 1))
         assert waiting(log) == [line] * minute
     assert requests(cluster, first) == []  # a line is not a request (nor a stamp)
     assert run.events == []
 
-    manual_clock.set(start + 900)
+    trigger_clock.set(start + 900)
     event = await run.finish(within=30)
     assert (event.verdict.outcome, event.verdict.reason.value) == (Outcome.RETRY, "image.rate_limited")
     # Two reads when the grace ends: the pod itself, the feed having said nothing of it for longer

@@ -18,7 +18,6 @@ import pytest
 from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.naming import HISTORY_ANNOTATION, TryIdentity
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import feed_requests, mark, requests, until_watching
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
@@ -62,10 +61,9 @@ def phase(cluster: FakeCluster, name: str) -> str:
 
 
 async def test_a_failure_seen_on_a_stale_watch_is_withdrawn(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     identity = TryIdentity("last", "look", "run-1")
     pod = create_pod(cluster, pod_body(identity, "busy:1"))
     name = pod["metadata"]["name"]
@@ -73,12 +71,12 @@ async def test_a_failure_seen_on_a_stale_watch_is_withdrawn(
     # lack of news comes first, only the last look can see the recovery.
     run = Run(trigger_for(pod, identity, poll_interval=QUIET_POLL)).start()
     await until_watching(cluster)
-    await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + PENDING_WAIT)
     # The first pull is refused; the trigger stamps when it first saw that and waits out the grace.
     cluster.advance(PULL_REFUSED)
     await cluster_reaches(cluster, lambda c: SIGNAL in stamped(c, name), 30)
     started = stamped(cluster, name)[SIGNAL]
-    await manual_clock.wait_for_sleeper(started + GRACE)
+    await trigger_clock.wait_for_sleeper(started + GRACE)
 
     # Cut the watch, and let the pull recover behind the trigger's back: the feed's watch ends,
     # its next one fails, and it backs off (its clock does not move until the watch is let back).
@@ -98,8 +96,8 @@ async def test_a_failure_seen_on_a_stale_watch_is_withdrawn(
     # The grace ends on stale evidence: the trigger decides "retry", looks once more, sees the pod
     # running, withdraws, and goes back to waiting (now on the running pod's re-check timer).
     first = mark(cluster)
-    manual_clock.advance(GRACE)
-    await manual_clock.wait_for_sleeper(manual_clock.now() + RECHECK)
+    trigger_clock.advance(GRACE)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + RECHECK)
     assert run.events == []
     assert requests(cluster, first) == [("get", "pods", "default", 200)]
 

@@ -116,7 +116,6 @@ async def run_lifecycle(
 ) -> dict[str, Any]:
     """execute -> defer -> the trigger -> execute_complete, under ``kubeconfig``'s token."""
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.setattr(PodStateTrigger, "clock", trigger_clock)
     ti = TaskInstanceStandIn()
     context = {"ti": ti, "run_id": ti.run_id}
     op = RetryingPodOperator(
@@ -166,7 +165,7 @@ async def test_the_whole_lifecycle_runs_under_exactly_these_rules(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     cluster_role: bool,
-    manual_clock: ManualClock,
+    trigger_clock: ManualClock,
     held_hub: ManualClock,
 ) -> None:
     with FakeCluster(SCENARIO, clock="manual", audit=tmp_path / "audit.jsonl") as cluster:
@@ -175,7 +174,7 @@ async def test_the_whole_lifecycle_runs_under_exactly_these_rules(
             granted(["default"], cluster_role=cluster_role),
             user="system:serviceaccount:airflow:airflow-k8s-retry",
         )
-        outcome = await run_lifecycle(cluster, monkeypatch, kubeconfig, manual_clock)
+        outcome = await run_lifecycle(cluster, monkeypatch, kubeconfig, trigger_clock)
         assert outcome["event"].verdict.outcome.value == "succeed"
         assert outcome["result"] == {"n": 1}
         if cluster_role:
@@ -204,7 +203,7 @@ async def test_a_missing_verb_is_named_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
-    manual_clock: ManualClock,
+    trigger_clock: ManualClock,
     held_hub: ManualClock,
     verb: str,
     resource: str,
@@ -213,7 +212,6 @@ async def test_a_missing_verb_is_named_in_one_line(
         rules = granted(["default"], cluster_role=False, without=(verb, resource))
         kubeconfig = cluster.grant("short-of-one", rules)
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-        monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
         ti = TaskInstanceStandIn()
         # A pull that fails: the trigger sees a signal and saves its history (a PATCH) at once.
         op = RetryingPodOperator(
@@ -235,12 +233,12 @@ async def test_a_missing_verb_is_named_in_one_line(
         with caplog.at_level(logging.ERROR):
             run = Run(trigger).start()
             # The trigger sees the pending pod (through whatever the rules still allow) and waits.
-            await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+            await trigger_clock.wait_for_sleeper(trigger_clock.now() + PENDING_WAIT)
             if (verb, resource) == ("patch", "pods"):
                 # The pull is refused: the trigger stamps the first-seen time of that at once, is
                 # refused, says so, and waits out the grace.
                 cluster.advance(PULL_REFUSED)
-                await manual_clock.wait_for_sleeper(manual_clock.now() + 90)
+                await trigger_clock.wait_for_sleeper(trigger_clock.now() + 90)
             else:
                 # The feed refused says so, then waits on the hub's clock (it polls instead).
                 await held_hub.wait_for_sleeper(later_than=held_hub.now())
@@ -254,7 +252,7 @@ async def test_a_missing_verb_is_named_in_one_line(
 
 
 async def test_without_pods_exec_the_xcom_read_names_the_verb(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, manual_clock: ManualClock, held_hub: ManualClock
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, trigger_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     from airflow_k8s_retry.kube.errors import Forbidden
 
@@ -262,7 +260,7 @@ async def test_without_pods_exec_the_xcom_read_names_the_verb(
         rules = [r for r in granted(["default"], cluster_role=True) if r["resources"] != ["pods/exec"]]
         kubeconfig = cluster.grant("no-exec", rules)
         with pytest.raises(Forbidden) as refused_read:
-            await run_lifecycle(cluster, monkeypatch, kubeconfig, manual_clock)
+            await run_lifecycle(cluster, monkeypatch, kubeconfig, trigger_clock)
         # Refused: the XCom read, and the sidecar's stop after it (an exec each), nothing else.
         assert refused(cluster) == [("create", "pods/exec", "default")] * 2
         message = str(refused_read.value)

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import AsyncMock
 
 import pytest
 from kubernetes.config import new_client_from_config
@@ -22,7 +23,6 @@ from airflow_k8s_retry.classification import Outcome
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import TryIdentity
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry.triggers.tracker import HISTORY_SETTLE
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import Request, mark, probe, requests, until_watching, version
@@ -99,15 +99,14 @@ def phases(cluster: FakeCluster) -> Counter[str]:
 
 
 async def test_one_pod_whole_life_requests(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, held_hub: ManualClock
 ) -> None:
-    use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)  # held still: the pod starts at once
+    use_cluster(monkeypatch, cluster)  # the triggers' clock held still: the pod starts at once
     identity = TryIdentity("measure", "single", "run-1")
     pod = create_pod(cluster, pod_body(identity, "job:1"))
     run = Run(trigger_for(pod, identity)).start()
     await until_watching(cluster)
-    await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + PENDING_WAIT)
     cluster.advance(61)  # started within a second, then 60 s of running
     event = await run.finish(within=30)
     assert event.verdict.outcome is Outcome.SUCCEED
@@ -119,19 +118,18 @@ async def test_one_pod_whole_life_requests(
 
 
 async def test_one_failing_pod_whole_life_requests(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     identity = TryIdentity("measure", "failing", "run-1")
     pod = create_pod(cluster, pod_body(identity, "ghost:1"))
     run = Run(trigger_for(pod, identity)).start()
     await until_watching(cluster)
-    await manual_clock.wait_for_sleeper(manual_clock.now() + PENDING_WAIT)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + PENDING_WAIT)
     watching = mark(cluster)
     cluster.advance(PULL_REFUSED)
-    await manual_clock.wait_for_sleeper(manual_clock.now() + 90)
-    manual_clock.advance(90)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + 90)
+    trigger_clock.advance(90)
     event = await run.finish(within=30)
     assert event.verdict.reason.value == "image.not_found"
     made = trigger_requests(cluster)
@@ -146,17 +144,14 @@ async def test_one_failing_pod_whole_life_requests(
 
 
 async def test_two_hundred_triggers_in_two_namespaces_share_one_watch(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    held_hub: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    asked: list[TryIdentity] = []
-
-    async def lookup(identity: TryIdentity) -> str | None:
-        asked.append(identity)
-        return "running"
-
-    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
+    task_state_lookup.return_value = "running"
     pods = []
     for i in range(PODS):
         identity = TryIdentity("measure", f"task{i}", "run-1")
@@ -164,17 +159,17 @@ async def test_two_hundred_triggers_in_two_namespaces_share_one_watch(
         pods.append((identity, create_pod(cluster, pod_body(identity, "job:many"), namespace=namespace)))
     runs = [Run(trigger_for(pod, identity)).start() for identity, pod in pods]
     await until_watching(cluster)
-    started = manual_clock.now()
-    await manual_clock.wait_for_sleeper(started + PENDING_WAIT, count=PODS, within=60)
+    started = trigger_clock.now()
+    await trigger_clock.wait_for_sleeper(started + PENDING_WAIT, count=PODS, within=60)
     # 5 s on, each trigger stamps when it first saw its pod pending (a history that bears on no
     # grace timer waits that long): the one request per pod.
-    manual_clock.advance(HISTORY_SETTLE)
+    trigger_clock.advance(HISTORY_SETTLE)
     await cluster_reaches(cluster, lambda c: len(requests(c, verbs=("patch",))) == PODS, 60)
     # Steady state: every pod runs and every trigger has seen it running (it sleeps until its next
     # re-check). From here until the pods finish, the triggers must not touch the API at all.
     cluster.advance(STARTED)
     assert phases(cluster)["Running"] == PODS
-    await manual_clock.wait_for_sleeper(started + HISTORY_SETTLE + RECHECK, count=PODS, within=60)
+    await trigger_clock.wait_for_sleeper(started + HISTORY_SETTLE + RECHECK, count=PODS, within=60)
     hub = WatchHub.current()
     assert sum(s.subscribers for s in hub.stats() if s.kind == "pods") == PODS
     steady = mark(cluster)
@@ -209,7 +204,7 @@ async def test_two_hundred_triggers_in_two_namespaces_share_one_watch(
     # pods are gone (deleted by the workers that resume the tasks, here by the test); the last one
     # out closes the feeds. The checks wait for their first look meanwhile.
     assert sum(s.subscribers for s in hub.stats() if s.kind == "pods") == PODS
-    await manual_clock.wait_for_sleeper(manual_clock.now() + FIRST_LOOK, count=PODS, within=60)
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + FIRST_LOOK, count=PODS, within=60)
     last = await probe(cluster, pods[-1][1])  # deleted last: once it has its deletion, all have
     deleted = mark(cluster)
     await asyncio.to_thread(delete_pods, cluster, [pod for _, pod in pods])
@@ -218,9 +213,10 @@ async def test_two_hundred_triggers_in_two_namespaces_share_one_watch(
     await last.sub.close()
     checks = kill_work()
     assert len(checks) == PODS
-    manual_clock.advance(FIRST_LOOK)
+    trigger_clock.advance(FIRST_LOOK)
     done, _ = await asyncio.wait(checks, timeout=60)
-    assert done == checks and asked == []
+    assert done == checks
+    task_state_lookup.assert_not_awaited()
     assert hub.stats() == []
     assert requests(cluster, deleted) == [
         ("delete", "pods", pod["metadata"]["namespace"], 200) for _, pod in pods

@@ -14,12 +14,14 @@ the code under test sleeps for: every step has one outcome, and the tests assert
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import AsyncMock
 
 import pytest
 from kubernetes.config import new_client_from_config
+from pytest_mock import MockerFixture
 
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
@@ -62,46 +64,29 @@ def gone_once_stopped(cluster: FakeCluster, name: str) -> None:
     assert cluster.pod(name) is None
 
 
-class StateLookup:
-    """Stands in for the task SDK's state lookup, the package's boundary with Airflow."""
-
-    def __init__(self, state: str | None = None, error: Exception | None = None) -> None:
-        self.state = state
-        self.error = error
-        self.asked: list[TryIdentity] = []
-
-    async def __call__(self, identity: TryIdentity) -> str | None:
-        self.asked.append(identity)
-        if self.error is not None:
-            raise self.error
-        return self.state
-
-
 async def running_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, kubeconfig: Path | None = None
-) -> tuple[ManualClock, TryIdentity, dict[str, Any]]:
-    """A running pod of a try, with triggers on a manual clock that read task states from ``lookup``."""
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, kubeconfig: Path | None = None
+) -> tuple[TryIdentity, dict[str, Any]]:
+    """A running pod of a try (the triggers run on the ``trigger_clock`` fixture's manual clock, and
+    read task states from the ``task_state_lookup`` stub where a test asks for it)."""
     use_cluster(monkeypatch, cluster, kubeconfig)
-    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
-    clock = ManualClock()
-    monkeypatch.setattr(PodStateTrigger, "clock", clock)
     identity = TryIdentity("kill", "task", "run-1", map_index=2)
     pod = create_pod(cluster, pod_body(identity, "long:1"))
     cluster.advance(STARTED)
     assert (cluster.pod(pod["metadata"]["name"]) or {})["status"]["phase"] == "Running"
-    return clock, identity, pod
+    return identity, pod
 
 
 async def stopped_trigger(
     cluster: FakeCluster,
     monkeypatch: pytest.MonkeyPatch,
-    lookup: StateLookup,
+    clock: ManualClock,
     *,
     owned: bool = True,
     kubeconfig: Path | None = None,
 ) -> tuple[PodStateTrigger, str, TryIdentity]:
     """Run a trigger on a running pod, then cancel it as the triggerer does before ``on_kill``."""
-    clock, identity, pod = await running_pod(cluster, monkeypatch, lookup, kubeconfig)
+    identity, pod = await running_pod(cluster, monkeypatch, kubeconfig)
     name = pod["metadata"]["name"]
     run = Run(trigger_for(pod, identity if owned else None, owned=owned)).start()
     # The trigger has seen the pod running (it sleeps until its next re-check) through feeds that
@@ -154,28 +139,35 @@ async def on_kill_on_the_clock(trigger: PodStateTrigger) -> list[float]:
 
 
 async def kill(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup, *, owned: bool = True
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, clock: ManualClock, *, owned: bool = True
 ) -> tuple[str, TryIdentity]:
     """Do what the triggerer does on a kill: cancel the trigger, then call ``on_kill``."""
-    trigger, name, identity = await stopped_trigger(cluster, monkeypatch, lookup, owned=owned)
+    trigger, name, identity = await stopped_trigger(cluster, monkeypatch, clock, owned=owned)
     await trigger.on_kill()
     return name, identity
 
 
 async def test_hand_over_to_another_triggerer_keeps_the_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
-    lookup = StateLookup("deferred")
-    name, identity = await kill(cluster, monkeypatch, lookup)
-    assert lookup.asked == [identity]
+    task_state_lookup.return_value = "deferred"
+    name, identity = await kill(cluster, monkeypatch, trigger_clock)
+    task_state_lookup.assert_awaited_once_with(identity)
     assert cluster.pod(name) is not None
     assert since_the_stop(cluster) == []  # not even a read of the pod
 
 
 async def test_a_real_kill_deletes_the_pod_by_uid(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
-    name, _ = await kill(cluster, monkeypatch, StateLookup("failed"))
+    task_state_lookup.return_value = "failed"
+    name, _ = await kill(cluster, monkeypatch, trigger_clock)
     uid = (cluster.pod(name) or {})["metadata"]["uid"]
     assert since_the_stop(cluster) == [READ, DELETED]
     deletion = [
@@ -186,85 +178,74 @@ async def test_a_real_kill_deletes_the_pod_by_uid(
 
 
 async def test_a_state_that_cannot_be_read_keeps_the_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
-    name, _ = await kill(cluster, monkeypatch, StateLookup(error=RuntimeError("no supervisor")))
+    task_state_lookup.side_effect = RuntimeError("no supervisor")
+    name, _ = await kill(cluster, monkeypatch, trigger_clock)
     assert cluster.pod(name) is not None
     assert since_the_stop(cluster) == []
 
 
 async def test_a_pod_the_task_did_not_create_is_never_deleted(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
-    lookup = StateLookup("failed")
-    name, _ = await kill(cluster, monkeypatch, lookup, owned=False)
-    assert lookup.asked == []
+    task_state_lookup.return_value = "failed"
+    name, _ = await kill(cluster, monkeypatch, trigger_clock, owned=False)
+    task_state_lookup.assert_not_awaited()
     assert cluster.pod(name) is not None
     assert since_the_stop(cluster) == []
 
 
 async def test_outside_a_triggerer_the_default_lookup_fails_safe(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, mocker: MockerFixture
 ) -> None:
     from airflow_k8s_retry.kills.policy import airflow_task_state
 
     # No task SDK supervisor here: the real lookup raises, so the pod is kept.
-    name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
+    assert PodStateTrigger.task_state_lookup is airflow_task_state
+    lookup = mocker.spy(PodStateTrigger, "task_state_lookup")
+    name, identity = await kill(cluster, monkeypatch, trigger_clock)
+    lookup.assert_awaited_once_with(identity)
+    assert lookup.spy_exception is not None
     assert cluster.pod(name) is not None
     assert since_the_stop(cluster) == []
 
 
-class SlowLookup(StateLookup):
-    """A state lookup that answers only when released, as a busy supervisor does (seen: about 4 s)."""
-
-    def __init__(self, state: str) -> None:
-        super().__init__(state)
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, identity: TryIdentity) -> str | None:
-        self.asked.append(identity)
-        self.started.set()
-        await self.release.wait()
-        return self.state
-
-
 async def test_a_repeated_cancellation_during_the_lookup_still_deletes_the_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
     # Airflow 3.3 re-sends the cancellation on every state sync until the trigger has ended, and
     # each one lands inside on_kill while it is still asking for the task's state.
-    lookup = SlowLookup("failed")
-    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup)
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def answer_once_released(identity: TryIdentity) -> str:
+        """As a busy supervisor does (seen: about 4 s)."""
+        started.set()
+        await release.wait()
+        return "failed"
+
+    task_state_lookup.side_effect = answer_once_released
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, trigger_clock)
     on_kill = asyncio.ensure_future(trigger.on_kill())
-    await asyncio.wait_for(lookup.started.wait(), 10)
+    await asyncio.wait_for(started.wait(), 10)
     on_kill.cancel()
     with pytest.raises(asyncio.CancelledError):
         await on_kill
     assert cluster.pod(name) is not None, "the kill work is still waiting for the state"
     (work,) = kill_work()
-    lookup.release.set()
+    release.set()
     await asyncio.wait_for(work, 30)
     assert since_the_stop(cluster) == [READ, DELETED]
     gone_once_stopped(cluster, name)
-
-
-class LookupOnTheClock(StateLookup):
-    """A state lookup a busy supervisor answers ``after`` seconds of the trigger's clock (never, if
-    None)."""
-
-    def __init__(self, state: str, after: float | None) -> None:
-        super().__init__(state)
-        self.after = after
-
-    async def __call__(self, identity: TryIdentity) -> str | None:
-        self.asked.append(identity)
-        if self.after is None:
-            await asyncio.Event().wait()
-        else:
-            clock = PodStateTrigger.clock
-            await clock.sleep_until(clock.now() + self.after)
-        return self.state
 
 
 @pytest.mark.parametrize(
@@ -275,16 +256,26 @@ class LookupOnTheClock(StateLookup):
 async def test_a_slow_state_lookup_is_waited_for_on_the_triggers_clock(
     cluster: FakeCluster,
     monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
     after: float | None,
     pauses: list[float],
     deleted: bool,
 ) -> None:
     # On a loaded machine the triggerer's supervisor answered after more than 10 s; the kill waits
     # its bound (25 s) on the trigger's clock, then keeps the pod for the api-server's listener.
-    lookup = LookupOnTheClock("failed", after)
-    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup)
+    async def answer_after(identity: TryIdentity) -> str:
+        """As a busy supervisor does: ``after`` seconds of the trigger's clock later (never, if None)."""
+        if after is None:
+            await asyncio.Event().wait()
+        else:
+            await trigger_clock.sleep_until(trigger_clock.now() + after)
+        return "failed"
+
+    task_state_lookup.side_effect = answer_after
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, trigger_clock)
     assert await on_kill_on_the_clock(trigger) == pauses
-    assert len(lookup.asked) == 1
+    assert task_state_lookup.await_count == 1
     assert since_the_stop(cluster) == ([READ, DELETED] if deleted else [])
     if deleted:
         gone_once_stopped(cluster, name)
@@ -294,15 +285,20 @@ async def test_a_slow_state_lookup_is_waited_for_on_the_triggers_clock(
 
 @pytest.mark.parametrize("state", ["failed", "success", "skipped", "upstream_failed", "removed", None])
 async def test_every_state_a_user_action_leaves_deletes_the_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, state: str | None
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
+    state: str | None,
 ) -> None:
-    name, _ = await kill(cluster, monkeypatch, StateLookup(state))
+    task_state_lookup.return_value = state
+    name, _ = await kill(cluster, monkeypatch, trigger_clock)
     assert since_the_stop(cluster) == [READ, DELETED]
     gone_once_stopped(cluster, name)
 
 
 async def test_a_deleted_dag_run_deletes_the_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, mocker: MockerFixture
 ) -> None:
     # Once the DAG run (or the DAG) is deleted, the execution API answers the state query with an
     # empty map: the task instance is gone, and nobody else will ever delete its pod.
@@ -311,25 +307,36 @@ async def test_a_deleted_dag_run_deletes_the_pod(
     from airflow_k8s_retry.kills.policy import airflow_task_state
 
     monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(lambda **kwargs: {}))
-    name, _ = await kill(cluster, monkeypatch, airflow_task_state)  # type: ignore[arg-type]
+    assert PodStateTrigger.task_state_lookup is airflow_task_state  # the package's own lookup
+    lookup = mocker.spy(PodStateTrigger, "task_state_lookup")
+    name, identity = await kill(cluster, monkeypatch, trigger_clock)
+    lookup.assert_awaited_once_with(identity)
     assert since_the_stop(cluster) == [READ, DELETED]
     gone_once_stopped(cluster, name)
 
 
 @pytest.mark.parametrize("state", ["scheduled", "queued", "running", "up_for_retry", "restarting"])
 async def test_after_another_triggerer_fired_the_pod_is_left_to_the_worker(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, state: str
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
+    state: str,
 ) -> None:
     # Hand-over: triggerer B fired the verdict, the task instance is on its way back to a worker
     # (scheduled, queued, running); the stale copy on triggerer A is cancelled like a kill. The
     # worker reads the pod's logs and XCom next, so A must not delete it.
-    name, _ = await kill(cluster, monkeypatch, StateLookup(state))
+    task_state_lookup.return_value = state
+    name, _ = await kill(cluster, monkeypatch, trigger_clock)
     assert since_the_stop(cluster) == []
     assert cluster.pod(name) is not None
 
 
 async def test_a_pod_carrying_a_verdict_is_left_to_the_worker(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
     # The worker already acted on a verdict and kept the pod (keep_failed_pods): the task failed,
     # and a stale triggerer's on_kill must not remove the pod the author asked to keep.
@@ -337,7 +344,8 @@ async def test_a_pod_carrying_a_verdict_is_left_to_the_worker(
 
     from airflow_k8s_retry.kube.naming import VERDICT_ANNOTATION
 
-    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    task_state_lookup.return_value = "failed"
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, trigger_clock)
     stamp = {"outcome": "fail", "reason": "container.exit_code", "message": "exit 1", "rule": "exit_code"}
     client = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
     try:
@@ -355,14 +363,18 @@ async def test_a_pod_carrying_a_verdict_is_left_to_the_worker(
 
 
 async def test_a_kill_without_the_delete_verb_names_it(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     everything_but_delete = [
         {"verbs": ["get", "list", "watch", "patch"], "resources": ["pods", "events"], "namespaces": None}
     ]
     kubeconfig = cluster.grant("no-delete", everything_but_delete)
-    lookup = StateLookup("failed")
-    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, lookup, kubeconfig=kubeconfig)
+    task_state_lookup.return_value = "failed"
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, trigger_clock, kubeconfig=kubeconfig)
     capfd.readouterr()
     # A denial may be an authorizer's hiccup: tried again after each pause, then given up.
     assert await on_kill_on_the_clock(trigger) == list(KILL_BACKOFF)
@@ -374,9 +386,14 @@ async def test_a_kill_without_the_delete_verb_names_it(
 
 @pytest.mark.parametrize("status", [500, 429, 403, "reset"])
 async def test_a_kill_whose_delete_fails_for_a_while_still_deletes_the_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, status: int | str
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
+    status: int | str,
 ) -> None:
-    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    task_state_lookup.return_value = "failed"
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, trigger_clock)
     cluster.add_fault(verb="delete", resource="pods", status=status, times=2)
     pauses = await on_kill_on_the_clock(trigger)
     failed = ("delete", "pods", "default", status)
@@ -392,10 +409,14 @@ async def test_a_kill_whose_delete_fails_for_a_while_still_deletes_the_pod(
 
 
 async def test_a_kill_whose_deletes_fail_five_times_in_a_row_still_deletes_the_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
     # Chaos seed 107: three 410s from a proxy, then an authorizer's two denials.
-    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, StateLookup("failed"))
+    task_state_lookup.return_value = "failed"
+    trigger, name, _ = await stopped_trigger(cluster, monkeypatch, trigger_clock)
     cluster.add_fault(verb="delete", resource="pods", status=410, times=3)
     cluster.add_fault(verb="delete", resource="pods", status=403, times=2)
     pauses = await on_kill_on_the_clock(trigger)
@@ -408,27 +429,22 @@ async def test_a_kill_whose_deletes_fail_five_times_in_a_row_still_deletes_the_p
 # -- killed in the moment the trigger fired: Airflow drops the event and calls no on_kill ---------
 
 
-class StatesInTurn(StateLookup):
-    """Answers ``states`` one after another (the last one from then on)."""
+def in_turn(*states: str | None) -> Callable[[TryIdentity], Awaitable[str | None]]:
+    """A task-state lookup that answers ``states`` one after another (the last one from then on)."""
+    left = list(states)
 
-    def __init__(self, *states: str | None) -> None:
-        super().__init__()
-        self.states = list(states)
+    async def answer(identity: TryIdentity) -> str | None:
+        return left.pop(0) if len(left) > 1 else left[0]
 
-    async def __call__(self, identity: TryIdentity) -> str | None:
-        self.asked.append(identity)
-        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+    return answer
 
 
 async def fired_and_ended(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, lookup: StateLookup
-) -> tuple[str, ManualClock, int]:
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
+) -> tuple[str, int]:
     """Run a trigger on a pod that fails until it fires its verdict and returns, as in a triggerer;
-    (the pod's name, the trigger's clock, where the audit stood once it returned)."""
+    (the pod's name, where the audit stood once it returned)."""
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "task_state_lookup", staticmethod(lookup))
-    clock = ManualClock()
-    monkeypatch.setattr(PodStateTrigger, "clock", clock)
     identity = TryIdentity("kill", "task", "run-1", map_index=2)
     pod = create_pod(cluster, pod_body(identity, "fails:1"))
     run = Run(trigger_for(pod, identity)).start()
@@ -437,7 +453,7 @@ async def fired_and_ended(
     cluster.advance(FAILED)
     event = await run.finish(within=30)
     assert event.verdict.outcome.value == "retry", event.verdict
-    return pod["metadata"]["name"], clock, mark(cluster)
+    return pod["metadata"]["name"], mark(cluster)
 
 
 async def past_the_check(clock: ManualClock) -> list[float]:
@@ -449,45 +465,55 @@ async def past_the_check(clock: ManualClock) -> list[float]:
 
 
 async def test_a_task_killed_before_its_event_was_accepted_loses_its_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
     # The trigger fired; before the triggerer handed its event over, the user marked the task
     # failed: the event is dropped, no worker resumes, and the ended trigger gets no on_kill.
-    lookup = StatesInTurn("deferred", "failed")
-    name, clock, fired = await fired_and_ended(cluster, monkeypatch, lookup)
+    task_state_lookup.side_effect = in_turn("deferred", "failed")
+    name, fired = await fired_and_ended(cluster, monkeypatch, trigger_clock)
     # A look at the state every 5 s; once it is killed, a minute for the worker's own on_kill.
-    assert await past_the_check(clock) == [5.0, 5.0, 60.0]
-    assert len(lookup.asked) == 2
+    assert await past_the_check(trigger_clock) == [5.0, 5.0, 60.0]
+    assert task_state_lookup.await_count == 2
     assert requests(cluster, fired) == [READ, DELETED]
     gone_once_stopped(cluster, name)
 
 
 @pytest.mark.parametrize("then", ["running", "deferred", "up_for_retry"])
 async def test_once_a_worker_resumed_the_try_the_pod_is_left_to_it(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, then: str
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
+    then: str,
 ) -> None:
     # Running: the worker acts on the verdict (its own on_kill covers a later kill). Deferred
     # again: it relaunched the pod and a new trigger follows the new one. Up for retry: it is done.
-    lookup = StatesInTurn("deferred", "scheduled", "queued", then, "failed")
-    name, clock, fired = await fired_and_ended(cluster, monkeypatch, lookup)
+    task_state_lookup.side_effect = in_turn("deferred", "scheduled", "queued", then, "failed")
+    name, fired = await fired_and_ended(cluster, monkeypatch, trigger_clock)
     # Every 5 s while deferred, every 10 s while it waits for a worker.
-    assert await past_the_check(clock) == [5.0, 5.0, 10.0, 10.0]
-    assert len(lookup.asked) == 4  # read until a worker had the try, then no more
+    assert await past_the_check(trigger_clock) == [5.0, 5.0, 10.0, 10.0]
+    assert task_state_lookup.await_count == 4  # read until a worker had the try, then no more
     assert cluster.pod(name) is not None
     assert requests(cluster, fired) == []
 
 
 async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_pod(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
     # Airflow accepted the event (scheduled, trigger_id cleared), the task waited in the queue, and
     # the user marked it failed there. No worker resumes it and the ended trigger gets no on_kill:
     # only this check deletes the pod.
-    lookup = StatesInTurn("scheduled", "queued", "queued", "failed")
-    name, clock, fired = await fired_and_ended(cluster, monkeypatch, lookup)
+    task_state_lookup.side_effect = in_turn("scheduled", "queued", "queued", "failed")
+    name, fired = await fired_and_ended(cluster, monkeypatch, trigger_clock)
     uid = cluster.pod(name)["metadata"]["uid"]
-    assert await past_the_check(clock) == [5.0, 10.0, 10.0, 10.0, 60.0]
-    assert len(lookup.asked) == 4
+    assert await past_the_check(trigger_clock) == [5.0, 10.0, 10.0, 10.0, 60.0]
+    assert task_state_lookup.await_count == 4
     assert requests(cluster, fired) == [READ, DELETED]
     deletes = [
         r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
@@ -497,15 +523,18 @@ async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_pod(
 
 
 async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    task_state_lookup: AsyncMock,
 ) -> None:
     # The usual ending: a worker resumed the task and deleted the pod before the check's first look.
     # The check followed the pod on the shared feed and saw it go: it reads no state, touches no
     # pod, and lets the feed close.
     from airflow_k8s_retry.kube.hub import WatchHub
 
-    lookup = StatesInTurn("scheduled")
-    name, clock, _ = await fired_and_ended(cluster, monkeypatch, lookup)
+    task_state_lookup.side_effect = in_turn("scheduled")
+    name, _ = await fired_and_ended(cluster, monkeypatch, trigger_clock)
     assert [s.subscribers for s in WatchHub.current().stats() if s.kind == "pods"] == [1]
     # A second subscriber on the same feed: the feed hands a change to every subscriber of the pod
     # at once, so once this one has the deletion, so has the check (however late a busy machine
@@ -528,8 +557,8 @@ async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read
         assert await probe.wait(within=10), "the feed did not deliver the pod's deletion"
     await probe.close()
     before = mark(cluster)
-    assert await past_the_check(clock) == [5.0]
-    assert lookup.asked == []
+    assert await past_the_check(trigger_clock) == [5.0]
+    task_state_lookup.assert_not_awaited()
     # No request at all: no read, patch or delete of the pod, and the feeds only closed.
     assert requests(cluster, before) == []
     assert WatchHub.current().stats() == []

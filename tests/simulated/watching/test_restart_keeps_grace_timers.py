@@ -66,22 +66,21 @@ async def pull_refused(
 
 
 async def test_a_restart_in_the_middle_of_a_grace_keeps_the_timer(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, trigger_clock: ManualClock, held_hub: ManualClock
 ) -> None:
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     identity = TryIdentity("restart", "task", "run-1")
     pod = create_pod(cluster, pod_body(identity, "ghost:1"))
     name = pod["metadata"]["name"]
     first = Run(trigger_for(pod, identity)).start()
-    await pull_refused(cluster, manual_clock)
+    await pull_refused(cluster, trigger_clock)
     await cluster_reaches(cluster, lambda c: SIGNAL in first_seen(c, name), 30)
     started = first_seen(cluster, name)[SIGNAL]
-    await manual_clock.wait_for_sleeper(started + GRACE)
+    await trigger_clock.wait_for_sleeper(started + GRACE)
 
     # Two thirds into the grace the triggerer goes away; another one re-creates the trigger from
     # the kwargs stored at deferral time (which know nothing of the signal).
-    manual_clock.advance(60)
+    trigger_clock.advance(60)
     await first.stop()
     assert first.events == []
     assert WatchHub.current().stats() == []  # the last subscriber out closed the feeds
@@ -92,8 +91,8 @@ async def test_a_restart_in_the_middle_of_a_grace_keeps_the_timer(
 
     # The timer is where it was, not 90 s after the restart.
     await until_watching(cluster, since=restarted)
-    await manual_clock.wait_for_sleeper(started + GRACE)
-    manual_clock.advance(GRACE - 60)
+    await trigger_clock.wait_for_sleeper(started + GRACE)
+    trigger_clock.advance(GRACE - 60)
     event = await second.finish(within=30)
     assert (event.verdict.outcome, event.verdict.reason) == (Outcome.RETRY, Reason.IMAGE_NOT_FOUND)
     assert event.verdict.history.first_seen[SIGNAL] == started
@@ -117,28 +116,27 @@ async def test_a_restart_in_the_middle_of_a_grace_keeps_the_timer(
 async def test_a_pod_that_cannot_be_annotated_keeps_its_timers_in_memory(
     cluster: FakeCluster,
     monkeypatch: pytest.MonkeyPatch,
-    manual_clock: ManualClock,
+    trigger_clock: ManualClock,
     held_hub: ManualClock,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # A sensor watching someone else's pod, with RBAC that allows reading but not patching.
     kubeconfig = cluster.restrict("read-only", verbs=["get", "list", "watch"])
     use_cluster(monkeypatch, cluster, kubeconfig)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     theirs = pod_body(TryIdentity("other", "team", "r"), "ghost:1", labels={"app": "theirs"})
     pod = create_pod(cluster, theirs)
     run = Run(trigger_for(pod, None, owned=False)).start()
-    await pull_refused(cluster, manual_clock, selector="")
-    seen = manual_clock.now()  # when the trigger saw the refusal (its clock has not moved)
-    await manual_clock.wait_for_sleeper(seen + GRACE)
+    await pull_refused(cluster, trigger_clock, selector="")
+    seen = trigger_clock.now()  # when the trigger saw the refusal (its clock has not moved)
+    await trigger_clock.wait_for_sleeper(seen + GRACE)
     assert requests(cluster, verbs=("patch",)) == [("patch", "pods", "default", 403)]
     # A minute on, the trigger wakes to say what it awaits (and would stamp its timer then, if it
     # still tried), then waits again: a stamp it tried would have been answered by then.
-    manual_clock.advance(60)
+    trigger_clock.advance(60)
     await TriggerLog(capsys).until("image.not_found: waiting since")
-    await manual_clock.wait_for_sleeper(seen + GRACE)
+    await trigger_clock.wait_for_sleeper(seen + GRACE)
     assert requests(cluster, verbs=("patch",)) == [("patch", "pods", "default", 403)]
-    manual_clock.advance(GRACE - 60)
+    trigger_clock.advance(GRACE - 60)
     event = await run.finish(within=30)
     assert event.verdict.reason is Reason.IMAGE_NOT_FOUND
     # Tried once, answered 403, never again; then the last look.
@@ -148,11 +146,11 @@ async def test_a_pod_that_cannot_be_annotated_keeps_its_timers_in_memory(
     ]
 
 
+@pytest.mark.usefixtures("trigger_clock")
 async def test_a_stamped_pod_is_finished_business(
-    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock, held_hub: ManualClock
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, held_hub: ManualClock
 ) -> None:
     use_cluster(monkeypatch, cluster)
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
     identity = TryIdentity("stamped", "task", "run-1")
     pod = create_pod(cluster, pod_body(identity, "long:1"))
     name = pod["metadata"]["name"]

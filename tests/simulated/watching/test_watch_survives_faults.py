@@ -27,7 +27,6 @@ from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import Recorder, hold_hub
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
@@ -45,6 +44,10 @@ POLL = 5.0
 #: drops them.
 WATCH_TIMEOUT = 600
 
+#: The triggers' clock is never advanced: no grace timer or direct read of the trigger's own adds a
+#: request.
+pytestmark = pytest.mark.usefixtures("trigger_clock")
+
 
 @pytest.fixture
 def cluster() -> Iterator[FakeCluster]:
@@ -55,13 +58,6 @@ def cluster() -> Iterator[FakeCluster]:
 @pytest.fixture
 def hub_clock(hub_settings: Callable[..., HubSettings]) -> ManualClock:
     return hold_hub(hub_settings, backoff_base=0.05, backoff_cap=BACKOFF_CAP)
-
-
-@pytest.fixture(autouse=True)
-def still_trigger_clock(monkeypatch: pytest.MonkeyPatch, manual_clock: ManualClock) -> ManualClock:
-    # Never advanced: no grace timer or direct read of the trigger's own adds a request.
-    monkeypatch.setattr(PodStateTrigger, "clock", manual_clock)
-    return manual_clock
 
 
 @dataclass
@@ -202,10 +198,10 @@ async def test_transient_errors_resume_without_loss_or_duplicate(
     status: int | str,
     cluster: FakeCluster,
     hub_clock: ManualClock,
-    still_trigger_clock: ManualClock,
+    trigger_clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pod = await follow(cluster, monkeypatch, still_trigger_clock)
+    pod = await follow(cluster, monkeypatch, trigger_clock)
     listed = await watching(cluster)
     # The watch is cut and fails from its next request on: the feed backs off and reconnects
     # exactly once per step of its clock, each time in vain.
@@ -238,10 +234,10 @@ async def test_transient_errors_resume_without_loss_or_duplicate(
 async def test_410_gone_relists_and_delivers_the_latest_state_once(
     cluster: FakeCluster,
     hub_clock: ManualClock,
-    still_trigger_clock: ManualClock,
+    trigger_clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pod = await follow(cluster, monkeypatch, still_trigger_clock)
+    pod = await follow(cluster, monkeypatch, trigger_clock)
     listed = await watching(cluster)
     # The watch is cut; while the feed backs off the pod is scheduled and annotated twice; its
     # reconnection is answered 410 Gone. After failing, the feed backs off once more, then lists.
@@ -281,10 +277,10 @@ async def test_410_gone_relists_and_delivers_the_latest_state_once(
 async def test_a_watch_behind_compacted_history_relists(
     cluster: FakeCluster,
     hub_clock: ManualClock,
-    still_trigger_clock: ManualClock,
+    trigger_clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pod = await follow(cluster, monkeypatch, still_trigger_clock)
+    pod = await follow(cluster, monkeypatch, trigger_clock)
     listed = await watching(cluster)
     # The watch is down while the pod changes; the history is compacted; then the watch is let
     # back: the version it resumes from is gone.
@@ -344,11 +340,11 @@ POLLED_LIFE = (CREATING, STARTING, 0.0, RUN)
 async def test_forbidden_watch_falls_back_to_listing(
     cluster: FakeCluster,
     hub_clock: ManualClock,
-    still_trigger_clock: ManualClock,
+    trigger_clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kubeconfig = cluster.restrict("no-watch-token", verbs=["get", "list", "patch"])
-    pod = await follow(cluster, monkeypatch, still_trigger_clock, kubeconfig)
+    pod = await follow(cluster, monkeypatch, trigger_clock, kubeconfig)
     await hub_clock.wait_for_sleeper(hub_clock.now() + POLL, count=2, within=30)
     # Refused at the cluster scope, then in the namespace: the feed lists every POLL instead.
     listed = pod_requests(cluster, "list")
@@ -371,11 +367,11 @@ async def test_forbidden_watch_falls_back_to_listing(
 async def test_forbidden_list_falls_back_to_reading_each_pod(
     cluster: FakeCluster,
     hub_clock: ManualClock,
-    still_trigger_clock: ManualClock,
+    trigger_clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kubeconfig = cluster.restrict("get-only-token", verbs=["get", "patch"])
-    pod = await follow(cluster, monkeypatch, still_trigger_clock, kubeconfig)
+    pod = await follow(cluster, monkeypatch, trigger_clock, kubeconfig)
     await hub_clock.wait_for_sleeper(hub_clock.now() + POLL, count=2, within=30)
     assert pod_requests(cluster, "list") == [("cluster", 403, None), ("default", 403, None)]
     assert pod_requests(cluster, "watch") == []

@@ -19,7 +19,7 @@ from airflow_k8s_retry.classification import (
 )
 from airflow_k8s_retry.classification.policy import OVERRIDE_OUTCOMES
 from airflow_k8s_retry.classification.rules import graceable_reasons, overridable_reasons, rule_named
-from tests.unit.classification.pod_strategies import JSON, events, garbage_pods, pods
+from tests.support.pod_strategies import JSON, events, garbage_pods, pods
 
 T0 = 1_773_480_000.0
 times = st.floats(min_value=0, max_value=4_000_000_000, allow_nan=False)

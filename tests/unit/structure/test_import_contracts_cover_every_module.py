@@ -42,3 +42,15 @@ def test_the_simulator_is_forbidden_the_whole_product() -> None:
     found = contract("The simulator imports nothing from the product")
     assert found["source_modules"] == ["airflow_k8s_retry_testing"]
     assert found["forbidden_modules"] == ["airflow_k8s_retry"]
+
+
+def test_the_tooling_depends_one_way() -> None:
+    """tools/ serves bench/ and tests/ and imports neither; bench/ imports nothing from tests/; tests/
+    import bench/ only where they test it."""
+    tools = contract("tools/ imports neither bench/ nor tests/")
+    assert (tools["source_modules"], tools["forbidden_modules"]) == (["tools"], ["bench", "tests"])
+    bench = contract("bench/ imports nothing from tests/")
+    assert (bench["source_modules"], bench["forbidden_modules"]) == (["bench"], ["tests"])
+    tests = contract("tests/ import bench/ only in the tests of bench")
+    assert (tests["source_modules"], tests["forbidden_modules"]) == (["tests"], ["bench"])
+    assert tests["ignore_imports"] == ["tests.*.bench.** -> bench.**"]

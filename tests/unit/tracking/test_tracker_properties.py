@@ -45,7 +45,7 @@ from airflow_k8s_retry.triggers.tracker import (
     SleepUntil,
     Step,
 )
-from tests.unit.classification.pod_strategies import events, pods
+from tests.support.pod_strategies import events, pods
 
 T0 = 1_773_480_000.0
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "200"))

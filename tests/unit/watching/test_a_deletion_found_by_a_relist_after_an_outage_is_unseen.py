@@ -23,7 +23,7 @@ from airflow_k8s_retry.kube.errors import Gone, KubeError
 from airflow_k8s_retry.kube.feed_types import PodFeed
 from airflow_k8s_retry.kube.subscriptions import PodChange, PodSubscription
 from airflow_k8s_retry.kube.watch_settings import HubSettings
-from tests.unit.watching.test_a_feed_reconnects_soon_after_the_api_server_returns import refused
+from tests.support.wire_failures import refused
 
 #: A 410 right after another backs off on the real clock: for a millisecond here.
 SETTINGS = HubSettings(backoff_base=0.001, backoff_cap=0.001)

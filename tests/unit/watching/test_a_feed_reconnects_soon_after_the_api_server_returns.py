@@ -11,48 +11,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aiohttp
 import pytest
 
 from airflow_k8s_retry.kube.aio import Listing
-from airflow_k8s_retry.kube.errors import KubeError, connection_refused, error_for_status, translate
+from airflow_k8s_retry.kube.errors import KubeError, connection_refused, error_for_status
 from airflow_k8s_retry.kube.feeds import Feed
 from airflow_k8s_retry.kube.watch_settings import HubSettings
+from tests.support.wire_failures import dropped, refused, timed_out, unavailable
 
 SETTINGS = HubSettings(backoff_base=0.5, backoff_cap=30.0)
-
-
-def refused() -> KubeError:
-    """What a request to a stopped API server raises: aiohttp cannot connect (errno 111)."""
-    cause = aiohttp.ClientConnectorError(
-        aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 6443, True, True, None, None, None),
-        ConnectionRefusedError(111, "Connection refused"),
-    )
-    try:
-        raise translate(cause) from cause
-    except KubeError as exc:
-        return exc
-
-
-def dropped() -> KubeError:
-    """An open watch whose server went away mid-stream."""
-    cause = aiohttp.ServerDisconnectedError()
-    try:
-        raise translate(cause) from cause
-    except KubeError as exc:
-        return exc
-
-
-def timed_out() -> KubeError:
-    cause = aiohttp.ServerTimeoutError("Timeout on reading data from socket")
-    try:
-        raise translate(cause) from cause
-    except KubeError as exc:
-        return exc
-
-
-def unavailable() -> KubeError:
-    return error_for_status(503, "the server is currently unable to handle the request")
 
 
 class ScriptedFeed(Feed):
