@@ -42,9 +42,9 @@ from airflow_k8s_retry.classification.retries import (
     RetrySteps,
 )
 from airflow_k8s_retry.classification.rules import RULES
+from airflow_k8s_retry import compat
 from airflow_k8s_retry.compat import (
     HAS_RETRY_POLICIES,
-    ChainRetryPolicy,
     RetryDecision,
     RetryPolicy,
     RetryPolicyBase,
@@ -163,7 +163,8 @@ class _RecordingChain:
     def get(cls) -> type:
         if cls.cls is None:
 
-            class PodReasonChain(ChainRetryPolicy):  # type: ignore[misc]
+            # compat resolves ChainRetryPolicy on first use: Airflow 3.1 and 3.2 have none
+            class PodReasonChain(compat.ChainRetryPolicy):  # type: ignore[misc,name-defined]
                 """The DAG author's retry policy first, then ``PodFailureRetryPolicy``'s defaults."""
 
                 def evaluate(
