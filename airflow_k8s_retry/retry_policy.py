@@ -30,6 +30,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_k8s_retry import compat
 from airflow_k8s_retry.classification.model import Outcome, Reason
 from airflow_k8s_retry.classification.policy import DEFAULT_POLICY
 from airflow_k8s_retry.classification.retries import (
@@ -42,7 +43,6 @@ from airflow_k8s_retry.classification.retries import (
     RetrySteps,
 )
 from airflow_k8s_retry.classification.rules import RULES
-from airflow_k8s_retry import compat
 from airflow_k8s_retry.compat import (
     HAS_RETRY_POLICIES,
     RetryDecision,
@@ -162,9 +162,8 @@ class _RecordingChain:
     @classmethod
     def get(cls) -> type:
         if cls.cls is None:
-
             # compat resolves ChainRetryPolicy on first use: Airflow 3.1 and 3.2 have none
-            class PodReasonChain(compat.ChainRetryPolicy):  # type: ignore[misc,name-defined]
+            class PodReasonChain(compat.ChainRetryPolicy):  # type: ignore[misc]
                 """The DAG author's retry policy first, then ``PodFailureRetryPolicy``'s defaults."""
 
                 def evaluate(
