@@ -692,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     part = {"turnaround": "turnaround, per try, seed", "scale": "scale"}.get(args.only or "", "every part")
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     result["runs"] = [{"part": part, "commit": commit.stdout.strip() or "unknown", "date": when}]
+    if args.size:
+        result["size_settings"] = list(args.size)
     out.mkdir(parents=True, exist_ok=True)
     # A smaller run (--size) writes results of its own: the plan's committed ones stay.
     name = args.plan + ("-resized" if args.size else "") + (f"-{args.only}" if args.only else "")

@@ -292,6 +292,14 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else (f"{value:.2f}" if isinstance(value, float) else str(value))
 
 
+def _size_line(sizes: dict[str, Any]) -> str:
+    """A resized run's failure-phase and evict-phase sizes, in words."""
+    return (
+        f"{sizes['exits']} tasks exiting 1 and {sizes['ooms']} OOM-killed per operator, each with "
+        f"{sizes['failure_retries']} retries; {sizes['evictions']} evicted tasks per operator"
+    )
+
+
 def report(result: dict[str, Any], plan_name: str) -> str:
     lines = [
         "# Whole-stack benchmark",
@@ -310,6 +318,15 @@ def report(result: dict[str, Any], plan_name: str) -> str:
                 "before, so a retry goes ahead of every task not started and no retry waits for a slot.",
             ]
             if result.get("sizes", {}).get("lanes")
+            else []
+        ),
+        *(
+            [
+                "",
+                f"Smaller than the plan: `{' '.join('--size ' + s for s in result['size_settings'])}`"
+                f" ({_size_line(result['sizes'])}).",
+            ]
+            if result.get("size_settings")
             else []
         ),
         "",

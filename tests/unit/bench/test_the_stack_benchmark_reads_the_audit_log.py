@@ -334,6 +334,7 @@ def test_the_report_shows_the_floor_beside_ours_and_kpos_per_failed_try():
         "seed": [],
     }
     text = report(result, "paced")
+    assert "Smaller than the plan" not in text
     assert "| failure | Airflow's floor | timer, then fails | 2 | 8 | 0 |" in text
     assert (
         "| statements per failed try, by role | RetryingPodOperator | KPO deferrable | Airflow's floor |"
@@ -451,3 +452,20 @@ def test_a_scale_step_whose_tasks_fail_before_deferring_is_measured_at_what_it_h
     assert ramp_over({"deferred": 534, "failed": 466}, 1000)
     # Not every task of the level exists yet (its DAG runs not created): not over.
     assert not ramp_over({"deferred": 400}, 500)
+
+
+def test_a_resized_run_says_so_in_its_report() -> None:
+    sizes = {"lanes": 8, "exits": 2, "ooms": 2, "failure_retries": 3, "evictions": 2}
+    result = {
+        "cores": 2,
+        "idle_statements_per_second": 120.0,
+        "sizes": sizes,
+        "size_settings": ["exits=2", "ooms=2", "evictions=2"],
+        "rows": [],
+        "scale": [],
+        "seed": [],
+    }
+    assert (
+        "Smaller than the plan: `--size exits=2 --size ooms=2 --size evictions=2` (2 tasks exiting 1 and "
+        "2 OOM-killed per operator, each with 3 retries; 2 evicted tasks per operator)."
+    ) in report(result, "paced")
