@@ -243,10 +243,14 @@ bench-oom: $(STAMP)
 # triggerers) on the real control plane; results in bench/results/stack/. PLAN=quick (about 15
 # minutes), full (about 65) or paced (about 75: the failure phase paced to the worker slots, so
 # the retry turnaround is the machinery's own; 1,000 deferred tasks without live logs).
+# SIZES="exits=2 ooms=2 scale=40" runs the plan's phases smaller (results as PLAN-resized);
+# ONLY=turnaround (or scale) runs one part of the plan (results as PLAN-...-turnaround).
 PLAN ?= quick
+SIZES ?=
+ONLY ?=
 bench-stack: $(STAMP) tools controlplane
 	AIRFLOW_K8S_RETRY_CONTROLPLANE_BIN="$$(tools/controlplane/build.sh --path)" \
-	  $(BIN)/python -m bench.stack --plan $(PLAN)
+	  $(BIN)/python -m bench.stack --plan $(PLAN) $(foreach s,$(SIZES),--size $(s)) $(if $(ONLY),--only $(ONLY))
 
 # The soak (tests/soak): one DAG run of SOAK_TASKS tasks of drawn fates in real Airflow (PostgreSQL,
 # Celery, two schedulers, two triggerers, two workers) on the real control plane, while a seeded

@@ -7,13 +7,17 @@ api-server (``tools/deployment.py``), against kube-apiserver, etcd, kube-schedul
 kube-controller-manager and KWOK nodes with the API server's audit log on. The same DAGs run with
 each operator, one DAG file per DAG (``bench/stack_dags/stack.py``, copied once per DAG so that a
 worker parses only its task's DAG), one phase after another so that each phase's load average,
-database statements and CPU are its own. A warm-up DAG per operator runs first, unmeasured, and the
-order of the operators turns from one kind of phase to the next.
+database statements and CPU are its own. A warm-up DAG per operator runs first, unmeasured (a task
+per worker slot), and the order of the operators turns from one kind of phase to the next.
 
-* ``failure``: pods that run 10 s and exit 1 or are OOM-killed, ``retries=1``, ``retry_delay=0``;
-  and pods that would run 10 s and exit 0 but are evicted through the Eviction API 5 s after their
-  create (the benchmark's disruptor evicts each task's first pod only): the cncf operator fails the
-  try and Airflow retries it, ours relaunches the pod in the same try (its rule for evictions);
+* ``failure``: pods that run 10 s and exit 1 or are OOM-killed, ``retries=1``, ``retry_delay=0``,
+  so that every try of the phase is a failed try; and Airflow's floor (``floor``): a task that
+  defers once to Airflow's own timer for as long as the pods run, then fails, the least any
+  deferrable operator's failed try can cost;
+* ``evict``: pods that would run 10 s and exit 0 but are evicted through the Eviction API 5 s
+  after their create (the benchmark's disruptor evicts each task's first pod only): the cncf
+  operator fails the try and Airflow retries it, ours relaunches the pod in the same try (its rule
+  for evictions);
 * ``pull``: ``image`` that cannot be pulled (not found), ``retries=1``: the try fails after each
   operator's grace (ours 90 s from the first failed pull; the cncf operator fails at the first
   ``ErrImagePull``);
@@ -40,6 +44,8 @@ per phase.
     python -m bench.stack --plan quick        # about 15 minutes on 2 cores
     python -m bench.stack --plan full         # about 65 minutes
     python -m bench.stack --plan paced        # about 75 minutes: the failure phase paced, scale at 1,000
+    python -m bench.stack --plan paced --size exits=2 --size ooms=2 --size evictions=2 \
+        --size scale=40 --size scale_chunk=20 --size scale_window=20   # the plan's phases, smaller
 
 Results go to ``bench/results/stack/`` (``results-PLAN.json``, ``RESULTS-PLAN.md``, plots).
 """
@@ -47,6 +53,7 @@ Results go to ``bench/results/stack/`` (``results-PLAN.json``, ``RESULTS-PLAN.md
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import dataclasses
 import itertools
@@ -56,12 +63,21 @@ import shutil
 import statistics
 import tempfile
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import airflow_k8s_retry
 from bench.driver import process_cpu_seconds
-from bench.stack_measure import RUN_SECONDS, logged_worker_seconds, namespace, read_audit, session_usage
+from bench.stack_measure import (
+    RUN_SECONDS,
+    logged_worker_seconds,
+    namespace,
+    read_audit,
+    session_usage,
+    statement_groups,
+)
 from tools.controlplane.realcluster import RealCluster
 
 DAG_TEMPLATE = Path(__file__).with_name("stack_dags") / "stack.py"
@@ -69,13 +85,21 @@ RESULTS = Path(__file__).with_name("results") / "stack"
 #: The operators compared: ours, the cncf operator deferrable, and not deferrable.
 OPERATORS = ("rpo", "kpo_deferrable", "kpo")
 DEFERRABLE = ("rpo", "kpo_deferrable")
+#: Airflow's floor beside them in the failure phase: a deferral to a timer, then a failed try.
+FLOOR = "floor"
 #: The scale phase's operators: ours as it comes (``logging_interval=30`` copies the base container's
 #: new log lines into the task log every 30 s, one log read per pod each time), ours without live
 #: logs (as the cncf operator, which writes the log when the pod ends), and the deferrable KPO.
 SCALE_OPERATORS = ("rpo", "rpo_quiet", "kpo_deferrable")
 EVICT_AFTER = 5
-#: The kinds of failed try, each in a namespace of its own per operator.
-FAILURES = ("exit", "oom", "evict")
+#: Each Celery worker's slots (two workers): a warm-up task per slot and operator, so that every
+#: worker process has run a task (its first costs more: imports, the result backend's connection)
+#: before the first measured phase.
+WORKER_CONCURRENCY = 4
+WARMUP_TASKS = 2 * WORKER_CONCURRENCY
+#: The kinds of try a paced plan runs in its pool: the failure and evict phases' (the floor's timers
+#: among them).
+PACED_KINDS = ("exit", "oom", "evict", "timer")
 IMAGES: dict[str, dict[str, Any]] = {
     "bench.example.com/exit-1:1": {"run": {"duration_seconds": RUN_SECONDS, "exit_code": 1}},
     "bench.example.com/oom:1": {"run": {"duration_seconds": RUN_SECONDS, "oom": True}},
@@ -124,7 +148,7 @@ class Sizes:
     #: deferred tasks), a retry ahead of any task not started yet; 0 runs every task at once.
     lanes: int = 0
     failure_retries: int = 1  # retries of the exit 1 and OOM tasks (each retry is a turnaround)
-    kinds: tuple[str, ...] = ("failure", "pull", "success", "seed")  # the turnaround part's phases
+    kinds: tuple[str, ...] = ("failure", "evict", "pull", "success", "seed")  # the turnaround part's phases
     scale_operators: tuple[str, ...] = SCALE_OPERATORS
 
 
@@ -151,10 +175,10 @@ PLANS = {
         scale_chunk=100,
         scale_window=120,
     ),
-    # The machinery's own cost: the failure phase paced to the worker slots (8 tasks in flight, a
-    # retry first), so no retry waits for a slot; 51 turnarounds of exit 1 and OOM (17 tasks, 3
-    # retries each) and 50 evictions per operator; then 1,000 deferred tasks, ours without live logs
-    # against the deferrable KPO (``--scale-operators``).
+    # The machinery's own cost: the failure and evict phases paced to the worker slots (8 tasks in
+    # flight, a retry first), so no retry waits for a slot; 51 turnarounds of exit 1 and OOM (17
+    # tasks, 3 retries each) and the floor's 34 tasks alike, then 50 evictions per operator; then
+    # 1,000 deferred tasks, ours without live logs against the deferrable KPO (``--scale-operators``).
     "paced": Sizes(
         exits=17,
         ooms=17,
@@ -167,7 +191,7 @@ PLANS = {
         scale_window=120,
         lanes=8,
         failure_retries=3,
-        kinds=("failure",),
+        kinds=("failure", "evict"),
         scale_operators=("rpo_quiet", "kpo_deferrable"),
     ),
 }
@@ -175,8 +199,27 @@ PLANS = {
 PACING_POOL = "stack_paced"
 
 
+def resized(sizes: Sizes, settings: list[str]) -> Sizes:
+    """``sizes`` with ``NAME=VALUE`` settings over its fields (``--size exits=2``; a tuple's items
+    comma-separated: ``--size scale=20,40``), to run a plan's phases smaller."""
+    types = typing.get_type_hints(Sizes)
+    changes: dict[str, Any] = {}
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name not in types or not value:
+            raise SystemExit(f"--size {setting}: use NAME=VALUE with NAME one of {', '.join(types)}")
+        kind = types[name]
+        item = typing.get_args(kind)[0] if typing.get_origin(kind) is tuple else kind
+        try:
+            items = [item(v) for v in value.split(",") if v]
+        except ValueError:
+            raise SystemExit(f"--size {setting}: {value!r} is not of type {item.__name__}") from None
+        changes[name] = tuple(items) if item is not kind else items[0]
+    return dataclasses.replace(sizes, **changes)
+
+
 #: Each operator's mark in its pods' names (``name``): the disruptor tells them apart by name.
-MARK = {"rpo": "rpo", "rpo_quiet": "rpoq", "kpo_deferrable": "kpod", "kpo": "kpo"}
+MARK = {"rpo": "rpo", "rpo_quiet": "rpoq", "kpo_deferrable": "kpod", "kpo": "kpo", FLOOR: "floor"}
 
 
 def evictions(sizes: Sizes) -> list[dict[str, Any]]:
@@ -195,12 +238,12 @@ def plan(sizes: Sizes) -> dict[str, Any]:
 
     def tasks(kind: str, op: str, count: int, retries: int, delay: int = 0) -> list[dict[str, Any]]:
         ns = namespace(op, kind)
-        paced = {"pool": PACING_POOL} if sizes.lanes and kind in FAILURES else {}
+        paced = {"pool": PACING_POOL} if sizes.lanes and kind in PACED_KINDS else {}
         return [
             {
                 "task_id": f"{kind}_{i:04d}",
                 "name": f"{kind}-{i:04d}-{MARK[op]}",
-                "image": IMAGE_OF[kind],
+                "image": IMAGE_OF.get(kind),  # the floor's timers run none
                 "namespace": ns,
                 "retries": retries,
                 "retry_delay": delay,
@@ -209,27 +252,33 @@ def plan(sizes: Sizes) -> dict[str, Any]:
             for i in range(count)
         ]
 
+    def in_turns(*per_kind: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The kinds' tasks; paced, taken in turn, each weighing less than the one before: the
+        scheduler starts the heaviest first, so a retry (of a task started before) goes ahead of
+        every task not started yet."""
+        if not sizes.lanes:
+            return [t for its in per_kind for t in its]
+        turns = [t for group in itertools.zip_longest(*per_kind) for t in group if t is not None]
+        return [{**t, "priority_weight": len(turns) - i} for i, t in enumerate(turns)]
+
     dags: list[dict[str, Any]] = []
 
     def dag(dag_id: str, op: str, kind: str, its_tasks: list[dict[str, Any]]) -> None:
         dags.append({"dag_id": dag_id, "operator": op, "kind": kind, "tasks": its_tasks})
 
+    retries = sizes.failure_retries
     for op in OPERATORS:
-        dag(f"stack_{op}_warmup", op, "warmup", tasks("ok", op, 1, 0))
-        counts = {"exit": sizes.exits, "oom": sizes.ooms, "evict": sizes.evictions}
-        # An evicted task's rerun succeeds: one retry is all it can use.
-        retries = {"exit": sizes.failure_retries, "oom": sizes.failure_retries, "evict": 1}
-        per_kind = [tasks(k, op, counts[k], retries[k]) for k in FAILURES]
-        failing = [t for its in per_kind for t in its]
-        if sizes.lanes:
-            # Paced: the kinds taken in turn, each task weighing less than the one before; the
-            # scheduler starts the heaviest first, so a retry (of a task started before) goes ahead
-            # of every task not started yet.
-            turns = [t for group in itertools.zip_longest(*per_kind) for t in group if t is not None]
-            failing = [{**t, "priority_weight": len(turns) - i} for i, t in enumerate(turns)]
+        dag(f"stack_{op}_warmup", op, "warmup", tasks("ok", op, WARMUP_TASKS, 0))
+        failing = in_turns(tasks("exit", op, sizes.exits, retries), tasks("oom", op, sizes.ooms, retries))
         dag(f"stack_{op}_failure", op, "failure", failing)
+        # An evicted task's rerun succeeds: one retry is all it can use.
+        dag(f"stack_{op}_evict", op, "evict", in_turns(tasks("evict", op, sizes.evictions, 1)))
         dag(f"stack_{op}_pull", op, "pull", tasks("pull", op, sizes.pulls, 1))
         dag(f"stack_{op}_success", op, "success", tasks("ok", op, sizes.successes, 0))
+    # The floor: as many tasks as fail pods, their settings alike, each deferring for as long as a
+    # pod runs.
+    timers = tasks("timer", FLOOR, sizes.exits + sizes.ooms, retries)
+    dag(f"stack_{FLOOR}_failure", FLOOR, "failure", in_turns([{**t, "seconds": RUN_SECONDS} for t in timers]))
     for op in DEFERRABLE:
         seed = {
             **tasks("pull", op, 1, 3, sizes.seed_retry_delay)[0],
@@ -308,6 +357,7 @@ class Phase:
     ramp: float = 0.0  # scale steps: seconds from triggering the step's DAGs to all tasks deferred
     failed: int = 0  # scale steps: tasks that ended failed instead of staying deferred, at the window's end
     top: list[tuple[int, str]] = field(default_factory=list)  # the statements run most often
+    groups: dict[str, int] = field(default_factory=dict)  # statements by group (``statement_group``)
 
     @property
     def seconds(self) -> float:
@@ -330,6 +380,7 @@ class Phase:
             "ramp_seconds": round(self.ramp, 1),
             "failed": self.failed,
             "top_statements": self.top,
+            "statement_groups": self.groups,
         }
 
 
@@ -353,9 +404,22 @@ class Meter:
         self.phase.ended = time.time()
         self.phase.statements = self.dep.database.statements()
         self.phase.top = self.dep.database.top_statements(15)
+        self.phase.groups = statement_groups(statement_rows(self.dep))
         roles, comps = role_usage(self.dep), cluster_cpu(self.cluster)
         self.phase.cpu = {r: roles[r][0] - self._roles[r][0] for r in roles}
         self.phase.cpu.update({c: comps.get(c, 0.0) - self._cluster.get(c, 0.0) for c in comps})
+
+
+def statement_rows(dep: Any) -> list[tuple[str, int, str]]:
+    """(database user, calls, text) of every statement the database counted since its last reset;
+    each process role connects as a user of its own (``scheduler``, ``triggerer``, ``api_server``,
+    ``worker``; ``airflow`` is the benchmark's own)."""
+    rows = dep.query(
+        "select r.rolname, s.calls, s.query from pg_stat_statements s "
+        "join pg_database d on d.oid = s.dbid join pg_roles r on r.oid = s.userid "
+        "where d.datname = current_database() and s.query not ilike '%%pg_stat_statements%%'"
+    )
+    return [(str(user), int(calls), str(text)) for user, calls, text in rows]
 
 
 def run_phase(dep: Any, cluster: RealCluster, name: str, dag_ids: list[str], timeout: float) -> Phase:
@@ -476,6 +540,9 @@ def bench(
     )
     kinds, scale_operators = sizes.kinds, sizes.scale_operators
     the_plan = plan(sizes)
+    # This package's modules compiled, as pip compiles an installed wheel's (the cncf provider's are):
+    # an editable install under PYTHONDONTWRITEBYTECODE would compile them again in every task process.
+    compileall.compile_dir(str(Path(airflow_k8s_retry.__file__).parent), quiet=1)
     workdir.mkdir(parents=True, exist_ok=True)
     plan_file = workdir / "plan.json"
     plan_file.write_text(json.dumps(the_plan))
@@ -505,14 +572,16 @@ def bench(
             workdir / "dags",
             cluster,
             settings=settings,
-            worker_concurrency=4,
+            worker_concurrency=WORKER_CONCURRENCY,
             reserialize_timeout=900,
             track_statements=True,
         ) as dep:
             dep.database.reset_statements()
             idle_from = time.time()  # from here on only Airflow talks to the cluster
             time.sleep(60)
-            idle = dep.database.statements() / (time.time() - idle_from)
+            idle_seconds = time.time() - idle_from
+            idle = dep.database.statements() / idle_seconds
+            idle_groups = {g: n / idle_seconds for g, n in statement_groups(statement_rows(dep)).items()}
             log(f"Airflow up; idle deployment: {idle:.1f} statements/s")
             if sizes.lanes:
                 dep.api(
@@ -530,7 +599,8 @@ def bench(
                     if "seed" in kinds
                 }
                 for kind, order in (
-                    ("failure", OPERATORS),
+                    ("failure", (*OPERATORS, FLOOR)),
+                    ("evict", OPERATORS[2:] + OPERATORS[:2]),
                     ("pull", OPERATORS[1:] + OPERATORS[:1]),
                     ("success", OPERATORS[2:] + OPERATORS[:2]),
                 ):
@@ -568,7 +638,9 @@ def bench(
         audit = read_audit(cluster.audit, since=idle_from)
     from bench.stack_report import summarize
 
-    return summarize(sizes, the_plan, phases, tries, audit, idle, worker_seconds, seed_runs, logs)
+    return summarize(
+        sizes, the_plan, phases, tries, audit, idle, worker_seconds, seed_runs, logs, idle_groups
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -587,6 +659,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scale-operators", default=None, help="the scale part's operators (default: the plan's)"
     )
+    parser.add_argument(
+        "--size",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a size of the plan set anew (e.g. exits=2, scale=20,40): the plan's phases, smaller",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     with contextlib.ExitStack() as stack:
@@ -597,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         only = {args.only} if args.only else None
         result = bench(
-            PLANS[args.plan],
+            resized(PLANS[args.plan], args.size),
             workdir.absolute(),
             log=lambda m: print(m, flush=True),
             only=only,
@@ -613,8 +692,11 @@ def main(argv: list[str] | None = None) -> int:
     part = {"turnaround": "turnaround, per try, seed", "scale": "scale"}.get(args.only or "", "every part")
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     result["runs"] = [{"part": part, "commit": commit.stdout.strip() or "unknown", "date": when}]
+    if args.size:
+        result["size_settings"] = list(args.size)
     out.mkdir(parents=True, exist_ok=True)
-    name = args.plan + (f"-{args.only}" if args.only else "")
+    # A smaller run (--size) writes results of its own: the plan's committed ones stay.
+    name = args.plan + ("-resized" if args.size else "") + (f"-{args.only}" if args.only else "")
     (out / f"results-{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     text = report(result, args.plan)
     (out / f"RESULTS-{name}.md").write_text(text)

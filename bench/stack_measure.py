@@ -1,6 +1,6 @@
 """What the whole-stack benchmark (``bench/stack.py``) reads: the API server's audit log (pods, their
-failures, requests per namespace), Airflow's task logs (how long a try held a worker), and the
-processes' CPU and memory from ``/proc``.
+failures, requests per namespace), Airflow's task logs (how long a try held a worker), the
+database's statements by group, and the processes' CPU and memory from ``/proc``.
 
 Pure functions of files and ``/proc``, unit-tested in
 ``tests/unit/bench/test_the_stack_benchmark_reads_the_audit_log.py``.
@@ -12,6 +12,7 @@ import datetime
 import itertools
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,6 +283,42 @@ def _stretches(lines: Iterable[str]) -> list[tuple[float, float]]:
         else:
             out[-1] = (out[-1][0], t)
     return out
+
+
+# -- the database's statements -----------------------------------------------------------------
+
+_TABLE = r"\s+(?:only\s+)?\"?([a-z_][a-z0-9_]*)"
+_GROUP_PATTERNS = (
+    ("insert", re.compile(r"^insert\s+into" + _TABLE)),
+    ("update", re.compile(r"^update" + _TABLE)),
+    ("delete", re.compile(r"^delete\s+from" + _TABLE)),
+    ("select", re.compile(r"^select\b.*?\bfrom" + _TABLE)),
+)
+
+
+def statement_group(query: str) -> str:
+    """A statement's group, from its text as ``pg_stat_statements`` keeps it: its verb and the first
+    table it names (``select task_instance``, ``insert xcom``, ``update trigger``), or its verb alone
+    (``begin``, ``commit``, ``select``: a ``select 1`` ping)."""
+    text = " ".join(query.lower().split())
+    if text.startswith("with "):  # a common table expression: the statement it leads to
+        main = re.search(r"\)\s*(select|insert|update|delete)\b.*$", text)
+        text = main.group(0).lstrip(") ") if main else text
+    for verb, pattern in _GROUP_PATTERNS:
+        found = pattern.match(text)
+        if found:
+            return f"{verb} {found.group(1)}"
+    return text.split(" ", 1)[0].rstrip(";") if text else "?"
+
+
+def statement_groups(rows: Iterable[tuple[str, int, str]]) -> dict[str, int]:
+    """Calls per ``"<user>: <group>"`` (the database user a process role connects as, and
+    :func:`statement_group`) of ``(user, calls, query)`` rows, most first."""
+    out: dict[str, int] = {}
+    for user, calls, query in rows:
+        key = f"{user}: {statement_group(query)}"
+        out[key] = out.get(key, 0) + int(calls)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 # -- processes ---------------------------------------------------------------------------------

@@ -24,16 +24,20 @@ LABELS = {
     "rpo_quiet": "RetryingPodOperator, logging_interval=None",
     "kpo_deferrable": "KPO deferrable",
     "kpo": "KPO (not deferrable)",
+    "floor": "Airflow's floor",
 }
 #: The kinds of try in the order the report shows them.
-KIND_ORDER = ("exit", "oom", "evict", "pull", "ok")
+KIND_ORDER = ("exit", "oom", "evict", "pull", "timer", "ok")
 KIND_LABELS = {
     "exit": "exit 1",
     "oom": "OOM-killed",
     "evict": "evicted",
     "pull": "failed pull (after grace)",
+    "timer": "timer, then fails",
     "ok": "success",
 }
+#: The operators whose failed tries the statement groups compare, in the report's order.
+GROUPED = ("rpo", "kpo_deferrable", "floor", "kpo")
 
 
 def _per(value: float, count: int) -> float | None:
@@ -57,10 +61,13 @@ def summarize(
     worker_seconds: dict[str, float],
     seed_runs: dict[str, dict[str, Any]],
     logs: Path | None = None,
+    idle_groups: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The run's rows: per kind of try (``rows``), per scale step (``scale``), and the seed's and
     rate-limit DAGs (``seed``); with ``logs`` (Airflow's task logs), where each failure phase's
-    turnarounds went (``stages_p50``)."""
+    turnarounds went (``stages_p50``); with ``idle_groups`` (the idle deployment's statements per
+    second by group), each phase's statements by group per try (``statement_groups_per_try``)."""
+    idle_groups = idle_groups or {}
     from dataclasses import asdict
 
     by_dag = {d["dag_id"]: d for d in the_plan["dags"]}
@@ -104,6 +111,10 @@ def summarize(
                     "requests_per_task": _per(audit.count(ns), len({x[0] for x in its})),
                     # The phase's figures, over all its tries (its kinds share them).
                     "statements_per_try": _per(net, n),
+                    "statement_groups_per_try": {
+                        group: _per(calls - idle_groups.get(group, 0.0) * phase.seconds, n)
+                        for group, calls in phase.groups.items()
+                    },
                     "worker_cpu_per_try": _per(phase.cpu.get("worker", 0.0), n),
                     "worker_seconds_per_try": _per(worker_seconds.get(dag_id, 0.0), n),
                     "seconds": p["seconds"],
@@ -133,6 +144,7 @@ def summarize(
     return {
         "sizes": asdict(sizes),
         "idle_statements_per_second": round(idle, 2),
+        "idle_statement_groups": {g: round(rate, 3) for g, rate in idle_groups.items()},
         "cores": os.cpu_count(),
         "rows": rows,
         "scale": scale,
@@ -213,24 +225,23 @@ def targets(result: dict[str, Any]) -> list[tuple[str, str, str]]:
                     "met" if ratio <= 0.2 else "missed",
                 )
             )
-    for phase in ("failure", "pull", "success"):
+    for phase in ("failure", "evict", "pull", "success"):
         ours = next((r for r in result["rows"] if r["operator"] == "rpo" and r["phase"] == phase), None)
         theirs = next(
             (r for r in result["rows"] if r["operator"] == "kpo_deferrable" and r["phase"] == phase), None
         )
-        if (
-            ours
-            and theirs
-            and ours["statements_per_try"] is not None
-            and theirs["statements_per_try"] is not None
-        ):
-            out.append(
-                (
-                    f"database statements per try ({phase} phase) no more than KPO deferrable's",
-                    f"{ours['statements_per_try']:.0f} against {theirs['statements_per_try']:.0f}",
-                    "met" if ours["statements_per_try"] <= theirs["statements_per_try"] else "missed",
+        figures = [("statements_per_try", "database statements", "{:.0f}")]
+        if phase == "failure":
+            figures.append(("worker_cpu_per_try", "worker CPU (s)", "{:.2f}"))
+        for key, what, form in figures:
+            if ours and theirs and ours.get(key) is not None and theirs.get(key) is not None:
+                out.append(
+                    (
+                        f"{what} per try ({phase} phase) no more than KPO deferrable's",
+                        f"{form.format(ours[key])} against {form.format(theirs[key])}",
+                        "met" if ours[key] <= theirs[key] else "missed",
+                    )
                 )
-            )
     for kind in ("exit", "oom", "pull"):  # an evicted pod of ours fails no try: it is relaunched
         ours = rows.get(("rpo", kind))
         if ours and ours["requests_per_try"] is not None:
@@ -281,6 +292,14 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else (f"{value:.2f}" if isinstance(value, float) else str(value))
 
 
+def _size_line(sizes: dict[str, Any]) -> str:
+    """A resized run's failure-phase and evict-phase sizes, in words."""
+    return (
+        f"{sizes['exits']} tasks exiting 1 and {sizes['ooms']} OOM-killed per operator, each with "
+        f"{sizes['failure_retries']} retries; {sizes['evictions']} evicted tasks per operator"
+    )
+
+
 def report(result: dict[str, Any], plan_name: str) -> str:
     lines = [
         "# Whole-stack benchmark",
@@ -299,6 +318,15 @@ def report(result: dict[str, Any], plan_name: str) -> str:
                 "before, so a retry goes ahead of every task not started and no retry waits for a slot.",
             ]
             if result.get("sizes", {}).get("lanes")
+            else []
+        ),
+        *(
+            [
+                "",
+                f"Smaller than the plan: `{' '.join('--size ' + s for s in result['size_settings'])}`"
+                f" ({_size_line(result['sizes'])}).",
+            ]
+            if result.get("size_settings")
             else []
         ),
         "",
@@ -331,6 +359,7 @@ def report(result: dict[str, Any], plan_name: str) -> str:
             f"| {_fmt(r['worker_cpu_per_try'])} / {_fmt(r['worker_seconds_per_try'])} | {r['seconds']} "
             f"| {r['load_mean']} / {r['load_max']} | {_fmt(r['apiserver_cpu'])} / {_fmt(r['etcd_cpu'])} |"
         )
+    lines += statement_group_table(result)
     staged = [r for r in result["rows"] if r.get("stages_p50")]
     if staged:
         lines += [
@@ -401,6 +430,66 @@ def report(result: dict[str, Any], plan_name: str) -> str:
     lines += [f"| {t} | {f} | {m} |" for t, f, m in targets(result)]
     lines.append("")
     return "\n".join(lines)
+
+
+#: The database users the deployment's processes connect as (one per role), as the report names them.
+ROLES = {
+    "scheduler": "schedulers",
+    "triggerer": "triggerers (their loop; a trigger's execution API calls, served in process)",
+    "api_server": "api-server (the execution API: the task processes' calls)",
+    "worker": "Celery workers (the result backend)",
+    "airflow": "the benchmark's own reads",
+}
+
+
+def statement_group_table(result: dict[str, Any], shown: int = 30) -> list[str]:
+    """The failure phase's statements per failed try, by the role that ran them and by group
+    (``statement_group``), an operator per column (:data:`GROUPED`); the rest in one row."""
+    rows = {
+        r["operator"]: r
+        for r in result["rows"]
+        if r["phase"] == "failure" and r.get("statement_groups_per_try") and r["operator"] in GROUPED
+    }
+    ops = [op for op in GROUPED if op in rows]
+    if not ops:
+        return []
+    per = {op: rows[op]["statement_groups_per_try"] for op in ops}
+    by_role: dict[str, dict[str, float]] = {op: {} for op in ops}
+    for op in ops:
+        for key, value in per[op].items():
+            role = key.partition(": ")[0]
+            by_role[op][role] = by_role[op].get(role, 0.0) + (value or 0.0)
+    seen = {r for op in ops for r in by_role[op]}
+    roles = [r for r in ROLES if r in seen] + sorted(seen - set(ROLES))
+    header = " | ".join(LABELS[op] for op in ops)
+    lines = [
+        "",
+        "## Where a failed try's statements go",
+        "",
+        "The failure phase's statements per try (every try of the phase fails), by the process role",
+        "that ran them (each role connects to the database as a user of its own) and by group",
+        "(`statement_group` in `bench/stack_measure.py`: the verb and the first table a statement",
+        "names), each less the idle deployment's rate. Airflow's floor: a task that defers once to",
+        "Airflow's own timer (`TimeDeltaTrigger`) for as long as the pods run, then raises.",
+        "",
+        f"| statements per failed try, by role | {header} |",
+        "|---|" + "---:|" * len(ops),
+    ]
+    for role in roles:
+        cells = " | ".join(_fmt(round(by_role[op].get(role, 0.0), 2)) for op in ops)
+        lines.append(f"| {ROLES.get(role, role)} | {cells} |")
+    lines.append("| all | " + " | ".join(_fmt(rows[op]["statements_per_try"]) for op in ops) + " |")
+    groups = sorted(
+        {g for p in per.values() for g in p}, key=lambda g: (-max(p.get(g) or 0.0 for p in per.values()), g)
+    )
+    lines += ["", f"| statements per failed try, by role: group | {header} |", "|---|" + "---:|" * len(ops)]
+    for group in groups[:shown]:
+        lines.append(f"| `{group}` | " + " | ".join(_fmt(per[op].get(group, 0.0)) for op in ops) + " |")
+    rest = groups[shown:]
+    if rest:
+        cells = " | ".join(_fmt(round(sum(per[op].get(g) or 0.0 for g in rest), 2)) for op in ops)
+        lines.append(f"| {len(rest)} other groups | {cells} |")
+    return lines
 
 
 def plot(result: dict[str, Any], folder: Path, name: str) -> None:

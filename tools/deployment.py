@@ -130,7 +130,7 @@ class Deployment:
         with self.log_path(name).open("ab") as out:
             self.procs[name] = subprocess.Popen(
                 [AIRFLOW, *args],
-                env={**self.env, **self.extra_env[name]},
+                env={**self.env, **self._database_user(name), **self.extra_env[name]},
                 cwd=self.home.home,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -151,6 +151,19 @@ class Deployment:
         Airflow closed the trigger's log file (``on_kill``'s work outlives the trigger) goes there."""
         text = self.trigger_logs(name, dag_id) + "\n" + self.log(name)
         return [line for line in text.splitlines() if any(mark in line for mark in marks)]
+
+    def _database_user(self, name: str) -> dict[str, str]:
+        """Where the database counts statements, process ``name`` connects as a user named after its
+        role (``scheduler`` for ``scheduler-a``, ``api_server``): the counts tell the roles apart."""
+        if not self.database.track_statements:
+            return {}
+        role = name.removesuffix("-a").removesuffix("-b").replace("-", "_")
+        self.database.add_user(role)
+        url = self.database.url(user=role)
+        out = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
+        if "AIRFLOW__CELERY__RESULT_BACKEND" in self.env:
+            out["AIRFLOW__CELERY__RESULT_BACKEND"] = "db+" + url
+        return out
 
     def signal(self, name: str, sig: signal.Signals) -> None:
         os.killpg(self.procs[name].pid, sig)
@@ -422,7 +435,8 @@ def running_deployment(
     """PostgreSQL, Redis (for Celery) and every Airflow process of the shape, migrated, the DAGs in
     ``dags`` serialized, all of it healthy; stopped whatever happens. ``settings`` are Airflow
     settings (environment variables) over the deployment's own; ``track_statements`` has the
-    database count the statements it runs (``dep.database.statements()``)."""
+    database count the statements it runs (``dep.database.statements()``), each process's role
+    as a database user of its own."""
     (root / "home").mkdir(parents=True, exist_ok=True)
     home = AirflowHome(root / "home", dags)
     with contextlib.ExitStack() as stack:

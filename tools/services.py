@@ -108,8 +108,16 @@ class PostgresServer(_Server):
                 f"{' '.join(args[:2])} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}{log}"
             )
 
-    def url(self, database: str = DATABASE, driver: str = "postgresql+psycopg2") -> str:
-        return f"{driver}://{USER}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = DATABASE, driver: str = "postgresql+psycopg2", user: str = USER) -> str:
+        return f"{driver}://{user}@127.0.0.1:{self.port}/{database}"
+
+    def add_user(self, name: str) -> None:
+        """A database user ``name`` with the deployment user's rights (a superuser, as it is), if
+        there is none yet: ``pg_stat_statements`` counts each user's statements apart."""
+        with contextlib.closing(self.connect("postgres")) as db, db.cursor() as cursor:
+            cursor.execute("select 1 from pg_roles where rolname = %s", (name,))
+            if cursor.fetchone() is None:
+                cursor.execute(f'create role "{name}" superuser login')
 
     def connect(self, database: str = DATABASE) -> Any:
         import psycopg2  # the deploy extra's; imported only where a server runs

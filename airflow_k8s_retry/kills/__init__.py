@@ -25,7 +25,8 @@ killed while running, the kill missing ``on_kill``           the api-server's li
 the deferral timed out, or its trigger failed                ``resume_execution``, by label
                                                              (:mod:`.sweep`)
 the worker died, retries left; a delete failed               the next try's sweep (:mod:`.sweep`)
-the worker died on the last try                              the failure callback (:mod:`.callback`)
+the worker died on the last try, or its delete failed        the failure callback (:mod:`.callback`)
+after the last try's verdict
 ===========================================================  =========================================
 
 The kill policy (which task instance states mean a kill, which pods a kill leaves alone) is

@@ -14,8 +14,10 @@ DAG author's own ``on_failure_callback`` list. It deletes, by UID, every pod of 
 reached a verdict) and a pod stamped "not kept" (its delete did not get through). It keeps pods
 stamped as kept (``on_finish_action``), and everything when ``on_kill_action`` is ``keep_pod``.
 It also sweeps what earlier tries of the task left (a delete that never got through): the last
-try's failure is the last chance. After a normal failure in the worker this costs two LISTs and
-finds nothing to do.
+try's failure is the last chance. In the worker whose try ended its pod after the verdict (deleted,
+or kept stamped) and its earlier relaunches', it returns at once: that try swept the earlier tries'
+pods before it created its own, so nothing is left to look for and a normal failure costs no
+request here.
 
 Where the callback runs for a worker that died (the operator did not run the try's code in this
 process) and finds no pod of the try, it looks once more :data:`IN_FLIGHT_SETTLE` seconds later: a
@@ -98,6 +100,8 @@ def delete_pods_left_by_failed_try(context: Any) -> None:
     task = _operator_of(context)
     if task is None or context.get("ti") is None:
         return
+    if task.ran_try_here and task.left_nothing:
+        return  # this process ended the try's pods, after its start swept the earlier tries'
     if task.on_kill_action.value == "keep_pod":
         return
     log = task.log

@@ -158,14 +158,16 @@ def delete_earlier_relaunches(
     *,
     log: Log,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
+) -> bool:
     """Delete pods of this try's earlier relaunches that are still there (their delete failed
-    when the relaunch started): nothing else would once the try succeeds."""
+    when the relaunch started): nothing else would once the try succeeds. False when one may be
+    left (the pods could not be listed, or a delete failed)."""
     try:
         pods = client.list_pods(namespace, identity.selector("try"))
     except KubeError as exc:
         log("Could not look for pods of earlier relaunches: %s", exc)
-        return
+        return False
+    gone = True
     for pod in pods:
         meta = pod.get("metadata") or {}
         number = str((meta.get("labels") or {}).get(RELAUNCH_LABEL, "0"))
@@ -183,4 +185,6 @@ def delete_earlier_relaunches(
                     number,
                 )
         except KubeError as exc:
+            gone = False
             log("Pod %s of relaunch %s left behind: delete failed: %s", meta["name"], number, exc)
+    return gone

@@ -265,6 +265,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         #: True once this process ran the try's code (``execute`` or ``execute_complete``); False
         #: where the failure callback runs for a worker that died.
         self.ran_try_here = False
+        #: True once this process ended the try's pod after its verdict (deleted it, or kept it
+        #: stamped) and every earlier relaunch's: the failure callback then has nothing to look for.
+        self.left_nothing = False
         self._kill_requested = False  # on_kill ran (Airflow lets the interrupted code go on)
         self._try_held: tuple[TryIdentity, str] | None = None  # the try and namespace execute works in
         self._pod: CreatedPod | None = None  # the pod this process holds (on_kill deletes it)
@@ -600,16 +603,20 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         finally:
             # Whatever failed above (logs, XCom), the pod is finished business: delete or keep it,
             # and whatever earlier relaunches of the try left.
-            self._end(client, pod, verdict, keep=keep)
+            ended = self._end(client, pod, verdict, keep=keep)
             if relaunch:
-                delete_earlier_relaunches(
-                    client,
-                    self.try_identity(context),
-                    pod.namespace,
-                    relaunch,
-                    log=self.log.warning,
-                    sleep=type(self).retry_sleep,
+                ended = (
+                    delete_earlier_relaunches(
+                        client,
+                        self.try_identity(context),
+                        pod.namespace,
+                        relaunch,
+                        log=self.log.warning,
+                        sleep=type(self).retry_sleep,
+                    )
+                    and ended
                 )
+            self.left_nothing = ended
             self._run_callbacks("on_pod_cleanup", context, pod=v1pod)
         if verdict.outcome is Outcome.SUCCEED:
             self.log.info("%s: pod %s succeeded", verdict.reason.value, pod.name)
@@ -801,8 +808,9 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
 
     def _end(
         self, client: PodClient, pod: CreatedPod, verdict: Verdict | None, *, keep: bool, grace: Any = None
-    ) -> None:
-        """Delete the pod by UID, or keep it stamped (``pods.finish``); never raises."""
+    ) -> bool:
+        """Delete the pod by UID, or keep it stamped (``pods.finish``); never raises. False when
+        the pod is left (its delete failed)."""
         where = f"{pod.namespace}/{pod.name}"
         ending = pods.finish(
             client,
@@ -817,8 +825,10 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
             self.log.info("Keeping pod %s (on_finish_action=%s)", where, self.on_finish_action.value)
         elif ending is pods.Ending.DELETED:
             self.log.info("Deleted pod %s (uid %s)", where, pod.uid)
-        if ending is not pods.Ending.LEFT:
-            self._pod = None
+        if ending is pods.Ending.LEFT:
+            return False
+        self._pod = None
+        return True
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Also clean up when the deferral itself ends badly (timeout or trigger failure)."""

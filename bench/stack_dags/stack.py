@@ -5,8 +5,8 @@ worker parses only the file of its task's DAG.
 
 Each DAG runs its tasks with one operator: ``RetryingPodOperator``, or the cncf
 ``KubernetesPodOperator`` deferrable or not, every argument at its default but the image, the
-namespace, ``retries`` and ``retry_delay``. Self-contained on purpose: Airflow puts the DAGs folder
-on ``sys.path``, not the repository.
+namespace, ``retries`` and ``retry_delay``; or Airflow's floor (:class:`FloorOperator`). Self-contained
+on purpose: Airflow puts the DAGs folder on ``sys.path``, not the repository.
 """
 
 from __future__ import annotations
@@ -17,20 +17,42 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, BaseOperator
+
+
+class FloorOperator(BaseOperator):
+    """Airflow's floor for a deferrable operator's failed try: defer once to Airflow's own timer
+    (``TimeDeltaTrigger``) for ``seconds``, about as long as the other operators' pods run, then
+    fail. Whatever a deferrable operator does, its failed try costs at least this."""
+
+    def __init__(self, *, seconds: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seconds = seconds
+
+    def execute(self, context: Any) -> None:
+        from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=self.seconds)), method_name="execute_complete")
+
+    def execute_complete(self, context: Any, event: Any = None) -> None:
+        raise RuntimeError(f"the timer fired after {self.seconds} s; the try fails")
 
 
 def _operator(kind: str, task: dict[str, Any]) -> Any:
     common: dict[str, Any] = {
         "task_id": task["task_id"],
-        "name": task.get("name", task["task_id"].replace("_", "-")),
-        "image": task["image"],
-        "namespace": task["namespace"],
         "retries": task["retries"],
         "retry_delay": timedelta(seconds=task["retry_delay"]),
     }
     if "pool" in task:  # a paced plan: a pool counting deferred tasks, a retry first
         common.update(pool=task["pool"], priority_weight=task["priority_weight"], weight_rule="absolute")
+    if kind == "floor":
+        return FloorOperator(seconds=task["seconds"], **common)
+    common.update(
+        name=task.get("name", task["task_id"].replace("_", "-")),
+        image=task["image"],
+        namespace=task["namespace"],
+    )
     if kind in ("rpo", "rpo_quiet"):
         from airflow_k8s_retry.operators import RetryingPodOperator
 

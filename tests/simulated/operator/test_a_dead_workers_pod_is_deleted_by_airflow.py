@@ -183,3 +183,29 @@ def test_in_the_worker_that_ran_the_try_the_callback_does_not_wait(fake_cluster,
         op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
     assert dag_processor_runs_failure_callbacks(op, context) == []
     assert call(IN_FLIGHT_SETTLE) not in retry_sleep.call_args_list
+
+
+def test_in_the_worker_whose_try_deleted_its_pod_the_callback_makes_no_request(fake_cluster, context):
+    # The try swept the earlier tries' pods before it created its own and deleted that one after
+    # its verdict: the last try's failure leaves nothing to look for.
+    op = operator(retries=0)
+    trigger = defer(op, context)
+    with pytest.raises(PodFailure):
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)
+    since = len(fake_cluster.audit_records())
+    assert dag_processor_runs_failure_callbacks(op, context) == []
+    assert [r for r in fake_cluster.audit_records()[since:] if r.get("kind") == "request"] == []
+
+
+def test_in_the_worker_whose_delete_failed_the_callback_deletes_the_pod(fake_cluster, context):
+    from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF
+
+    op = operator(retries=0)
+    trigger = defer(op, context)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=500, times=len(OUTAGE_BACKOFF) + 1)
+    with pytest.raises(PodFailure):
+        op.execute_complete(context, event=event_for(trigger, verdict(Outcome.RETRY, Reason.CONTAINER_OOM)))
+    assert live(fake_cluster) == [trigger.pod_name]  # every delete of the worker failed
+    assert dag_processor_runs_failure_callbacks(op, context) == []
+    assert fake_cluster.wait_for(lambda c: not live(c), timeout=10)

@@ -8,17 +8,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.stack import PLANS, plan, ramp_over
+import pytest
+
+from bench.stack import PLANS, plan, ramp_over, resized
 from bench.stack_measure import (
     PULL_GRACE,
     PodSeen,
     logged_worker_seconds,
     read_audit,
     session_usage,
+    statement_groups,
     turnaround_stages,
     turnarounds,
 )
-from bench.stack_report import targets
+from bench.stack_report import report, targets
 
 
 def pod(
@@ -211,25 +214,144 @@ def test_the_paced_plan_puts_its_failing_tasks_in_one_pool_a_retry_first():
     sizes = PLANS["paced"]
     dags = plan(sizes)["dags"]
     failing = [d for d in dags if d["kind"] == "failure"]
-    assert sorted(d["operator"] for d in failing) == ["kpo", "kpo_deferrable", "rpo"]
+    assert sorted(d["operator"] for d in failing) == ["floor", "kpo", "kpo_deferrable", "rpo"]
     for d in failing:
         by_kind: dict[str, list[dict[str, Any]]] = {}
         for t in d["tasks"]:
             by_kind.setdefault(t["task_id"].rsplit("_", 1)[0], []).append(t)
-        assert {k: len(v) for k, v in by_kind.items()} == {"exit": 17, "oom": 17, "evict": 50}
-        # 51 turnarounds of exit 1 and of OOM: three retries of each task.
-        assert {t["retries"] for t in by_kind["exit"] + by_kind["oom"]} == {3}
-        assert {t["retries"] for t in by_kind["evict"]} == {1}
+        expected = {"timer": 34} if d["operator"] == "floor" else {"exit": 17, "oom": 17}
+        assert {k: len(v) for k, v in by_kind.items()} == expected
+        # 51 turnarounds of exit 1 and of OOM: three retries of each task (the floor's alike).
+        assert {t["retries"] for t in d["tasks"]} == {3}
+        assert {t["retry_delay"] for t in d["tasks"]} == {0}
         assert {t["pool"] for t in d["tasks"]} == {"stack_paced"}
         # The scheduler starts the heaviest first: the kinds in turn, each task lighter than the
         # one before, so a retry outweighs every task not started yet.
-        assert [t["priority_weight"] for t in d["tasks"]] == list(range(84, 0, -1))
-        assert [t["task_id"] for t in d["tasks"][:4]] == ["exit_0000", "oom_0000", "evict_0000", "exit_0001"]
+        assert [t["priority_weight"] for t in d["tasks"]] == list(range(34, 0, -1))
+        first = ["timer_0000", "timer_0001"] if d["operator"] == "floor" else ["exit_0000", "oom_0000"]
+        assert [t["task_id"] for t in d["tasks"][:2]] == first
+    # The floor defers for as long as a pod runs.
+    assert {t["seconds"] for d in failing if d["operator"] == "floor" for t in d["tasks"]} == {10}
+    # Evictions are a phase of their own: a try the cncf operator fails, ours relaunches.
+    evicting = [d for d in dags if d["kind"] == "evict"]
+    assert sorted(d["operator"] for d in evicting) == ["kpo", "kpo_deferrable", "rpo"]
+    for d in evicting:
+        assert [t["task_id"] for t in d["tasks"][:2]] == ["evict_0000", "evict_0001"]
+        assert {t["retries"] for t in d["tasks"]} == {1}
+        assert {t["pool"] for t in d["tasks"]} == {"stack_paced"}
+        assert [t["priority_weight"] for t in d["tasks"]] == list(range(50, 0, -1))
     # No empty DAG (no pull, success or seed phase), and the scale phase only for its operators.
     assert all(d["tasks"] for d in dags)
-    assert {d["kind"] for d in dags} == {"warmup", "failure", "seed", "ratelimit", "scale"}
+    assert {d["kind"] for d in dags} == {"warmup", "failure", "evict", "seed", "ratelimit", "scale"}
     assert {d["operator"] for d in dags if d["kind"] == "scale"} == {"rpo_quiet", "kpo_deferrable"}
-    assert all("pool" not in t for d in dags if d["kind"] != "failure" for t in d["tasks"])
+    assert all("pool" not in t for d in dags if d["kind"] not in ("failure", "evict") for t in d["tasks"])
+
+
+def test_a_plan_runs_smaller_with_sizes_set_anew():
+    sizes = resized(PLANS["paced"], ["exits=2", "ooms=1", "scale=20,40", "scale_window=20.5"])
+    assert (sizes.exits, sizes.ooms, sizes.scale, sizes.scale_window) == (2, 1, (20, 40), 20.5)
+    assert sizes.lanes == PLANS["paced"].lanes
+    assert resized(PLANS["quick"], ["kinds=failure,evict"]).kinds == ("failure", "evict")
+    for wrong, says in (("exit=2", "NAME one of exits,"), ("exits=two", "'two' is not of type int")):
+        with pytest.raises(SystemExit, match=says):
+            resized(PLANS["paced"], [wrong])
+
+
+def test_statements_are_grouped_by_role_verb_and_first_table():
+    rows = [
+        (
+            "api_server",
+            3,
+            "SELECT task_instance.id, task_instance.state \nFROM task_instance JOIN dag_run ON true",
+        ),
+        ("scheduler", 2, "SELECT count(*) FROM (SELECT xcom.key FROM xcom) AS anon_1"),
+        ("api_server", 4, "INSERT INTO xcom (dag_run_id, key) VALUES ($1, $2)"),
+        ("triggerer", 1, 'UPDATE "trigger" SET triggerer_id=$1'),
+        ("api_server", 1, "DELETE FROM xcom WHERE xcom.key = $1"),
+        (
+            "scheduler",
+            1,
+            "WITH ranked AS (SELECT id FROM task_instance) UPDATE task_instance SET state=$1 FROM ranked",
+        ),
+        ("triggerer", 4, "BEGIN"),
+        ("scheduler", 3, "BEGIN"),
+        ("triggerer", 5, "select $1"),
+    ]
+    assert statement_groups(rows) == {
+        "triggerer: select": 5,
+        "api_server: insert xcom": 4,
+        "triggerer: begin": 4,
+        "api_server: select task_instance": 3,
+        "scheduler: begin": 3,
+        "scheduler: select xcom": 2,
+        "api_server: delete xcom": 1,
+        "scheduler: update task_instance": 1,
+        "triggerer: update trigger": 1,
+    }
+
+
+def test_the_report_shows_the_floor_beside_ours_and_kpos_per_failed_try():
+    def row(op: str, kind: str, statements: float, cpu: float, groups: dict[str, float]) -> dict[str, Any]:
+        return {
+            "phase": "failure",
+            "operator": op,
+            "kind": kind,
+            "tasks": 2,
+            "tries": 8,
+            "pods": 0 if op == "floor" else 8,
+            "turnarounds": [],
+            "turnaround_p50": None,
+            "turnaround_p99": None,
+            "requests_per_try": 0.0 if op == "floor" else 6.0,
+            "requests_per_task": 0.0 if op == "floor" else 24.0,
+            "statements_per_try": statements,
+            "statement_groups_per_try": groups,
+            "worker_cpu_per_try": cpu,
+            "worker_seconds_per_try": 2.0,
+            "seconds": 60.0,
+            "load_mean": 1.0,
+            "load_max": 2.0,
+            "apiserver_cpu": 1.0,
+            "etcd_cpu": 0.5,
+        }
+
+    result = {
+        "cores": 2,
+        "idle_statements_per_second": 120.0,
+        "sizes": {"lanes": 8},
+        "rows": [
+            row("rpo", "exit", 300.0, 1.5, {"scheduler: begin": 100.0, "api_server: insert xcom": 3.0}),
+            row(
+                "kpo_deferrable",
+                "exit",
+                310.0,
+                1.6,
+                {"scheduler: begin": 104.0, "api_server: insert xcom": 2.0},
+            ),
+            row("floor", "timer", 220.0, 0.4, {"scheduler: begin": 80.0, "triggerer: select trigger": 5.0}),
+        ],
+        "scale": [],
+        "seed": [],
+    }
+    text = report(result, "paced")
+    assert "Smaller than the plan" not in text
+    assert "| failure | Airflow's floor | timer, then fails | 2 | 8 | 0 |" in text
+    assert (
+        "| statements per failed try, by role | RetryingPodOperator | KPO deferrable | Airflow's floor |"
+        in text
+    )
+    assert "| schedulers | 100.00 | 104.00 | 80.00 |" in text
+    assert (
+        "| triggerers (their loop; a trigger's execution API calls, served in process) | 0.00 | 0.00 | 5.00 |"
+        in text
+    )
+    assert "| all | 300.00 | 310.00 | 220.00 |" in text
+    assert "| `api_server: insert xcom` | 3.00 | 2.00 | 0.00 |" in text
+    assert [(t, m) for t, _, m in targets(result)] == [
+        ("database statements per try (failure phase) no more than KPO deferrable's", "met"),
+        ("worker CPU (s) per try (failure phase) no more than KPO deferrable's", "met"),
+        ("one failed try (exit 1) at most 8 API requests in all", "met"),
+    ]
 
 
 def write_log(folder: Path, name: str, lines: list[tuple[str, str]]) -> None:
@@ -330,3 +452,20 @@ def test_a_scale_step_whose_tasks_fail_before_deferring_is_measured_at_what_it_h
     assert ramp_over({"deferred": 534, "failed": 466}, 1000)
     # Not every task of the level exists yet (its DAG runs not created): not over.
     assert not ramp_over({"deferred": 400}, 500)
+
+
+def test_a_resized_run_says_so_in_its_report() -> None:
+    sizes = {"lanes": 8, "exits": 2, "ooms": 2, "failure_retries": 3, "evictions": 2}
+    result = {
+        "cores": 2,
+        "idle_statements_per_second": 120.0,
+        "sizes": sizes,
+        "size_settings": ["exits=2", "ooms=2", "evictions=2"],
+        "rows": [],
+        "scale": [],
+        "seed": [],
+    }
+    assert (
+        "Smaller than the plan: `--size exits=2 --size ooms=2 --size evictions=2` (2 tasks exiting 1 and "
+        "2 OOM-killed per operator, each with 3 retries; 2 evicted tasks per operator)."
+    ) in report(result, "paced")
