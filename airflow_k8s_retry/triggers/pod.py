@@ -454,8 +454,16 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             if isinstance(step, Emit):
                 seen = None
                 if step.verdict.outcome is not Outcome.SUCCEED:
+                    behind = sub.events_pending
                     # What a failure was judged on travels with it: the worker's report reads no API.
                     events = await sub.listed_events(self.clock)  # None: not listed in time
+                    if behind and events is not None and tracker.gone:
+                        # The pod vanished while the Events feed was behind: only its Events say
+                        # why (a preemption costs no try, a deletion does). Judge with them.
+                        again = tracker.apply([], events, self.clock.now())
+                        if not isinstance(again, Emit) or again.verdict.reason is not step.verdict.reason:
+                            step = again
+                            continue
                     seen = None if events is None else Snapshot.take(tracker.pod, events, self.pod_uid)
                 # A container's termination message may hold anything (a Secret's value): it stays
                 # out of this log line and of the event, which Airflow stores as it is.
