@@ -412,13 +412,10 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         )
 
     async def _stop_at_the_deadline(self, kill: TriggerKill) -> None:
-        """``execution_timeout`` reached: delete the pod now (by UID, its own grace), not when a
-        worker is free to resume the task (minutes later in a busy deployment; else the worker does)."""
-        try:
-            async with WatchHub.current().client(await self._cluster()) as kube:
-                await kill.delete_with(kube, "execution_timeout reached")
-        except KubeError as exc:
-            self.log.warning("Pod %s: not deleted at the deadline (%s)", self.pod_name, exc)
+        """``execution_timeout`` reached: delete the pod now (by UID, its own grace, API errors
+        retried as a kill's delete is), not when a worker is free to resume the task (minutes later
+        in a busy deployment; else the worker does)."""
+        await kill.delete("execution_timeout reached")
 
     def _connection_for_a_kill(self) -> dict[str, Any] | None:
         """What deleting the pod after a user's kill needs besides its name, namespace and UID, for
