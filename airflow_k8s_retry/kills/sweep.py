@@ -81,7 +81,8 @@ def sweep_earlier_tries(
 
 
 def _earlier_pods_in_the_way(client: PodClient, identity: TryIdentity, namespace: str) -> list[Json]:
-    """Pods of earlier tries of this task that are neither kept on purpose nor stopped for good."""
+    """Pods of earlier tries of this task not stopped for good, and not kept on purpose (a kept pod
+    being deleted all the same is on its way out: it no longer counts as kept)."""
     found = []
     for pod in client.list_pods(namespace, identity.selector("instance")):
         meta = pod.get("metadata") or {}
@@ -89,12 +90,13 @@ def _earlier_pods_in_the_way(client: PodClient, identity: TryIdentity, namespace
         try_label = str(pod_labels.get("try_number", ""))
         if not try_label.isdigit() or int(try_label) >= identity.try_number:
             continue
-        stamp_found = read_stamp(pod)
-        if not identity.earlier(int(try_label)).owns(pod_labels) or (
-            stamp_found is not None and stamp_found.kept
-        ):
+        if not identity.earlier(int(try_label)).owns(pod_labels):
             continue
-        if not (meta.get("deletionTimestamp") and not _runs(pod)):
+        stopping = bool(meta.get("deletionTimestamp"))
+        stamp_found = read_stamp(pod)
+        if stamp_found is not None and stamp_found.kept and not stopping:
+            continue
+        if not (stopping and not _runs(pod)):
             found.append(pod)
     return found
 

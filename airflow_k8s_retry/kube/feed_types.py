@@ -130,6 +130,7 @@ class PodFeed(Feed):
         for key in list(self.by_key):
             await self._get_one(key)
         self.synced.set()
+        self.current.set()
 
     async def _get_one(self, key: PodKey) -> None:
         self.counts["get"] += 1

@@ -131,6 +131,9 @@ class Feed:
         self.subscribers: set[PodSubscription] = set()
         self.followers: set[CollectionSubscription] = set()
         self.synced = asyncio.Event()
+        #: Set while the feed holds what the API server held at its last answer (a LIST, a watch
+        #: event); cleared from the moment it loses its watch (410, an error) until it hears again.
+        self.current = asyncio.Event()
         self.mode = FeedMode.WATCH
         #: A turn failed since the feed last heard from the API server: what the next re-list finds
         #: missing went while the feed could not see it (``PodChange.unseen``).
@@ -228,6 +231,7 @@ class Feed:
     async def _poll_without_list(self) -> None:
         """Polling when even LIST is forbidden; the default gives up on this feed's data."""
         self.synced.set()
+        self.current.set()  # nothing more will come
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -278,6 +282,7 @@ class Feed:
 
     async def _recover(self, exc: Exception) -> bool:
         """Handle a failed turn; False when this feed ends (its readers moved elsewhere)."""
+        self.current.clear()
         if not connection_refused(exc):
             self._refusals = 0
         if isinstance(exc, Gone):
@@ -383,6 +388,7 @@ class Feed:
         self.resource_version = listing.resource_version
         self._refusals = 0
         self.synced.set()
+        self.current.set()
 
     async def _watch_once(self) -> None:
         self.counts["watch"] += 1
@@ -395,6 +401,7 @@ class Feed:
                 self._backoff.reset()
                 self._refusals = 0
                 self.lost_sight = False  # a resumed watch delivers deletions with their final state
+                self.current.set()
                 if event.type != "BOOKMARK":
                     self._apply(event)
                 if event.resource_version:

@@ -318,7 +318,7 @@ class WatchHub:
         key: FeedKey = (kind, conn.config.key, scope, selector)
         feed = self._feeds.get(key) or self._start(key, conn, sub.poll_interval)
         if kind == EventFeed.kind:
-            sub.reads_events_from(feed.synced)
+            sub.reads_events_from(feed.current)
         feed.add(sub)
         self._readers[sub].feeds.append(feed)
 

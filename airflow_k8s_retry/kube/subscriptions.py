@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 #: How many Events are kept per pod (the newest win).
 EVENTS_PER_POD = 64
 
-#: How long :meth:`PodSubscription.listed_events` waits for the Events feed's first LIST, as a
-#: rule one round trip away: a failure's snapshot (``triggers/pod.py``) waits so long for them.
+#: How long :meth:`PodSubscription.listed_events` waits for the Events feed to catch up (its first
+#: LIST, or its LIST after it lost its watch), as a rule one round trip away: a failure's snapshot
+#: and a vanished pod's verdict (``triggers/pod.py``) wait so long for them.
 EVENTS_LIST_WAIT = 5.0
 
 #: A pod's place: (namespace, name).
@@ -94,7 +95,7 @@ class PodSubscription:
         self._wakeup = asyncio.Event()
         self._last_rv: str | None = None
         self._gone = False
-        self._events_listed: asyncio.Event | None = None  # set once the Events feed's first LIST is in
+        self._events_listed: asyncio.Event | None = None  # set while the Events feed is current
         self.closed = False
 
     @property
@@ -176,21 +177,24 @@ class PodSubscription:
         self._events_changed = True
         self._wakeup.set()
 
-    def reads_events_from(self, listed: asyncio.Event) -> None:
-        """The Events feed this subscription reads; ``listed`` is set once its first LIST is in (and
-        delivered). The hub calls it when it attaches the subscription (again, after a demotion)."""
-        self._events_listed = listed
+    def reads_events_from(self, current: asyncio.Event) -> None:
+        """The Events feed this subscription reads; ``current`` is set while that feed holds what
+        the API server held at its last answer (its first LIST, or its LIST after it lost its watch,
+        is in and delivered). The hub calls it when it attaches the subscription (again, after a
+        demotion)."""
+        self._events_listed = current
 
     @property
     def events_pending(self) -> bool:
-        """True while an Events feed is attached whose first LIST is not in: :attr:`events` may
-        then lack Events the API server already holds."""
+        """True while the attached Events feed is behind (its first LIST is not in, or it lost its
+        watch and has not heard from the API server since): :attr:`events` may then lack Events
+        the API server already holds."""
         return self._events_listed is not None and not self._events_listed.is_set()
 
     async def listed_events(self, clock: Clock, seconds: float = EVENTS_LIST_WAIT) -> list[Json] | None:
-        """:attr:`events` once the Events feed's first LIST is in, waited for at most ``seconds`` on
-        ``clock`` (a pod that failed before it came in would lack Events the API server holds);
-        None while it is still out."""
+        """:attr:`events` once the Events feed has caught up, waited for at most ``seconds`` on
+        ``clock`` (a pod that failed or vanished meanwhile would lack Events the API server holds);
+        None while it is still behind."""
         if self.events_pending:
             try:
                 await within(clock, self._events_listed_wait(), seconds)

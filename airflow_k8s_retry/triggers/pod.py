@@ -412,13 +412,10 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         )
 
     async def _stop_at_the_deadline(self, kill: TriggerKill) -> None:
-        """``execution_timeout`` reached: delete the pod now (by UID, its own grace), not when a
-        worker is free to resume the task (minutes later in a busy deployment; else the worker does)."""
-        try:
-            async with WatchHub.current().client(await self._cluster()) as kube:
-                await kill.delete_with(kube, "execution_timeout reached")
-        except KubeError as exc:
-            self.log.warning("Pod %s: not deleted at the deadline (%s)", self.pod_name, exc)
+        """``execution_timeout`` reached: delete the pod now (by UID, its own grace, API errors
+        retried as a kill's delete is), not when a worker is free to resume the task (minutes later
+        in a busy deployment; else the worker does)."""
+        await kill.delete("execution_timeout reached")
 
     def _connection_for_a_kill(self) -> dict[str, Any] | None:
         """What deleting the pod after a user's kill needs besides its name, namespace and UID, for
@@ -454,8 +451,16 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             if isinstance(step, Emit):
                 seen = None
                 if step.verdict.outcome is not Outcome.SUCCEED:
+                    behind = sub.events_pending
                     # What a failure was judged on travels with it: the worker's report reads no API.
                     events = await sub.listed_events(self.clock)  # None: not listed in time
+                    if behind and events is not None and tracker.gone:
+                        # The pod vanished while the Events feed was behind: only its Events say
+                        # why (a preemption costs no try, a deletion does). Judge with them.
+                        again = tracker.apply([], events, self.clock.now())
+                        if not isinstance(again, Emit) or again.verdict.reason is not step.verdict.reason:
+                            step = again
+                            continue
                     seen = None if events is None else Snapshot.take(tracker.pod, events, self.pod_uid)
                 # A container's termination message may hold anything (a Secret's value): it stays
                 # out of this log line and of the event, which Airflow stores as it is.

@@ -283,7 +283,11 @@ class FaultProxy:
                         self.injected["watch_cut"] += 1
                         return self._cut(request)
                 await answer.write_eof()
-            except (ConnectionError, asyncio.CancelledError):
+            except ConnectionError:  # the client went away (a watch it closed): nothing to answer
+                with contextlib.suppress(Exception):
+                    request.transport.abort()
+                return answer
+            except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
                     request.transport.abort()
                 raise

@@ -42,3 +42,18 @@ def test_a_task_that_keeps_its_pod_on_kill_keeps_it_at_the_deadline(fake_cluster
     event = first_event(trigger)
     assert event.payload["verdict"]["reason"] == "execution.timeout"
     assert [p["status"]["phase"] for p in live(fake_cluster, trigger.pod_name)] == ["Running"]
+
+
+def test_a_delete_the_api_refuses_at_the_deadline_is_retried_before_the_event_leaves(fake_cluster, context):
+    """A 429 (or 5xx) on the deadline's delete is retried as a kill's delete is: the pod must not
+    run on until a worker resumes the task (the soak saw 3 minutes)."""
+    trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=429, times=1)
+    event = first_event(trigger)
+    assert event.payload["verdict"]["reason"] == "execution.timeout"
+    assert live(fake_cluster, trigger.pod_name) == []
+    deletes = [
+        r for r in fake_cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
+    ]
+    assert [r["status"] for r in deletes] == [429, 200]  # the fault answers before the pod is named
+    assert deletes[-1]["uid"] == trigger.pod_uid

@@ -405,6 +405,31 @@ def test_the_next_try_starts_only_once_the_earlier_pod_still_stopping_is_gone(fa
     assert fake_cluster.pod(first.pod_name) is None
 
 
+@pytest.mark.fake_cluster(SLOW_TO_STOP)
+def test_a_kept_pod_someone_deletes_is_gone_before_the_next_tries_pod_starts(fake_cluster, context, ti):
+    # A failed try's pod kept on purpose (on_finish_action), deleted by someone else as the try
+    # failed (pod.deleted_externally), its container still stopping: it is on its way out, and no
+    # longer kept. Seed 843 of the chaos suite ran try 3's pod beside it until it stopped.
+    op = operator(on_finish_action="delete_succeeded_pod", termination_grace_period=900)
+    first = defer(op, context)
+    assert fake_cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
+    client_for(fake_cluster).core.delete_namespaced_pod(first.pod_name, "default")
+    with pytest.raises(PodFailure):
+        op.execute_complete(
+            context, event=event_for(first, verdict(Outcome.RETRY, Reason.DELETED_EXTERNALLY))
+        )
+    stamp = read_stamp(fake_cluster.pod(first.pod_name))
+    assert stamp is not None and stamp.kept is True and running(fake_cluster, first.pod_name)
+
+    ti.try_number = 2
+    second = defer(operator(on_finish_action="delete_succeeded_pod", termination_grace_period=900), context)
+    assert fake_cluster.wait_for(lambda c: running(c, second.pod_name), timeout=20)
+    _, first_ended = lifetime(fake_cluster, first.pod_uid)
+    second_started, _ = lifetime(fake_cluster, second.pod_uid)
+    assert first_ended < second_started, "try 2's pod ran beside try 1's"
+    assert fake_cluster.pod(first.pod_name) is None
+
+
 def test_the_sweep_retries_a_list_refused_for_a_moment(fake_cluster, context, ti):
     first = defer(operator(), context)  # its worker dies: nothing deletes the pod
     assert fake_cluster.wait_for(lambda c: running(c, first.pod_name), timeout=20)
