@@ -201,14 +201,15 @@ def accepted(trigger: PodStateTrigger, event: TriggerEvent, like: Any = None) ->
 
 
 def test_the_listener_deletes_the_running_pod_of_a_task_killed_while_it_waits_for_a_worker(
-    fake_cluster, context
+    fake_cluster, context, mocker
 ):
-    # execution_timeout fires while the pod still runs, and the trigger's delete at the deadline
-    # fails (a 500); the user marks the scheduled (or queued) task failed before a worker resumed
-    # it. No trigger is left for an on_kill, and no worker acts on the verdict: the listener reads
-    # the pod's namespace and connection from the event.
+    # execution_timeout fires while the pod still runs, and every try of the trigger's delete at the
+    # deadline fails (500s, its pauses shortened here); the user marks the scheduled (or queued) task
+    # failed before a worker resumed it. No trigger is left for an on_kill, and no worker acts on the
+    # verdict: the listener reads the pod's namespace and connection from the event.
+    mocker.patch("airflow_k8s_retry.kills.trigger.KILL_BACKOFF", (0.01,) * len(KILL_BACKOFF))
     trigger = defer(operator(execution_timeout=timedelta(seconds=1)), context)
-    fake_cluster.add_fault(verb="delete", resource="pods", status=500, times=1)
+    fake_cluster.add_fault(verb="delete", resource="pods", status=500, times=len(KILL_BACKOFF) + 1)
     event = first_event(trigger)
     assert event.payload["verdict"]["reason"] == "execution.timeout"
     assert [p["status"]["phase"] for p in pods_named(fake_cluster, trigger.pod_name)] == ["Running"]
@@ -225,8 +226,9 @@ def test_the_listener_deletes_the_running_pod_of_a_task_killed_while_it_waits_fo
         r for r in fake_cluster.audit_records() if r.get("kind") == "request" and r.get("verb") == "delete"
     ]
     by_listener = [(r["status"], r["user_agent"] == kills.USER_AGENT) for r in deletes]
-    assert by_listener == [(500, False), (200, True)]  # the trigger's at the deadline, the listener's
-    assert deletes[1]["uid"] == trigger.pod_uid
+    # the trigger's at the deadline, then the listener's
+    assert by_listener == [(500, False)] * (len(KILL_BACKOFF) + 1) + [(200, True)]
+    assert deletes[-1]["uid"] == trigger.pod_uid
 
 
 def no_trigger_row(ti: Any) -> None:
