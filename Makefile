@@ -52,7 +52,7 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
   tests/unit/operator tests/simulated/operator tests/unit/sensor tests/simulated/sensor tests/airflow/sensor \
   tests/unit/watching tests/simulated/watching
 
-.PHONY: test setup-and-lint lint docs dist-check unit demo bench bench-oom bench-stack tools constraints clean controlplane cluster-up \
+.PHONY: test setup-and-lint lint lint-code docs dist-check unit demo bench bench-oom bench-stack tools constraints clean controlplane cluster-up \
   cluster-down chaos test-compat test-cluster test-deployment test-soak-short soak test-stream-deployment test-stream-cluster \
   test-clock
 
@@ -92,12 +92,13 @@ tools:
 
 # The checks (.pre-commit-config.yaml runs the first four on each commit), the documentation site
 # and both distributions.
-lint: $(STAMP)
+lint: lint-code docs dist-check
+
+lint-code: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	@$(MAKE) --no-print-directory docs dist-check
 
 # The documentation site, from docs/ into docs/_build/html (warnings are errors). The reference pages
 # in docs/api/ are rewritten first when the public classes changed (docs/_ext/api_pages.py).
@@ -125,8 +126,8 @@ setup-and-lint:
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Much of the
 # suite's time is spent waiting (grace periods, heartbeats, controllers), the rest mostly in Airflow's
 # start-ups (each `airflow dags test` costs about 10 s of CPU), so three streams run at once,
-# balanced by their measured times: the main suite, then the Airflow 3.1 leg; the deployment tier
-# (two deployments side by side), then the 3.2 leg; the short soak, then the cluster tier. The
+# balanced by their measured times: the main suite, then the Airflow 3.1 and 3.2 legs; the
+# deployment tier (two deployments side by side); the short soak, then the cluster tier. The
 # background streams' output (.test-logs/<stream>.log) is printed at the end, then each stream's time
 # and the whole run's, and any part failing fails the target. Each pytest run writes a JUnit report
 # under .test-logs/ with every test's time.
@@ -144,7 +145,7 @@ test: test-clock setup-and-lint tools controlplane
 	done; \
 	  $(BIN)/pytest -m "not cluster and not deployment and not soak" -n 2 --dist loadfile --durations=25 \
 	    --junitxml=.test-logs/main.xml; \
-	  main=$$?; $(MAKE) --no-print-directory test-core-$(word 1,$(OLDER_MINORS)) || main=1; \
+	  main=$$?; for m in $(OLDER_MINORS); do $(MAKE) --no-print-directory test-core-$$m || main=1; done; \
 	  main_seconds=$$(($$(date +%s) - begun)); wait; \
 	  status="main suite exit $$main"; failed=$$main; times=""; \
 	  for s in $(STREAMS); do \
@@ -164,10 +165,10 @@ test-clock:
 	@mkdir -p .test-logs; date +%s > .test-logs/started
 
 # Balanced by measured times on a warm run (seconds, all three streams at once): the deployment tier
-# (690) then the 3.2 leg (185); the short soak (180), the cluster tier (505) then the 3.1 leg (215);
-# the main suite (770 on two workers) in the foreground. The run is CPU-bound on two cores, so the
+# (665); the short soak (250), then the cluster tier (475); the main suite (560 on two workers), then
+# the 3.1 leg (95) and the 3.2 leg (110) in the foreground. The run is CPU-bound on two cores, so the
 # soak, whose processes mostly wait, runs first, and parts that keep both cores busy run last.
-test-stream-deployment: test-deployment test-core-3.2
+test-stream-deployment: test-deployment
 test-stream-cluster: test-soak-short test-cluster
 
 # An older minor's leg without the example and sensor DAGs (COMPAT_SCOPE=core), as `make test` runs it.
