@@ -126,8 +126,8 @@ setup-and-lint:
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Much of the
 # suite's time is spent waiting (grace periods, heartbeats, controllers), the rest mostly in Airflow's
 # start-ups (each `airflow dags test` costs about 10 s of CPU), so three streams run at once,
-# balanced by their measured times: the main suite, then the Airflow 3.1 and 3.2 legs; the
-# deployment tier (two deployments side by side); the short soak, then the cluster tier. The
+# balanced by their measured times: the main suite, then the Airflow 3.1 leg; the deployment tier
+# (two deployments side by side), then the 3.2 leg; the short soak, then the cluster tier. The
 # background streams' output (.test-logs/<stream>.log) is printed at the end, then each stream's time
 # and the whole run's, and any part failing fails the target. Each pytest run writes a JUnit report
 # under .test-logs/ with every test's time.
@@ -145,7 +145,7 @@ test: test-clock setup-and-lint tools controlplane
 	done; \
 	  $(BIN)/pytest -m "not cluster and not deployment and not soak" -n 2 --dist loadfile --durations=25 \
 	    --junitxml=.test-logs/main.xml; \
-	  main=$$?; for m in $(OLDER_MINORS); do $(MAKE) --no-print-directory test-core-$$m || main=1; done; \
+	  main=$$?; $(MAKE) --no-print-directory test-core-$(word 1,$(OLDER_MINORS)) || main=1; \
 	  main_seconds=$$(($$(date +%s) - begun)); wait; \
 	  status="main suite exit $$main"; failed=$$main; times=""; \
 	  for s in $(STREAMS); do \
@@ -165,10 +165,10 @@ test-clock:
 	@mkdir -p .test-logs; date +%s > .test-logs/started
 
 # Balanced by measured times on a warm run (seconds, all three streams at once): the deployment tier
-# (665); the short soak (250), then the cluster tier (475); the main suite (560 on two workers), then
-# the 3.1 leg (95) and the 3.2 leg (110) in the foreground. The run is CPU-bound on two cores, so the
+# (665), then the 3.2 leg (110); the short soak (250), then the cluster tier (475); the main suite
+# (560 on two workers), then the 3.1 leg (95), in the foreground. The run is CPU-bound on two cores, so the
 # soak, whose processes mostly wait, runs first, and parts that keep both cores busy run last.
-test-stream-deployment: test-deployment
+test-stream-deployment: test-deployment test-core-3.2
 test-stream-cluster: test-soak-short test-cluster
 
 # An older minor's leg without the example and sensor DAGs (COMPAT_SCOPE=core), as `make test` runs it.
