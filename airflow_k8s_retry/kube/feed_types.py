@@ -48,6 +48,7 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 class PodFeed(Feed):
     kind = "pods"
+    reads_one_by_one = True
 
     def __init__(
         self,

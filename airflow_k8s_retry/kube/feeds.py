@@ -9,8 +9,11 @@ The loop, in the order it tries things:
 * ``5xx``, ``429`` and dropped connections: reconnect after a capped, jittered :class:`Backoff`;
 * ``401``: reload the cluster credentials (short-lived tokens) before reconnecting;
 * ``403``: see :data:`NEXT_MODE_ON_FORBIDDEN`; the first move is logged as an error naming verb and
-  resource. After ``HubSettings.rbac_recheck`` of polling the feed tries its LIST+WATCH again (a
-  denial that was momentary ends there; a lasting one steps down again, logged at INFO).
+  resource. A move that gives up the feed's data (a refused LIST of a collection that cannot be
+  read one object at a time: Events) waits until the LIST is refused :data:`REFUSALS_FOR_RBAC`
+  times in a row, as an authorizer webhook that timed out denies for a moment. After
+  ``HubSettings.rbac_recheck`` of polling the feed tries its LIST+WATCH again (a denial that was
+  momentary ends there; a lasting one steps down again, logged at INFO).
   At the cluster scope a ``403`` ends the feed instead: the hub moves its readers to one feed per
   namespace (a namespaced Role is enough for those).
 
@@ -58,6 +61,12 @@ class Step(StrEnum):
     WATCH = "watch"
     GET = "get"
 
+
+#: Refusals in a row of a LIST that make its ``403`` a lasting denial (RBAC), where stepping down
+#: gives up the feed's data: about 3 s of the default backoff, within the trigger's wait for the
+#: Events of a pod that failed or vanished (``kube.subscriptions.EVENTS_LIST_WAIT``), so that a
+#: pod preempted meanwhile is not judged deleted.
+REFUSALS_FOR_RBAC = 4
 
 #: Where a ``403`` moves a feed: (its mode, the refused request) -> its next mode. A refusal not in
 #: the table (a GET while polling by GET) leaves the mode alone and waits ``poll_interval``.
@@ -113,6 +122,8 @@ class Feed:
     """
 
     kind = "objects"
+    #: Whether :meth:`_poll_without_list` still reads the feed's objects (one GET each).
+    reads_one_by_one = False
 
     def __init__(
         self,
@@ -148,6 +159,8 @@ class Feed:
         self._backoff = Backoff(base=settings.backoff_base, cap=settings.backoff_cap)
         #: Failed turns in a row whose connection the API server refused (only the first is a warning).
         self._refusals = 0
+        #: Refused LISTs in a row that would give up the feed's data (see :data:`REFUSALS_FOR_RBAC`).
+        self._forbidden = 0
         #: When a 403 first moved this feed off WATCH (:meth:`_now`), and whether that was logged.
         self._stepped_down_at: float | None = None
         self._refusal_logged = False
@@ -355,6 +368,21 @@ class Feed:
         if after is None:
             await self._sleep(max(self.poll_interval, self._backoff.next()))
             return True
+        if after is FeedMode.POLL_GET and not self.reads_one_by_one:
+            self._forbidden += 1
+            if self._forbidden < REFUSALS_FOR_RBAC:
+                delay = self._backoff.next()
+                log.info(
+                    "%s %s in %s refused (%s); asking again in %.1f s",
+                    self.kind,
+                    self._step,
+                    self.where,
+                    exc,
+                    delay,
+                )
+                await self._sleep(delay)
+                return True
+        self._forbidden = 0
         level = logging.INFO if self._refusal_logged else logging.ERROR
         self._refusal_logged = True
         if after is FeedMode.POLL_LIST:
@@ -386,7 +414,7 @@ class Feed:
         # An API server always sends a collection version; without one, watch "from now" rather
         # than re-listing in a loop.
         self.resource_version = listing.resource_version
-        self._refusals = 0
+        self._refusals = self._forbidden = 0
         self.synced.set()
         self.current.set()
 

@@ -40,6 +40,7 @@ FIXED: dict[str, list[int]] = {
     "the worker's client waited out a 429's Retry-After on the wall clock (1 s = 1,000 sim s)": [344],
     "a kill during a relaunch's create in a resumed worker, SIGKILLed before the code went on": [9],
     "a kill the worker heard of after its deferral was refused (no on_kill)": [7, 298, 320, 749],
+    "a preempted pod judged deleted while a momentary 403 had cost the Events feed": [456],
 }
 #: A plain stretch of seeds on top (kills of a running task, and kills while it waits for a worker,
 #: among them), and runs whose worker meets its execution_timeout alarm on try 1, before any other

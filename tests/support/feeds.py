@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from airflow_k8s_retry.kube.clock import ManualClock
 from airflow_k8s_retry.kube.config import ClusterConfig
+from airflow_k8s_retry.kube.feeds import REFUSALS_FOR_RBAC
 from airflow_k8s_retry.kube.hub import POD_EVENTS_SELECTOR, PodSubscription, WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR
 from airflow_k8s_retry.kube.watch_settings import HubSettings
@@ -141,6 +142,35 @@ async def until_watching(
         )
 
     await cluster_reaches(cluster, watching, within)
+
+
+async def through_refusals(
+    clock: ManualClock,
+    cluster: FakeCluster,
+    longest_backoff: float,
+    kind: str = "events",
+    where: str = "default",
+) -> None:
+    """Until the feed of ``kind`` in ``where`` has had its LIST refused ``REFUSALS_FOR_RBAC`` times
+    in a row (and so stepped down): after each refusal short of that, ``clock`` is set to the end of
+    the feed's backoff, the one sleeper due within ``longest_backoff`` (no poll is due that soon)."""
+
+    def refused(times: int) -> Callable[[FakeCluster], bool]:
+        def enough(c: FakeCluster) -> bool:
+            listed = feed_requests(c, kind, verbs=("list",))
+            return sum(1 for _, at, status, _ in listed if (at, status) == (where, 403)) >= times
+
+        return enough
+
+    loop = asyncio.get_running_loop()
+    for times in range(1, REFUSALS_FOR_RBAC):
+        await cluster_reaches(cluster, refused(times), 30)
+        give_up = loop.time() + 30
+        while not (due := [at for at in clock.deadlines if 0 < at - clock.now() <= longest_backoff]):
+            assert loop.time() < give_up, f"no backoff after refusal {times}: sleepers {clock.deadlines}"
+            await asyncio.sleep(0)
+        clock.set(min(due))
+    await cluster_reaches(cluster, refused(REFUSALS_FOR_RBAC), 30)
 
 
 async def woken(clock: ManualClock, within: float = 30) -> None:

@@ -28,7 +28,7 @@ from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 from airflow_k8s_retry_testing import FakeCluster
-from tests.support.feeds import Recorder, hold_hub
+from tests.support.feeds import Recorder, hold_hub, through_refusals
 from tests.support.lab import Run, cluster_reaches, create_pod, pod_body, trigger_for, use_cluster
 
 #: The pod is scheduled and started within half a simulated second, then runs for 30.
@@ -372,7 +372,10 @@ async def test_forbidden_list_falls_back_to_reading_each_pod(
 ) -> None:
     kubeconfig = cluster.restrict("get-only-token", verbs=["get", "patch"])
     pod = await follow(cluster, monkeypatch, trigger_clock, kubeconfig)
-    await hub_clock.wait_for_sleeper(hub_clock.now() + POLL, count=2, within=30)
+    # The Events cannot be read one by one: their LIST is asked again until it is refused for good.
+    await through_refusals(hub_clock, cluster, longest_backoff=BACKOFF_CAP)
+    # Both feeds poll (the first step of poll_steps wakes both, and they poll in step after it).
+    await hub_clock.wait_for_sleeper(later_than=hub_clock.now(), count=2, within=30)
     assert pod_requests(cluster, "list") == [("cluster", 403, None), ("default", 403, None)]
     assert pod_requests(cluster, "watch") == []
     assert [(where, status) for where, status, _ in pod_requests(cluster, "get")] == [("default", 200)]
