@@ -48,9 +48,7 @@ def sequence(value: object) -> Sequence[Any]:
 
 
 def text(value: object) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else str(value)
+    return "" if value is None else str(value)
 
 
 def integer(value: object) -> int | None:
