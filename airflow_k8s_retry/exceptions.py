@@ -152,8 +152,7 @@ def exception_for(verdict: Verdict, message: str) -> Exception:
     if verdict.outcome is Outcome.FAIL:
         return PodFailurePermanent(message, verdict)
     if verdict.outcome is Outcome.SKIP:
-        skip: Exception = AirflowSkipException(message)
-        return skip
+        return AirflowSkipException(message)
     if verdict.outcome is not Outcome.RETRY:
         message += f" (unexpected outcome {verdict.outcome.value!r}, treated as retry)"
     return failure_class(verdict.reason.value)(message, verdict)

@@ -149,12 +149,18 @@ def _text(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class TaskFailures:
-    task: str
     dag_id: str
     task_id: str
     failures: int
     reasons: dict[str, int]
     last: datetime
+
+    @property
+    def task(self) -> str:
+        return f"{self.dag_id}.{self.task_id}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "last": self.last.isoformat()}
 
 
 @dataclass(frozen=True)
@@ -182,16 +188,7 @@ class Summary:
             "buckets": [b.isoformat() for b in self.buckets],
             "series": self.series,
             "failures": self.failures,
-            "top_tasks": [
-                {
-                    "dag_id": t.dag_id,
-                    "task_id": t.task_id,
-                    "failures": t.failures,
-                    "reasons": t.reasons,
-                    "last": t.last.isoformat(),
-                }
-                for t in self.top_tasks
-            ],
+            "top_tasks": [t.to_json() for t in self.top_tasks],
             "records": [r.to_json() for r in self.records],
         }
 
@@ -220,7 +217,6 @@ def summarize(
     tops = sorted(
         (
             TaskFailures(
-                task=f"{dag}.{task}",
                 dag_id=dag,
                 task_id=task,
                 failures=len(rs),
