@@ -52,16 +52,12 @@ def text(value: object) -> str:
 
 
 def integer(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
+    try:
+        return int(value.strip()) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
