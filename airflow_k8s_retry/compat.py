@@ -23,11 +23,11 @@ that knows where a name lives in which release.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowRuntimeError, ErrorType
 
-if TYPE_CHECKING:  # type-checked against the installed (newest) release
+try:
     from airflow.sdk.exceptions import (
         AirflowFailException,
         AirflowNotFoundException,
@@ -38,29 +38,17 @@ if TYPE_CHECKING:  # type-checked against the installed (newest) release
         TaskDeferralTimeout,
         TaskDeferred,
     )
-else:
-    try:
-        from airflow.sdk.exceptions import (
-            AirflowFailException,
-            AirflowNotFoundException,
-            AirflowSensorTimeout,
-            AirflowSkipException,
-            AirflowTaskTimeout,
-            TaskDeferralError,
-            TaskDeferralTimeout,
-            TaskDeferred,
-        )
-    except ImportError:  # Airflow 3.1
-        from airflow.exceptions import (
-            AirflowFailException,
-            AirflowNotFoundException,
-            AirflowSensorTimeout,
-            AirflowSkipException,
-            AirflowTaskTimeout,
-            TaskDeferralError,
-            TaskDeferralTimeout,
-            TaskDeferred,
-        )
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import (  # type: ignore[no-redef, attr-defined]
+        AirflowFailException,
+        AirflowNotFoundException,
+        AirflowSensorTimeout,
+        AirflowSkipException,
+        AirflowTaskTimeout,
+        TaskDeferralError,
+        TaskDeferralTimeout,
+        TaskDeferred,
+    )
 
 try:
     from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from airflow_k8s_retry.classification import Verdict
 
 
-class PodFailure(AirflowException):
-    """The pod failed for a cause that another try may not meet: Airflow retries while tries remain."""
+class _CarriesVerdict(Exception):
+    """An exception with the ``Verdict`` that caused it, where there is one."""
 
     def __init__(self, message: str, verdict: Verdict | None = None) -> None:
         super().__init__(message)
@@ -52,6 +52,10 @@ class PodFailure(AirflowException):
     def reason(self) -> str | None:
         """The verdict's reason code (``"container.oom"``), or ``None`` without a verdict."""
         return None if self.verdict is None else self.verdict.reason.value
+
+
+class PodFailure(_CarriesVerdict, AirflowException):
+    """The pod failed for a cause that another try may not meet: Airflow retries while tries remain."""
 
 
 class ImagePullFailure(PodFailure):
@@ -104,17 +108,8 @@ class PodCreateFailure(PodFailure):
     """The API refused, or never answered, the pod's create (``api.*``)."""
 
 
-class PodFailurePermanent(AirflowFailException):
+class PodFailurePermanent(_CarriesVerdict, AirflowFailException):
     """The pod failed for a cause that another try would meet again: the task fails without retrying."""
-
-    def __init__(self, message: str, verdict: Verdict | None = None) -> None:
-        super().__init__(message)
-        self.verdict = verdict
-
-    @property
-    def reason(self) -> str | None:
-        """The verdict's reason code, or ``None`` without a verdict."""
-        return None if self.verdict is None else self.verdict.reason.value
 
 
 class PodSelectionError(AirflowFailException):
@@ -157,8 +152,7 @@ def exception_for(verdict: Verdict, message: str) -> Exception:
     if verdict.outcome is Outcome.FAIL:
         return PodFailurePermanent(message, verdict)
     if verdict.outcome is Outcome.SKIP:
-        skip: Exception = AirflowSkipException(message)
-        return skip
+        return AirflowSkipException(message)
     if verdict.outcome is not Outcome.RETRY:
         message += f" (unexpected outcome {verdict.outcome.value!r}, treated as retry)"
     return failure_class(verdict.reason.value)(message, verdict)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -372,13 +372,7 @@ class Planned:
     try_number: int
 
     def to_payload(self) -> Json:
-        return {
-            "container": self.container,
-            "size": self.size.to_payload(),
-            "why": self.why,
-            "run_id": self.run_id,
-            "try_number": self.try_number,
-        }
+        return {**asdict(self), "size": self.size.to_payload()}
 
     @classmethod
     def from_payload(cls, data: object) -> Planned | None:

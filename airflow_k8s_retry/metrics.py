@@ -27,7 +27,7 @@ import os
 import re
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry.classification import RULES, Outcome, Reason, rule_grace
@@ -218,12 +218,9 @@ def time_trigger_verdict(
         log.debug("verdict timing failed: %s", exc)
         return
     tagged = {**tags, "reason": verdict.reason.value}
-    if timing.detection_latency is not None:
-        ms = timing.detection_latency * 1000.0
-        _guarded(DETECTION_LATENCY, lambda: _stats().timing(DETECTION_LATENCY, ms, tags=tagged))
-    if timing.grace_wait is not None:
-        ms_wait = timing.grace_wait * 1000.0
-        _guarded(GRACE_WAIT, lambda: _stats().timing(GRACE_WAIT, ms_wait, tags=tagged))
+    for name, seconds in ((DETECTION_LATENCY, timing.detection_latency), (GRACE_WAIT, timing.grace_wait)):
+        if seconds is not None:
+            _guarded(name, lambda n=name, ms=seconds * 1000.0: _stats().timing(n, ms, tags=tagged))
 
 
 # -- the triggerer's shared feeds --------------------------------------------------------------
@@ -260,12 +257,8 @@ def send_feed_gauges(hub: WatchHub) -> None:
         log.debug("feed gauges not computed: %s", exc)
         return
     tags = {"hostname": socket.gethostname()}
-    for name, value in (
-        (FEEDS, values.feeds),
-        (SUBSCRIPTIONS, values.subscriptions),
-        (WATCH_RECONNECTS, values.watch_reconnects),
-        (POLLING_FEEDS, values.polling_feeds),
-    ):
+    names = (FEEDS, SUBSCRIPTIONS, WATCH_RECONNECTS, POLLING_FEEDS)
+    for name, value in zip(names, astuple(values), strict=True):
         _guarded(name, lambda n=name, v=value: _stats().gauge(n, v, tags=tags))
 
 

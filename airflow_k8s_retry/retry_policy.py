@@ -28,6 +28,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from airflow_k8s_retry import compat
@@ -153,42 +154,37 @@ def reason_text(exception: BaseException) -> str:
     return f"{verdict.reason.value}: {verdict.message}"[:REASON_LIMIT]
 
 
-class _RecordingChain:
+@cache
+def _recording_chain() -> type:
     """Built on first use: a ``ChainRetryPolicy`` whose decision on a pod's failure always names the
     cause first (``"<reason code>: <message> (decided by ...)"``), whichever policy decided."""
 
-    cls: type | None = None
+    # compat resolves ChainRetryPolicy on first use: Airflow 3.1 and 3.2 have none
+    class PodReasonChain(compat.ChainRetryPolicy):  # type: ignore[misc]
+        """The DAG author's retry policy first, then ``PodFailureRetryPolicy``'s defaults."""
 
-    @classmethod
-    def get(cls) -> type:
-        if cls.cls is None:
-            # compat resolves ChainRetryPolicy on first use: Airflow 3.1 and 3.2 have none
-            class PodReasonChain(compat.ChainRetryPolicy):  # type: ignore[misc]
-                """The DAG author's retry policy first, then ``PodFailureRetryPolicy``'s defaults."""
+        def evaluate(
+            self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
+        ) -> Any:
+            decision = super().evaluate(
+                exception=exception, try_number=try_number, max_tries=max_tries, context=context
+            )
+            if not isinstance(exception, PodFailure) or decision.reason is None:
+                return decision
+            head = reason_text(exception)
+            if decision.reason.startswith(f"{PodFailureRetryPolicy.__name__}: "):
+                return replace(decision, reason=head)  # the package's defaults decided
+            tail = f" (decided by {decision.reason})"[: REASON_LIMIT // 2]
+            return replace(decision, reason=head[: REASON_LIMIT - len(tail)] + tail)
 
-                def evaluate(
-                    self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
-                ) -> Any:
-                    decision = super().evaluate(
-                        exception=exception, try_number=try_number, max_tries=max_tries, context=context
-                    )
-                    if not isinstance(exception, PodFailure) or decision.reason is None:
-                        return decision
-                    head = reason_text(exception)
-                    if decision.reason.startswith(f"{PodFailureRetryPolicy.__name__}: "):
-                        return replace(decision, reason=head)  # the package's defaults decided
-                    tail = f" (decided by {decision.reason})"[: REASON_LIMIT // 2]
-                    return replace(decision, reason=head[: REASON_LIMIT - len(tail)] + tail)
-
-            PodReasonChain.__module__, PodReasonChain.__qualname__ = __name__, "PodReasonChain"
-            cls.cls = PodReasonChain
-        return cls.cls
+    PodReasonChain.__module__, PodReasonChain.__qualname__ = __name__, "PodReasonChain"
+    return PodReasonChain
 
 
 def __getattr__(name: str) -> Any:
     """``PodReasonChain`` (built on first use: its base class is Airflow's), so pickles find it."""
     if name == "PodReasonChain" and HAS_RETRY_POLICIES:
-        return _RecordingChain.get()
+        return _recording_chain()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -214,7 +210,7 @@ def effective_retry_policy(task_id: str, policy: object, failure_policy: Failure
         check_against(task_id, found, failure_policy)
     if ours:
         return policy
-    return _RecordingChain.get()([policy, PodFailureRetryPolicy()])
+    return _recording_chain()([policy, PodFailureRetryPolicy()])
 
 
 def install_retry_policy(task: Any, failure_policy: FailurePolicy | None) -> None:

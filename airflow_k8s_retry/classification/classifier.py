@@ -9,7 +9,7 @@ strongest image-pull cause seen so far is never forgotten when kubelet messages 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,9 +20,6 @@ from airflow_k8s_retry.classification.observation import Observation, observe
 from airflow_k8s_retry.classification.policy import DEFAULT_POLICY, FailurePolicy, exit_codes
 from airflow_k8s_retry.classification.rules import RULES, Rule
 from airflow_k8s_retry.classification.wording import describe
-
-#: Reasons that carry a container exit code the exit-code lists of a policy apply to.
-EXIT_CODE_REASONS = frozenset({Reason.CONTAINER_EXIT_CODE})
 
 
 def classify(
@@ -94,10 +91,11 @@ def trace(
         >>> [c.rule.name for c in checks if c.matched]
         ['running']
     """
+    obs = _observe(pod, events, history, now, logs)
     checks: list[RuleCheck] = []
-    for check in _walk(_observe(pod, events, history, now, logs)):
-        checks.append(check)
-        if check.matched:
+    for rule in RULES:
+        checks.append(RuleCheck(rule, rule.match(obs)))
+        if checks[-1].matched:
             break
     return tuple(checks)
 
@@ -114,11 +112,6 @@ def _observe(
     if isinstance(events, History):
         raise TypeError("classify(): a History was passed as events; pass it as history=...")
     return observe(pod, events, history if history is not None else History(), float(now), logs)
-
-
-def _walk(obs: Observation) -> Iterator[RuleCheck]:
-    for rule in RULES:
-        yield RuleCheck(rule, rule.match(obs))
 
 
 def rule_grace(rule: Rule, policy: FailurePolicy) -> float | None:
@@ -191,7 +184,7 @@ def _exit_code_lists(
     if outcome is Outcome.SUCCEED and 0 in skip:
         return Outcome.SKIP, f"{message}; exit code 0 is in skip_on_exit_codes, so the task is skipped"
     code = match.exit_code
-    if rule.reason not in EXIT_CODE_REASONS or code is None:
+    if rule.reason is not Reason.CONTAINER_EXIT_CODE or code is None:
         return outcome, message
     if code in skip:
         return Outcome.SKIP, f"{message}; exit code {code} is in skip_on_exit_codes, so the task is skipped"

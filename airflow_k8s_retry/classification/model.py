@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -188,13 +188,7 @@ class Evidence:
     seen_at: float = 0.0  # epoch seconds on our clock
 
     def to_payload(self) -> dict[str, Any]:
-        return {
-            "reason": self.reason.value,
-            "source": self.source,
-            "message": self.message,
-            "container": self.container,
-            "seen_at": self.seen_at,
-        }
+        return {**asdict(self), "reason": self.reason.value}
 
     @classmethod
     def from_payload(cls, data: Mapping[str, Any]) -> Evidence:
@@ -272,9 +266,7 @@ class Verdict:
 
     def to_payload(self) -> dict[str, Any]:
         return {
-            "outcome": self.outcome.value,
-            "reason": self.reason.value,
-            "message": self.message,
+            **self.summary(),
             "rule": self.rule,
             "deadline": self.deadline,
             "evidence": [e.to_payload() for e in self.evidence],

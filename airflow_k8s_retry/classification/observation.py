@@ -48,22 +48,16 @@ def sequence(value: object) -> Sequence[Any]:
 
 
 def text(value: object) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else str(value)
+    return "" if value is None else str(value)
 
 
 def integer(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
+    try:
+        return int(value.strip()) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

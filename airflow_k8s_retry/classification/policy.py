@@ -101,18 +101,12 @@ class FailurePolicy:
 
     def timeout(self, name: TimeoutField) -> float:
         """The seconds of one of the timeout fields, by name."""
-        match name:
-            case "startup_timeout":
-                return self.startup_timeout
-            case "schedule_timeout":
-                return self.schedule_timeout
-            case "running_recheck":
-                return self.running_recheck
-            case "scale_up_timeout":
-                return self.scale_up_timeout
-            case "queue_timeout":
-                return DEFAULT_QUEUE_TIMEOUT if self.queue_timeout is None else self.queue_timeout
-        raise KeyError(f"FailurePolicy has no timeout field {name!r}; fields: {', '.join(_NUMBER_FIELDS)}")
+        if name not in _NUMBER_FIELDS:
+            raise KeyError(
+                f"FailurePolicy has no timeout field {name!r}; fields: {', '.join(_NUMBER_FIELDS)}"
+            )
+        value = getattr(self, name)
+        return DEFAULT_QUEUE_TIMEOUT if value is None else float(value)
 
     def until_execution_timeout(self) -> FailurePolicy:
         """This policy for a task with an ``execution_timeout``: a ``queue_timeout`` left unset waits
@@ -137,11 +131,7 @@ class FailurePolicy:
             "fail_on_exit_codes": list(exit_codes(self.fail_on_exit_codes)),
             "skip_on_exit_codes": list(exit_codes(self.skip_on_exit_codes, success=True)),
             "relaunch_budget": self.relaunch_budget,
-            "startup_timeout": self.startup_timeout,
-            "schedule_timeout": self.schedule_timeout,
-            "running_recheck": self.running_recheck,
-            "scale_up_timeout": self.scale_up_timeout,
-            "queue_timeout": self.queue_timeout,
+            **{name: getattr(self, name) for name in _NUMBER_FIELDS},
         }
 
     @classmethod

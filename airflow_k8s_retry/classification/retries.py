@@ -28,9 +28,7 @@ Action = Literal["retry", "fail", "default"]
 
 
 def _as_seconds(value: float | timedelta) -> float:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return value
+    return value.total_seconds() if isinstance(value, timedelta) else value
 
 
 def _duration(seconds: float) -> str:

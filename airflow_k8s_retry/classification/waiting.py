@@ -58,10 +58,10 @@ def status_behind_spec(obs: Observation) -> Fact | None:
 def _waiting(obs: Observation, reason: Reason, waiting: Iterable[str]) -> Fact | None:
     wanted = frozenset(waiting)
     container = first_matching(obs, lambda c: c.waiting_reason in wanted)
-    return None if container is None else _waiting_fact(reason, container, image=container.image)
+    return None if container is None else _waiting_fact(reason, container)
 
 
-def _waiting_fact(reason: Reason, container: ContainerView, *, image: str = "") -> Fact:
+def _waiting_fact(reason: Reason, container: ContainerView) -> Fact:
     """The fact that ``container`` waits for ``reason``, citing its waiting reason and message."""
     detail = join(container.waiting_reason, container.waiting_message)
     return Fact(
@@ -71,7 +71,7 @@ def _waiting_fact(reason: Reason, container: ContainerView, *, image: str = "") 
         detail,
         (cite(reason, container, detail),),
         container.name,
-        image=image,
+        image=container.image,
     )
 
 
@@ -133,11 +133,7 @@ def image_policy_refused(obs: Observation) -> Fact | None:
             and pull_cause(c.waiting_message) is Reason.IMAGE_POLICY_REFUSED
         ),
     )
-    return (
-        None
-        if container is None
-        else _waiting_fact(Reason.IMAGE_POLICY_REFUSED, container, image=container.image)
-    )
+    return None if container is None else _waiting_fact(Reason.IMAGE_POLICY_REFUSED, container)
 
 
 image_wrong_platform = _pull(
@@ -296,17 +292,7 @@ def container_error(obs: Observation) -> Fact | None:
     waiting reason"""
     known = BENIGN_WAITING_REASONS | PULL_WAITING_REASONS | {"CrashLoopBackOff"}
     container = first_matching(obs, lambda c: c.waiting_reason not in known)
-    if container is None:
-        return None
-    detail = join(container.waiting_reason, container.waiting_message)
-    return Fact(
-        Sighting.WAITING,
-        keys.of_container(Reason.CONTAINER_CREATE_ERROR, container.name),
-        container.label,
-        detail,
-        (cite(Reason.CONTAINER_CREATE_ERROR, container, detail),),
-        container.name,
-    )
+    return None if container is None else _waiting_fact(Reason.CONTAINER_CREATE_ERROR, container)
 
 
 # --- the pod runs, or its node stopped reporting -------------------------------------------------

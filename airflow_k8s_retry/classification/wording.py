@@ -161,13 +161,6 @@ def _wrong_platform(f: Fact) -> str:
     return _pull(Reason.IMAGE_WRONG_PLATFORM)(f)
 
 
-def _queued(f: Fact) -> str:
-    return (
-        f"{f.subject} waits behind scheduling gates ({f.detail}): an admission queue holds it, and the "
-        "scheduler has not tried to place it yet"
-    )
-
-
 FORMATTERS: Mapping[Reason, Formatter] = {
     Reason.SUCCEEDED: _succeeded,
     Reason.RUNNING: lambda f: f"{f.subject} is running",
@@ -181,7 +174,10 @@ FORMATTERS: Mapping[Reason, Formatter] = {
     ),
     Reason.STARTUP_TIMEOUT: lambda f: f"{f.subject} has not started yet",
     Reason.SCHEDULE_TIMEOUT: _unschedulable,
-    Reason.SCHEDULE_QUEUE_TIMEOUT: _queued,
+    Reason.SCHEDULE_QUEUE_TIMEOUT: lambda f: (
+        f"{f.subject} waits behind scheduling gates ({f.detail}): an admission queue holds it, and the "
+        "scheduler has not tried to place it yet"
+    ),
     Reason.IMAGE_INVALID_NAME: _waiting("the image reference is not valid"),
     Reason.IMAGE_NEVER_PULL: _waiting("imagePullPolicy is Never and the image is not on the node"),
     **{reason: _pull(reason) for reason in _PULL_TEXT},

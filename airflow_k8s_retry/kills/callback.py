@@ -75,9 +75,8 @@ def _operator_of(context: Any) -> Any:
 
 
 def _pods_of_try(task: Any, client: PodClient, identity: TryIdentity, namespace: str) -> list[dict[str, Any]]:
-    """The pods labelled with the try; where its worker died elsewhere (the operator did not run
-    the try's code in this process) and none is there yet, looked for again after
-    :data:`IN_FLIGHT_SETTLE` seconds, for a create that worker sent just before it died."""
+    """The pods labelled with the try, looked for again after :data:`IN_FLIGHT_SETTLE` seconds
+    where its worker died elsewhere and none is there yet."""
     selector = identity.selector("try")
     pods: list[dict[str, Any]] = client.list_pods(namespace, selector)
     if task.ran_try_here or any(identity.owns_pod(p) for p in pods):

@@ -165,7 +165,8 @@ def kill_deferred_pod(
             where = pod_in_event(ti) or try_in_rendered_fields(ti, rendered_fields_of or rendered_fields)
             if where is None:
                 return None
-            wait, target, args = ON_KILL_FIRST, delete_try_pods_of_killed_task, (where, try_identity(ti), why)
+            identity = TryIdentity.of(ti, connection.deployment_id())  # as the operator names the try
+            wait, target, args = ON_KILL_FIRST, delete_try_pods_of_killed_task, (where, identity, why)
             namespace = where["namespace"] or "(the connection's)"
             what = f"the try's pods in namespace {namespace} are deleted in {wait:.0f} s unless on_kill has"
         thread = threading.Thread(
@@ -303,12 +304,6 @@ def rendered_fields(ti: Any) -> Mapping[str, Any]:
             )
         ).first()
     return row[0] if row is not None and isinstance(row[0], Mapping) else {}
-
-
-def try_identity(ti: Any) -> TryIdentity:
-    """The :class:`~airflow_k8s_retry.kube.naming.TryIdentity` of the current try of ``ti``, as
-    the operator names it."""
-    return TryIdentity.of(ti, connection.deployment_id())
 
 
 def _decoded_next_kwargs(raw: Any) -> Mapping[str, Any]:

@@ -44,8 +44,7 @@ def sweep_earlier_tries(
     pod may also still be stopping: a graceful delete leaves the containers running until they
     stop (``deletionTimestamp`` set). A new try proves the earlier one is over, so such a pod is
     deleted with no grace (which also shortens a pending graceful deletion) until it is gone or
-    none of its containers runs. Pods stamped as *kept* stay (``on_finish_action``); pods of
-    another deployment, DAG run, map index or task are never touched.
+    none of its containers runs. Pods stamped as *kept* (``on_finish_action``) stay.
 
     Raises :class:`EarlierTryNotGone` when, after ``backoff`` (about 30 s), a pod of an earlier
     try still runs or the pods could not be listed: two pods of one task never run at once (the

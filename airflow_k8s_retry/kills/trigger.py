@@ -16,7 +16,7 @@ a verdict (:func:`~airflow_k8s_retry.kills.policy.kept_on_kill`), and retries AP
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from airflow_k8s_retry import metrics
@@ -55,6 +55,7 @@ class OwnedPod:
     identity: TryIdentity
 
 
+@dataclass(eq=False)
 class TriggerKill:
     """The trigger's side of a kill: confirm it (the task instance's state), then delete the pod.
 
@@ -66,22 +67,13 @@ class TriggerKill:
     :param log: the trigger's logger.
     """
 
-    def __init__(
-        self,
-        pod: OwnedPod,
-        *,
-        config: Callable[[], Awaitable[ClusterConfig]],
-        clock: Clock,
-        lookup: TaskStateLookup,
-        lookup_timeout: float,
-        log: Any,
-    ) -> None:
-        self.pod = pod
-        self.config = config
-        self.clock = clock
-        self.lookup = lookup
-        self.lookup_timeout = lookup_timeout
-        self.log = log
+    pod: OwnedPod
+    _: KW_ONLY
+    config: Callable[[], Awaitable[ClusterConfig]]
+    clock: Clock
+    lookup: TaskStateLookup
+    lookup_timeout: float
+    log: Any
 
     async def on_kill(self) -> None:
         """Delete the pod once the task instance is confirmed killed; keep it otherwise."""

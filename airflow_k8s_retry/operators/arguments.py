@@ -17,21 +17,15 @@ from airflow_k8s_retry.memory_growth import MemoryGrowth
 ON_FINISH_ACTIONS = ("delete_pod", "delete_succeeded_pod", "keep_pod", "delete_active_pod")
 
 
+_REATTACHES = (
+    "is ignored: a restarted try always re-attaches to its own pod (one pod per try), and no second pod "
+    "is started beside it"
+)
 #: KPO arguments whose value (other than the default) has no meaning in this design and can be
 #: ignored without harm: accepted, with one warning at parse saying what happens instead.
 _IGNORED: tuple[tuple[str, object, str], ...] = (
-    (
-        "reattach_on_restart",
-        False,
-        "reattach_on_restart=False is ignored: a restarted try always re-attaches to its own pod "
-        "(one pod per try), and no second pod is started beside it",
-    ),
-    (
-        "durable",
-        False,
-        "durable=False is ignored: a restarted try always re-attaches to its own pod (one pod per "
-        "try), and no second pod is started beside it",
-    ),
+    ("reattach_on_restart", False, f"reattach_on_restart=False {_REATTACHES}"),
+    ("durable", False, f"durable=False {_REATTACHES}"),
     (
         "random_name_suffix",
         False,
@@ -91,12 +85,10 @@ def failure_policy(
             f"{task_id}: failure_policy must be an airflow_k8s_retry.classification.policy."
             f"FailurePolicy, got {type(policy).__name__}"
         )
-    changes: dict[str, Any] = {}
-    if skip_on_exit_code is not None:
-        # One code or several: FailurePolicy normalises both (and names the field when invalid).
-        changes["skip_on_exit_codes"] = skip_on_exit_code
-    if startup is not None:
-        changes["startup_timeout"] = startup
-    if schedule is not None:
-        changes["schedule_timeout"] = schedule
-    return dataclasses.replace(policy or FailurePolicy(), **changes)
+    # One exit code or several: FailurePolicy normalises both (and names the field when invalid).
+    given: dict[str, Any] = {
+        "skip_on_exit_codes": skip_on_exit_code,
+        "startup_timeout": startup,
+        "schedule_timeout": schedule,
+    }
+    return dataclasses.replace(policy or FailurePolicy(), **{k: v for k, v in given.items() if v is not None})

@@ -129,9 +129,7 @@ class FinishedPodManager(PodManager):  # type: ignore[misc]
     the log itself.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.finished: Any = None
+    finished: Any = None
 
     def read_pod(self, pod: Any) -> Any:
         return self.finished if self.finished is not None else super().read_pod(pod)
@@ -498,11 +496,10 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         )
         if not self.deferrable:  # no triggerer needed: the worker follows the pod itself
             return self._follow_here(trigger)
-        kwargs = {"execution_deadline": deadline}
         self.defer(
             trigger=trigger,
             method_name="execute_complete",
-            kwargs=kwargs,
+            kwargs={"execution_deadline": deadline},
             timeout=defer_timeout(deadline, time.time()),
         )
         return None  # not reached: defer raises

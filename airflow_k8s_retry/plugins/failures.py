@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -69,21 +69,7 @@ class FailureRecord:
         return f"{self.dag_id}.{self.task_id}" + (f"[{self.map_index}]" if self.map_index >= 0 else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "dag_id": self.dag_id,
-            "task_id": self.task_id,
-            "run_id": self.run_id,
-            "map_index": self.map_index,
-            "try_number": self.try_number,
-            "state": self.state,
-            "at": self.at.isoformat(),
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "message": self.message,
-            "hint": self.hint,
-            "pod_name": self.pod_name,
-            "namespace": self.namespace,
-        }
+        return {**asdict(self), "at": self.at.isoformat(), "hint": self.hint}
 
 
 def record_from_xcom(
@@ -108,19 +94,9 @@ def record_from_xcom(
 _REASON_TEXT = re.compile(r"^(?P<reason>[a-z_]+\.[a-z_]+): (?P<message>.*)$", re.DOTALL)
 
 
-def record_from_history(
-    retry_reason: str | None,
-    next_kwargs: Any,
-    *,
-    dag_id: str,
-    task_id: str,
-    run_id: str,
-    map_index: int,
-    try_number: int,
-    state: str | None,
-    at: datetime,
-) -> FailureRecord | None:
-    """A :class:`FailureRecord` from an earlier try's ``task_instance_history`` row: its
+def record_from_history(retry_reason: str | None, next_kwargs: Any, **row: Any) -> FailureRecord | None:
+    """A :class:`FailureRecord` from an earlier try's ``task_instance_history`` row (``row``: its
+    ``dag_id``, ``task_id``, ``run_id``, ``map_index``, ``try_number``, ``state`` and ``at``): its
     ``retry_reason`` when that names a reason code, else the verdict in the event it resumed with;
     ``None`` when the row holds neither (a try of another operator, or one that never deferred on
     Airflow 3.1/3.2)."""
@@ -132,18 +108,7 @@ def record_from_history(
         value: Any = {"outcome": "retry", "reason": found["reason"], "message": found["message"]}
     else:
         value = _published(event) if event is not None else None
-    return record_from_xcom(
-        value,
-        dag_id=dag_id,
-        task_id=task_id,
-        run_id=run_id,
-        map_index=map_index,
-        at=at,
-        try_number=try_number,
-        state=state,
-        pod_name=pod_name,
-        namespace=namespace,
-    )
+    return record_from_xcom(value, **row, pod_name=pod_name, namespace=namespace)
 
 
 def _published(event: Mapping[str, Any]) -> Any:
@@ -184,12 +149,18 @@ def _text(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class TaskFailures:
-    task: str
     dag_id: str
     task_id: str
     failures: int
     reasons: dict[str, int]
     last: datetime
+
+    @property
+    def task(self) -> str:
+        return f"{self.dag_id}.{self.task_id}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "last": self.last.isoformat()}
 
 
 @dataclass(frozen=True)
@@ -217,16 +188,7 @@ class Summary:
             "buckets": [b.isoformat() for b in self.buckets],
             "series": self.series,
             "failures": self.failures,
-            "top_tasks": [
-                {
-                    "dag_id": t.dag_id,
-                    "task_id": t.task_id,
-                    "failures": t.failures,
-                    "reasons": t.reasons,
-                    "last": t.last.isoformat(),
-                }
-                for t in self.top_tasks
-            ],
+            "top_tasks": [t.to_json() for t in self.top_tasks],
             "records": [r.to_json() for r in self.records],
         }
 
@@ -255,7 +217,6 @@ def summarize(
     tops = sorted(
         (
             TaskFailures(
-                task=f"{dag}.{task}",
                 dag_id=dag,
                 task_id=task,
                 failures=len(rs),

@@ -20,8 +20,6 @@ VERDICT_KEY, POD_NAME_KEY, POD_NAMESPACE_KEY = "verdict", "pod_name", "pod_names
 #: At most this many records of each kind are read per page.
 LIMIT = 5000
 
-TryKey = tuple[str, str, str, int]  # dag_id, run_id, task_id, map_index
-
 
 def load_records(
     since: datetime,
@@ -75,7 +73,7 @@ def _current_tries(
         )
     ):
         pods[(x.dag_id, x.run_id, x.task_id, x.map_index, x.key)] = XComModel.deserialize_value(x)
-    tries: dict[TryKey, tuple[int, str | None]] = {}
+    tries: dict[tuple[str, str, str, int], tuple[int, str | None]] = {}  # by dag, run, task, map index
     for row in session.execute(
         select(
             TaskInstance.dag_id,
