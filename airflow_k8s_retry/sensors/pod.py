@@ -208,7 +208,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
             raise AirflowSensorTimeout(f"Sensor has timed out: {followed.message}")
         if followed.event is None:
             raise PodFailure(followed.message)
-        self._finish(context, PodEvent.from_payload(followed.event.to_payload()))
+        self._finish(context, followed.event)
 
     def _finish(self, context: Context, pod_event: PodEvent) -> None:
         verdict = pod_event.verdict
