@@ -178,9 +178,6 @@ def since_seconds(position: LogPosition | None, now: float) -> int | None:
     return max(1, math.ceil(now - position.epoch) + WINDOW_MARGIN)
 
 
-# -- the event ------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class PodEvent:
     """The payload of the one ``TriggerEvent`` a :class:`PodStateTrigger` emits: what the operator's
@@ -235,9 +232,6 @@ class PodEvent:
             seen=Snapshot.from_payload(data.get("seen"), uid),
             connection=connection if isinstance(connection, Mapping) else None,
         )
-
-
-# -- the trigger ----------------------------------------------------------------------------------
 
 
 def positive_seconds(what: str, value: object, *, optional: bool = False) -> float:
@@ -359,13 +353,10 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             "cluster": self.cluster,
         }
 
-    # -- run ------------------------------------------------------------------------------------
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        self._config = await self._cluster()
         hub = WatchHub.current()
         sub = await hub.subscribe(
-            self._config,
+            await self._cluster(),
             self.namespace,
             self.pod_name,
             self.pod_uid,

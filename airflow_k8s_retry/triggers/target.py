@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -89,14 +89,7 @@ class Target:
         return True  # the feed is the label selector's: the API server did the matching
 
     def to_payload(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "pod_name": self.pod_name,
-            "label_selector": self.label_selector,
-            "job_name": self.job_name,
-            "deadline": self.deadline,
-            "since": self.since,
-        }
+        return asdict(self)
 
     @classmethod
     def from_payload(cls, data: Mapping[str, Any]) -> Target:
@@ -364,12 +357,11 @@ class Follower:
         self.judge = asyncio.ensure_future(_first_event(self.make_judge(*wanted), wanted[0]))
 
     def _collect(self) -> PodEvent | None:
-        judge, self.judge = self.judge, None
-        judging, self.judging = self.judging, None
-        if judge is None or judging is None or not judge.done() or judge.cancelled():
+        judge, self.judge, self.judging = self.judge, None, None
+        if judge is None or not judge.done() or judge.cancelled():
             return None
         event = judge.result()  # a crash in the judging trigger is the trigger's crash
-        self.judged[judging[1]] = event.verdict
+        self.judged[event.pod_uid] = event.verdict
         return event
 
     def _judged(self, job_name: str | None, newest: Mapping[str, Any] | None) -> TargetEvent | None:

@@ -76,8 +76,7 @@ LOG_TAIL_LINES = 20
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One decision of the tracker. ``remember``: a history to stamp on the pod first (``None``:
-    nothing new); ``notes``: lines for the trigger's log."""
+    """One decision of the tracker, with the ``remember`` and ``notes`` every step may carry."""
 
     remember: History | None = None
     notes: tuple[str, ...] = ()
