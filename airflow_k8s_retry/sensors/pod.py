@@ -3,7 +3,7 @@
 Another system (a controller, a CronJob, a Job, a different DAG) owns the pod; the sensor only
 watches it. It is an Airflow sensor (``BaseSensorOperator``) that always defers: the wait happens in
 the triggerer, through the shared watch, as a
-:class:`~airflow_k8s_retry.triggers.PodStateTrigger` following a
+:class:`~airflow_k8s_retry.triggers.PodTargetTrigger` following a
 :class:`~airflow_k8s_retry.triggers.target.Target` (a pod by name, the newest pod of a label selector, or
 a Job), so the pod may appear long after the sensor started. Airflow's sensor conventions hold:
 ``timeout`` ends in ``AirflowSensorTimeout`` without spending retries, ``soft_fail`` and

@@ -243,8 +243,7 @@ def positive_seconds(what: str, value: object, *, optional: bool = False) -> flo
 
 
 async def until_first(*waits: Awaitable[Any], also: Iterable[asyncio.Future[Any]] = ()) -> None:
-    """Wait until one of ``waits`` or ``also`` is done; the rest of ``waits`` are cancelled, ``also``
-    is left running."""
+    """Until one of ``waits`` or ``also`` is done; the rest of ``waits`` is cancelled, not ``also``."""
     waiters = {asyncio.ensure_future(wait) for wait in waits}
     try:
         await asyncio.wait(waiters.union(also), return_when=asyncio.FIRST_COMPLETED)
@@ -552,15 +551,14 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 self.log.info(
                     "Pod %s: cannot annotate (%s); grace timers are kept in memory only", self.pod_name, exc
                 )
-            return
         except (NotFound, Conflict):
-            return  # gone or replaced: the watch reports it
+            pass  # gone or replaced: the watch reports it
         except KubeError as exc:
             self.log.warning(
                 "Pod %s: could not save the classifier history (%s); will retry", self.pod_name, exc
             )
-            return
-        tracker.stamped_on_pod(history)
+        else:
+            tracker.stamped_on_pod(history)
 
     # -- endings --------------------------------------------------------------------------------
 

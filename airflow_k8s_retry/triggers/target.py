@@ -215,7 +215,6 @@ class Follower:
     # -- the loop -------------------------------------------------------------------------------
 
     async def _loop(self) -> TargetEvent:
-        assert self.pods is not None
         started = self.target.since if self.target.since is not None else self.clock.now()
         self._progress(started, None, None)
         next_progress = self.clock.now() + PROGRESS_EVERY
@@ -317,9 +316,7 @@ class Follower:
         return stamp, self.arrivals.get(_uid(pod), -1)
 
     def _job(self, job_name: str | None) -> JobStatus | None:
-        if not job_name or self.jobs is None:
-            return None
-        raw = self.jobs.objects.get(job_name)
+        raw = self.jobs.objects.get(job_name) if job_name and self.jobs is not None else None
         if raw is None:
             return None
         self.job_seen = True
