@@ -353,9 +353,10 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        config = await self._cluster()
         hub = WatchHub.current()
         sub = await hub.subscribe(
-            await self._cluster(),
+            config,
             self.namespace,
             self.pod_name,
             self.pod_uid,
@@ -445,7 +446,6 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 seen = None
                 if step.verdict.outcome is not Outcome.SUCCEED:
                     behind = sub.events_pending
-                    # What a failure was judged on travels with it: the worker's report reads no API.
                     events = await sub.listed_events(self.clock)  # None: not listed in time
                     if behind and events is not None and tracker.gone:
                         # The pod vanished while the Events feed was behind: only its Events say

@@ -134,11 +134,8 @@ class SleepUntil(Step):
 
 
 class Change(Protocol):
-    """A new state of the pod, as the watch hub delivers it (``pod`` None: gone, state unknown).
-
-    ``unseen``: deleted while the feed could not reach the API server; ``pod`` is the last state
-    it saw, not the final one.
-    """
+    """A new state of the pod, as the watch hub delivers it (a
+    :class:`~airflow_k8s_retry.kube.subscriptions.PodChange`, which says what its fields mean)."""
 
     @property
     def pod(self) -> Json | None: ...
