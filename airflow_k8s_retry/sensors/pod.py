@@ -3,7 +3,7 @@
 Another system (a controller, a CronJob, a Job, a different DAG) owns the pod; the sensor only
 watches it. It is an Airflow sensor (``BaseSensorOperator``) that always defers: the wait happens in
 the triggerer, through the shared watch, as a
-:class:`~airflow_k8s_retry.triggers.PodStateTrigger` following a
+:class:`~airflow_k8s_retry.triggers.PodTargetTrigger` following a
 :class:`~airflow_k8s_retry.triggers.target.Target` (a pod by name, the newest pod of a label selector, or
 a Job), so the pod may appear long after the sensor started. Airflow's sensor conventions hold:
 ``timeout`` ends in ``AirflowSensorTimeout`` without spending retries, ``soft_fail`` and
@@ -52,6 +52,8 @@ _REFUSED: dict[str, tuple[Any, str]] = {
     ),
     "deferrable": (True, "the sensor always defers to the triggerer"),
 }
+#: The sensor's ways to name its target: exactly one is given.
+_TARGETS = ("pod_name", "label_selector", "job_name")
 
 
 class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
@@ -110,11 +112,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         kwargs.pop("deferrable", None)
         ignore_retry_policy_before_3_3(task_id, kwargs)
         super().__init__(poke_interval=poke_interval, **kwargs)
-        chosen = {
-            n: v
-            for n, v in (("pod_name", pod_name), ("label_selector", label_selector), ("job_name", job_name))
-            if v
-        }
+        chosen = {n: v for n, v in zip(_TARGETS, (pod_name, label_selector, job_name), strict=True) if v}
         if len(chosen) != 1:
             got = ", ".join(f"{n}={v!r}" for n, v in chosen.items()) or "none"
             raise ValueError(
@@ -141,7 +139,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         return connection.pod_client(self.kubernetes_conn_id, self.namespace)
 
     def _target(self, namespace: str, now: float) -> Target:
-        values = {"pod_name": self.pod_name, "label_selector": self.label_selector, "job_name": self.job_name}
+        values = {name: getattr(self, name) for name in _TARGETS}
         rendered = {k: str(v).strip() if v else None for k, v in values.items()}
         given = [k for k, v in values.items() if v]
         if not rendered[given[0]]:
@@ -208,7 +206,7 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
             raise AirflowSensorTimeout(f"Sensor has timed out: {followed.message}")
         if followed.event is None:
             raise PodFailure(followed.message)
-        self._finish(context, PodEvent.from_payload(followed.event.to_payload()))
+        self._finish(context, followed.event)
 
     def _finish(self, context: Context, pod_event: PodEvent) -> None:
         verdict = pod_event.verdict
@@ -220,12 +218,24 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         if verdict.outcome is not Outcome.SUCCEED:
             context["ti"].xcom_push(key="verdict", value=verdict.summary())
         if name and (verdict.outcome is not Outcome.SUCCEED or self.delete_pod_on_finish):
+            pod = CreatedPod(name, namespace, pod_event.pod_uid, adopted=True, body={})
             client, _ = self._client()
             try:
                 if verdict.outcome is not Outcome.SUCCEED:
-                    self.log.error("Pod %s: %s", name, self._report(client, pod_event))
+                    # The failure with its evidence: the pod's state, its Events and its last log lines.
+                    body, events, tail = pods.evidence(
+                        client, pod, pods.FIRST_CONTAINER, log=self.log.warning
+                    )
+                    report = failure_report(verdict, pod=body, events=events, log_tail=tail)
+                    self.log.error("Pod %s: %s", name, report)
                 if self.delete_pod_on_finish:
-                    self._delete(client, pod_event)
+                    # Stamp the verdict and delete by UID through the operator's lifecycle (transient
+                    # errors retried); an API error is logged, never raised: the verdict, not the
+                    # cleanup, decides how the task ends.
+                    sleep = type(self).retry_sleep
+                    ending = pods.finish(client, pod, verdict, kept=False, log=self.log.warning, sleep=sleep)
+                    if ending is pods.Ending.DELETED:
+                        self.log.info("Deleted pod %s/%s (delete_pod_on_finish)", namespace, name)
             finally:
                 client.close()
         label = f"pod {namespace}/{name}" if name else f"namespace {namespace}"
@@ -236,23 +246,3 @@ class PodCompletionSensor(BaseSensorOperator):  # type: ignore[misc]
         if verdict.outcome is Outcome.SKIP:
             raise AirflowSkipException(message)
         raise exception_for(verdict, message)
-
-    def _report(self, client: PodClient, pod_event: PodEvent) -> str:
-        """The failure with its evidence: the pod's state, its Events and its last log lines."""
-        pod = _pod_of(pod_event)
-        body, events, tail = pods.evidence(client, pod, pods.FIRST_CONTAINER, log=self.log.warning)
-        return failure_report(pod_event.verdict, pod=body, events=events, log_tail=tail)
-
-    def _delete(self, client: PodClient, pod_event: PodEvent) -> None:
-        """``delete_pod_on_finish``: stamp the verdict and delete by UID through the operator's
-        lifecycle (transient errors retried); an API error is logged, never raised: the verdict, not
-        the cleanup, decides how the task ends."""
-        pod = _pod_of(pod_event)
-        sleep = type(self).retry_sleep
-        ending = pods.finish(client, pod, pod_event.verdict, kept=False, log=self.log.warning, sleep=sleep)
-        if ending is pods.Ending.DELETED:
-            self.log.info("Deleted pod %s/%s (delete_pod_on_finish)", pod.namespace, pod.name)
-
-
-def _pod_of(pod_event: PodEvent) -> CreatedPod:
-    return CreatedPod(pod_event.pod_name, pod_event.namespace, pod_event.pod_uid, adopted=True, body={})

@@ -32,7 +32,7 @@ import contextlib
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -178,9 +178,6 @@ def since_seconds(position: LogPosition | None, now: float) -> int | None:
     return max(1, math.ceil(now - position.epoch) + WINDOW_MARGIN)
 
 
-# -- the event ------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class PodEvent:
     """The payload of the one ``TriggerEvent`` a :class:`PodStateTrigger` emits: what the operator's
@@ -237,15 +234,23 @@ class PodEvent:
         )
 
 
-# -- the trigger ----------------------------------------------------------------------------------
-
-
-def _seconds(name: str, value: object, *, optional: bool = False) -> float:
-    """``value`` as a positive number of seconds, or one line saying what is wrong with it."""
+def positive_seconds(what: str, value: object, *, optional: bool = False) -> float:
+    """``value`` as a positive number of seconds, or one line saying what is wrong with ``what``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         tail = " or None" if optional else ""
-        raise ValueError(f"PodStateTrigger {name} must be a positive number of seconds{tail}, got {value!r}")
+        raise ValueError(f"{what} must be a positive number of seconds{tail}, got {value!r}")
     return float(value)
+
+
+async def until_first(*waits: Awaitable[Any], also: Iterable[asyncio.Future[Any]] = ()) -> None:
+    """Until one of ``waits`` or ``also`` is done; the rest of ``waits`` is cancelled, not ``also``."""
+    waiters = {asyncio.ensure_future(wait) for wait in waits}
+    try:
+        await asyncio.wait(waiters.union(also), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
 
 
 class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
@@ -313,12 +318,12 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self.history = dict(history) if history is not None else None
         self.relaunches = int(relaunches)
         self.execution_deadline = None if execution_deadline is None else float(execution_deadline)
-        self.poll_interval = _seconds("poll_interval", poll_interval)
+        self.poll_interval = positive_seconds("PodStateTrigger poll_interval", poll_interval)
         self.owned = bool(owned)
         self.logging_interval = (
             None
             if logging_interval is None
-            else _seconds("logging_interval", logging_interval, optional=True)
+            else positive_seconds("PodStateTrigger logging_interval", logging_interval, optional=True)
         )
         self.base_container_name = str(base_container_name)
         self.cluster = chosen_cluster(**dict(cluster)) if cluster else None
@@ -347,13 +352,11 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             "cluster": self.cluster,
         }
 
-    # -- run ------------------------------------------------------------------------------------
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        self._config = await self._cluster()
+        config = await self._cluster()
         hub = WatchHub.current()
         sub = await hub.subscribe(
-            self._config,
+            config,
             self.namespace,
             self.pod_name,
             self.pod_uid,
@@ -372,7 +375,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             what = f"{verdict.outcome.value} ({verdict.reason.value}) {verdict.message}"
             self.log.info("Pod %s/%s: %s", self.namespace, self.pod_name, what)
             if kill is not None and verdict.reason is Reason.EXECUTION_TIMEOUT:
-                await self._stop_at_the_deadline(kill)
+                # Delete the pod now (by UID, its own grace, API errors retried as a kill's delete
+                # is), not when a worker is free to resume the task: minutes later in a busy deployment.
+                await kill.delete("execution_timeout reached")
             event = PodEvent(
                 namespace=self.namespace,
                 pod_name=self.pod_name,
@@ -381,7 +386,7 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 relaunches=self.relaunches,
                 log_position=self._log_position,
                 seen=seen,
-                connection=self._connection_for_a_kill(),
+                connection=None if kill is None else self._connection_for_a_kill(),
             )
             if kill is not None and self.after_firing_check:
                 keep_until_done(kill.after_firing(sub))
@@ -411,25 +416,19 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             log=self.log,
         )
 
-    async def _stop_at_the_deadline(self, kill: TriggerKill) -> None:
-        """``execution_timeout`` reached: delete the pod now (by UID, its own grace, API errors
-        retried as a kill's delete is), not when a worker is free to resume the task (minutes later
-        in a busy deployment; else the worker does)."""
-        await kill.delete("execution_timeout reached")
-
-    def _connection_for_a_kill(self) -> dict[str, Any] | None:
+    def _connection_for_a_kill(self) -> dict[str, Any]:
         """What deleting the pod after a user's kill needs besides its name, namespace and UID, for
         a pod this trigger owns: the event carries it to the api-server's listener, which has no
         trigger row to read once Airflow accepted the event."""
-        if not self.owned or self._identity is None:
-            return None
         connection: dict[str, Any] = {"kubernetes_conn_id": self.kubernetes_conn_id}
         if self.cluster is not None:
             connection["cluster"] = dict(self.cluster)
         return connection
 
-    def _tracker(self) -> PodTracker:
-        return PodTracker(
+    async def _follow(self, sub: PodSubscription) -> tuple[Verdict, Snapshot | None]:
+        """Perform the tracker's steps until it emits a verdict; the verdict (its termination
+        messages withheld) and, for a failure, what it was judged on."""
+        tracker = PodTracker(
             pod_uid=self.pod_uid,
             history=History.from_payload(self.history),
             policy=self._policy,
@@ -440,11 +439,6 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
             log_container=self.base_container_name,
             started=self.clock.now(),
         )
-
-    async def _follow(self, sub: PodSubscription) -> tuple[Verdict, Snapshot | None]:
-        """Perform the tracker's steps until it emits a verdict; the verdict (its termination
-        messages withheld) and, for a failure, what it was judged on."""
-        tracker = self._tracker()
         step = tracker.apply(sub.drain(), sub.events, self.clock.now())
         while True:
             await self._perform(sub, tracker, step)
@@ -452,7 +446,6 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 seen = None
                 if step.verdict.outcome is not Outcome.SUCCEED:
                     behind = sub.events_pending
-                    # What a failure was judged on travels with it: the worker's report reads no API.
                     events = await sub.listed_events(self.clock)  # None: not listed in time
                     if behind and events is not None and tracker.gone:
                         # The pod vanished while the Events feed was behind: only its Events say
@@ -490,17 +483,8 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
 
     async def _wait(self, sub: PodSubscription, until: float, wake: tuple[float, ...] = ()) -> None:
         """Until the subscription has news or the clock reaches ``until`` (or a ``wake`` time)."""
-        if sub.pending:
-            return
-        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(sub.wait())}
-        for at in (until, *wake):
-            waiters.add(asyncio.ensure_future(self.clock.sleep_until(at)))
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+        if not sub.pending:
+            await until_first(sub.wait(), *(self.clock.sleep_until(at) for at in (until, *wake)))
 
     async def _read_directly(self, sub: PodSubscription) -> None:
         """No news at all for a long time: read the pod once, in case the shared feed is stuck."""
@@ -567,15 +551,14 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 self.log.info(
                     "Pod %s: cannot annotate (%s); grace timers are kept in memory only", self.pod_name, exc
                 )
-            return
         except (NotFound, Conflict):
-            return  # gone or replaced: the watch reports it
+            pass  # gone or replaced: the watch reports it
         except KubeError as exc:
             self.log.warning(
                 "Pod %s: could not save the classifier history (%s); will retry", self.pod_name, exc
             )
-            return
-        tracker.stamped_on_pod(history)
+        else:
+            tracker.stamped_on_pod(history)
 
     # -- endings --------------------------------------------------------------------------------
 

@@ -68,14 +68,14 @@ def queue_note(
     """The gate note: which gates hold the pod, since when, until when it waits, and Kueue's word."""
     plural = "s" if len(gates) > 1 else ""
     text = (
-        f"schedule.gated: held by scheduling gate{plural} {', '.join(gates) or '?'} since {_clock(since)}; "
-        f"waiting until {_clock(until)} ({until_what})"
+        f"schedule.gated: held by scheduling gate{plural} {', '.join(gates) or '?'} since {clock(since)}; "
+        f"waiting until {clock(until)} ({until_what})"
     )
     return f"{text}; {workload}" if workload else text
 
 
-def _clock(at: float) -> str:
+def clock(at: float, form: str = "%Y-%m-%d %H:%M:%S UTC") -> str:
     try:
-        return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):  # past year 9999
+        return datetime.fromtimestamp(at, UTC).strftime(form)
+    except (OverflowError, OSError, ValueError):  # past year 9999: say so rather than crash
         return "never"

@@ -20,62 +20,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_k8s_retry.classification.model import Evidence, Outcome, Reason, Verdict
+from airflow_k8s_retry.classification.model import Outcome, Reason, Verdict
 from airflow_k8s_retry.connection import aresolve_cluster_config, chosen_cluster
-from airflow_k8s_retry.kube.clock import Clock
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import KubeError
 from airflow_k8s_retry.kube.hub import CollectionSubscription, WatchHub
 from airflow_k8s_retry.kube.jobs import JobState, JobStatus, owning_job
-from airflow_k8s_retry.triggers.pod import PodStateTrigger
+from airflow_k8s_retry.triggers.pod import PodEvent, PodStateTrigger, positive_seconds, until_first
+from airflow_k8s_retry.triggers.tracker import retry_verdict
 
 TARGET_CLASSPATH = "airflow_k8s_retry.triggers.PodTargetTrigger"
-
-
-class Judge(Protocol):
-    """A trigger that judges one pod (a ``PodStateTrigger``) and emits one event."""
-
-    def run(self) -> AsyncIterator[Any]: ...
-
-
-class Log(Protocol):
-    """The logging the follower does: a ``logging.Logger`` or Airflow's structured task logger."""
-
-    def info(self, msg: str, /, *args: Any) -> Any: ...
-
-
-@dataclass(frozen=True)
-class Judged:
-    """One pod's verdict, as the judging trigger emitted it (a ``PodEvent`` payload)."""
-
-    namespace: str
-    pod_name: str
-    pod_uid: str
-    verdict: Verdict
-
-    @classmethod
-    def from_payload(cls, data: Mapping[str, Any]) -> Judged:
-        return cls(
-            namespace=str(data["namespace"]),
-            pod_name=str(data["pod_name"]),
-            pod_uid=str(data["pod_uid"]),
-            verdict=Verdict.from_payload(data["verdict"]),
-        )
-
-    def to_payload(self) -> dict[str, Any]:
-        """The ``PodEvent`` payload shape (``relaunches`` is always 0: a sensor never relaunches)."""
-        return {
-            "namespace": self.namespace,
-            "pod_name": self.pod_name,
-            "pod_uid": self.pod_uid,
-            "verdict": self.verdict.to_payload(),
-            "relaunches": 0,
-        }
 
 
 #: How often the trigger says in the task log what it is waiting for.
@@ -130,14 +89,7 @@ class Target:
         return True  # the feed is the label selector's: the API server did the matching
 
     def to_payload(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "pod_name": self.pod_name,
-            "label_selector": self.label_selector,
-            "job_name": self.job_name,
-            "deadline": self.deadline,
-            "since": self.since,
-        }
+        return asdict(self)
 
     @classmethod
     def from_payload(cls, data: Mapping[str, Any]) -> Target:
@@ -158,7 +110,7 @@ class TargetEvent:
 
     target: Target
     message: str
-    event: Judged | None = None
+    event: PodEvent | None = None
     timed_out: bool = False
     job: str | None = None
 
@@ -179,7 +131,7 @@ class TargetEvent:
         return cls(
             target=Target.from_payload(data["target"]),
             message=str(data["message"]),
-            event=Judged.from_payload(event) if event else None,
+            event=PodEvent.from_payload(event) if event else None,
             timed_out=bool(data.get("timed_out")),
             job=data.get("job") or None,
         )
@@ -220,13 +172,7 @@ def job_failed_verdict(namespace: str, job: JobStatus, last: Verdict | None, las
             last, outcome=outcome, deadline=None, message=f"{text}; its last pod {last_pod}: {last.message}"
         )
     reason = Reason.DEADLINE_EXCEEDED if job.reason == "DeadlineExceeded" else Reason.POD_FAILED
-    return Verdict(
-        outcome=Outcome.RETRY,
-        reason=reason,
-        message=text,
-        rule="job.failed",
-        evidence=(Evidence(reason=reason, source="api", message=text),),
-    )
+    return retry_verdict(reason, text, "job.failed", source="api")
 
 
 class Follower:
@@ -237,19 +183,19 @@ class Follower:
         trigger: PodTargetTrigger,
         config: ClusterConfig,
         target: Target,
-        judge: Callable[[str, str], Judge],
+        judge: Callable[[str, str], PodStateTrigger],
     ) -> None:
         self.trigger = trigger
         self.config = config
         self.target = target
         self.make_judge = judge
-        self.clock = trigger.clock
+        self.clock = PodStateTrigger.clock  # the judging triggers' clock: one clock for the whole wait
         self.log = trigger.log
         self.pods: CollectionSubscription | None = None
         self.jobs: CollectionSubscription | None = None
         self.judged: dict[str, Verdict] = {}  # pod uid -> verdict
         self.judging: tuple[str, str] | None = None  # (name, uid) of the pod being judged
-        self.judge: asyncio.Task[Judged] | None = None
+        self.judge: asyncio.Task[PodEvent] | None = None
         self.job_seen = False
         self.arrivals: dict[str, int] = {}  # pod uid -> order of first sight (ties within a second)
         self.job_failed_at: float | None = None
@@ -257,20 +203,9 @@ class Follower:
         self.listed: dict[str, Mapping[str, Any]] | None = None
 
     async def run(self) -> TargetEvent:
-        hub = WatchHub.current()
-        target = self.target
-        self.pods = await hub.follow(
-            self.config,
-            target.namespace,
-            label_selector=target.label_selector,
-            poll_interval=self.trigger.poll_interval,
-        )
+        self.pods = await self._feed(label_selector=self.target.label_selector)
         try:
-            if target.job_name:
-                self.jobs = await hub.follow(
-                    self.config, target.namespace, jobs=True, poll_interval=self.trigger.poll_interval
-                )
-            return await self._loop()
+            return await self._loop()  # a Job's feed opens with the first look that names the Job
         finally:
             await self._stop_judging()
             for sub in (self.pods, self.jobs):
@@ -280,7 +215,6 @@ class Follower:
     # -- the loop -------------------------------------------------------------------------------
 
     async def _loop(self) -> TargetEvent:
-        assert self.pods is not None
         started = self.target.since if self.target.since is not None else self.clock.now()
         self._progress(started, None, None)
         next_progress = self.clock.now() + PROGRESS_EVERY
@@ -307,7 +241,7 @@ class Follower:
             if now >= next_progress:
                 self._progress(started, newest, job)
                 next_progress = now + PROGRESS_EVERY
-            await self._wait(min(self._timers(next_progress)))
+            await self._wait(next_progress)
 
     async def _look(self) -> tuple[Mapping[str, Any] | None, str | None]:
         """Take the feeds' news: the target's newest pod, and the Job it belongs to (whose feed is
@@ -326,10 +260,13 @@ class Follower:
         owner = owning_job(newest) if newest is not None else None
         job_name = self.target.job_name or (owner[0] if owner else None)
         if job_name and self.jobs is None:
-            self.jobs = await WatchHub.current().follow(
-                self.config, self.target.namespace, jobs=True, poll_interval=self.trigger.poll_interval
-            )
+            self.jobs = await self._feed(jobs=True)
         return newest, job_name
+
+    async def _feed(self, **kind: Any) -> CollectionSubscription:
+        return await WatchHub.current().follow(
+            self.config, self.target.namespace, poll_interval=self.trigger.poll_interval, **kind
+        )
 
     async def _read_job_pods(self, job: JobStatus) -> None:
         """Read the failed Job's pods afresh, once. The pods' and the Jobs' watches deliver
@@ -362,20 +299,15 @@ class Follower:
             deleted = f"job {self.target.namespace}/{job_name} was deleted"
             return self._done(self._failure(Reason.DELETED_EXTERNALLY, deleted), newest, job_name)
         if self.target.deadline is not None and now >= self.target.deadline:
-            return self._timed_out(now - started, newest, job)
+            waited = f"timed out after {now - started:.0f} s waiting for {self.target.describe()}"
+            message = f"{waited}: {self._state(newest, job)}"
+            return TargetEvent(self.target, message, timed_out=True, job=job.name if job else None)
         deadline = self.trigger.execution_deadline
         if deadline is not None and now >= deadline:
             message = f"execution_timeout reached while waiting for {self.target.describe()}"
             verdict = self._failure(Reason.EXECUTION_TIMEOUT, message, rule="execution_timeout")
             return self._done(verdict, newest, job_name)
         return None
-
-    def _timers(self, next_progress: float) -> list[float]:
-        timers = [next_progress]
-        timers += [t for t in (self.target.deadline, self.trigger.execution_deadline) if t is not None]
-        if self.job_failed_at is not None:
-            timers.append(self.job_failed_at + LAST_POD_GRACE)
-        return timers
 
     def _created(self, pod: Mapping[str, Any]) -> tuple[str, int]:
         """Creation order: creationTimestamp has one-second resolution, so ties go to the pod seen
@@ -384,9 +316,7 @@ class Follower:
         return stamp, self.arrivals.get(_uid(pod), -1)
 
     def _job(self, job_name: str | None) -> JobStatus | None:
-        if not job_name or self.jobs is None:
-            return None
-        raw = self.jobs.objects.get(job_name)
+        raw = self.jobs.objects.get(job_name) if job_name and self.jobs is not None else None
         if raw is None:
             return None
         self.job_seen = True
@@ -423,13 +353,12 @@ class Follower:
         self.judging = wanted
         self.judge = asyncio.ensure_future(_first_event(self.make_judge(*wanted), wanted[0]))
 
-    def _collect(self) -> Judged | None:
-        judge, self.judge = self.judge, None
-        judging, self.judging = self.judging, None
-        if judge is None or judging is None or not judge.done() or judge.cancelled():
+    def _collect(self) -> PodEvent | None:
+        judge, self.judge, self.judging = self.judge, None, None
+        if judge is None or not judge.done() or judge.cancelled():
             return None
         event = judge.result()  # a crash in the judging trigger is the trigger's crash
-        self.judged[judging[1]] = event.verdict
+        self.judged[event.pod_uid] = event.verdict
         return event
 
     def _judged(self, job_name: str | None, newest: Mapping[str, Any] | None) -> TargetEvent | None:
@@ -461,34 +390,22 @@ class Follower:
             with contextlib.suppress(asyncio.CancelledError):
                 await judge
 
-    async def _wait(self, until: float) -> None:
+    async def _wait(self, next_progress: float) -> None:
+        """Until a feed or the judging trigger has news, or the next timer falls due."""
         assert self.pods is not None
         if self.pods.pending or (self.jobs is not None and self.jobs.pending):
             return
-        waiters: set[asyncio.Future[Any]] = {
-            asyncio.ensure_future(self.pods.wait()),
-            asyncio.ensure_future(self.clock.sleep_until(until)),
-        }
-        if self.jobs is not None:
-            waiters.add(asyncio.ensure_future(self.jobs.wait()))
-        watching: set[asyncio.Future[Any]] = {self.judge} if self.judge is not None else set()
-        try:
-            await asyncio.wait(waiters | watching, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+        grace = None if self.job_failed_at is None else self.job_failed_at + LAST_POD_GRACE
+        timers = (next_progress, self.target.deadline, self.trigger.execution_deadline, grace)
+        until = min(t for t in timers if t is not None)
+        jobs = [self.jobs.wait()] if self.jobs is not None else []
+        judging = [self.judge] if self.judge is not None else []
+        await until_first(self.pods.wait(), self.clock.sleep_until(until), *jobs, also=judging)
 
     # -- endings and progress -------------------------------------------------------------------
 
     def _failure(self, reason: Reason, message: str, *, rule: str | None = None) -> Verdict:
-        return Verdict(
-            outcome=Outcome.RETRY,
-            reason=reason,
-            message=message,
-            rule=rule or reason.value,
-            evidence=(Evidence(reason=reason, source="trigger", message=message, seen_at=self.clock.now()),),
-        )
+        return retry_verdict(reason, message, rule or reason.value, seen_at=self.clock.now())
 
     def _done(
         self,
@@ -496,27 +413,20 @@ class Follower:
         newest: Mapping[str, Any] | None,
         job_name: str | None,
         *,
-        event: Judged | None = None,
+        event: PodEvent | None = None,
     ) -> TargetEvent:
         if event is None:
             meta = (newest or {}).get("metadata") or {}
-            event = Judged(
+            event = PodEvent(
                 namespace=self.target.namespace,
                 pod_name=str(meta.get("name") or ""),
                 pod_uid=str(meta.get("uid") or ""),
                 verdict=verdict,
+                relaunches=0,  # a sensor never relaunches
             )
         else:
             event = replace(event, verdict=verdict)
         return TargetEvent(target=self.target, message=verdict.message, event=event, job=job_name)
-
-    def _timed_out(
-        self, waited: float, newest: Mapping[str, Any] | None, job: JobStatus | None
-    ) -> TargetEvent:
-        message = (
-            f"timed out after {waited:.0f} s waiting for {self.target.describe()}: {self._state(newest, job)}"
-        )
-        return TargetEvent(target=self.target, message=message, timed_out=True, job=job.name if job else None)
 
     def _state(self, newest: Mapping[str, Any] | None, job: JobStatus | None) -> str:
         parts = []
@@ -546,10 +456,11 @@ class Follower:
         )
 
 
-async def _first_event(judge: Judge, pod_name: str) -> Judged:
+async def _first_event(judge: PodStateTrigger, pod_name: str) -> PodEvent:
     async with contextlib.aclosing(judge.run()) as events:  # type: ignore[type-var]
         async for event in events:
-            return Judged.from_payload(event.payload)
+            # What the verdict was judged on stays out: the sensor's report reads the pod itself.
+            return replace(PodEvent.from_payload(event.payload), seen=None)
     raise RuntimeError(f"the trigger for pod {pod_name} ended without an event")
 
 
@@ -578,26 +489,12 @@ class PodTargetTrigger(BaseTrigger):  # type: ignore[misc]
     ) -> None:
         super().__init__()
         self._target = Target.from_payload(target)  # a bad payload fails when the task defers
-        if (
-            isinstance(poll_interval, bool)
-            or not isinstance(poll_interval, int | float)
-            or poll_interval <= 0
-        ):
-            raise ValueError(
-                f"PodTargetTrigger poll_interval must be a positive number of seconds, got {poll_interval!r}"
-            )
+        self.poll_interval = positive_seconds("PodTargetTrigger poll_interval", poll_interval)
         self.kubernetes_conn_id = kubernetes_conn_id
         self.target = self._target.to_payload()
         self.policy = dict(policy) if policy is not None else None
         self.execution_deadline = None if execution_deadline is None else float(execution_deadline)
-        self.poll_interval = float(poll_interval)
         self.cluster = chosen_cluster(**dict(cluster)) if cluster else None
-
-    @property
-    def clock(self) -> Clock:
-        """The clock of the triggers that judge the pods (:attr:`PodStateTrigger.clock`): one clock
-        for the whole wait."""
-        return PodStateTrigger.clock
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return TARGET_CLASSPATH, {

@@ -76,8 +76,7 @@ LOG_TAIL_LINES = 20
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One decision of the tracker. ``remember``: a history to stamp on the pod first (``None``:
-    nothing new); ``notes``: lines for the trigger's log."""
+    """One decision of the tracker, with the ``remember`` and ``notes`` every step may carry."""
 
     remember: History | None = None
     notes: tuple[str, ...] = ()
@@ -135,11 +134,8 @@ class SleepUntil(Step):
 
 
 class Change(Protocol):
-    """A new state of the pod, as the watch hub delivers it (``pod`` None: gone, state unknown).
-
-    ``unseen``: deleted while the feed could not reach the API server; ``pod`` is the last state
-    it saw, not the final one.
-    """
+    """A new state of the pod, as the watch hub delivers it (a
+    :class:`~airflow_k8s_retry.kube.subscriptions.PodChange`, which says what its fields mean)."""
 
     @property
     def pod(self) -> Json | None: ...
@@ -155,6 +151,20 @@ def stamped_verdict(pod: Mapping[str, Any] | None) -> Verdict | None:
     """The verdict this package stamped on ``pod``, if any (unreadable stamps count as none)."""
     found = read_stamp(pod)
     return found.verdict if found is not None else None
+
+
+def retry_verdict(
+    reason: Reason,
+    message: str,
+    rule: str,
+    *,
+    source: str = "trigger",
+    seen_at: float = 0.0,
+    history: History | None = None,
+) -> Verdict:
+    """A retry the trigger decides itself (a deadline passed, a Job ended), its message its evidence."""
+    evidence = (Evidence(reason=reason, source=source, message=message, seen_at=seen_at),)
+    return Verdict(Outcome.RETRY, reason, message, rule, evidence=evidence, history=history or History())
 
 
 def merge_histories(first: History, second: History | None) -> History:
@@ -184,9 +194,7 @@ class PodTracker:
     :param logging_interval: seconds between log reads while ``log_container`` runs; None: none.
     :param log_container: the container whose log is streamed (KPO's ``base_container_name``).
     :param started: the time the trigger started (the quiet limit counts from it).
-    :param history_settle: how long a history change that bears on no running grace timer but a
-        starting pod's or a generic pull back-off's may wait to be stamped (0: every change is
-        stamped at once).
+    :param history_settle: :data:`HISTORY_SETTLE` (0: every change is stamped at once).
     """
 
     pod_uid: str
@@ -214,6 +222,7 @@ class PodTracker:
         self.observed = False
         self.merged = False
         self.quiet_since = self.started
+        self.quiet_limit = max(QUIET_LIMIT, 3 * self.poll_interval)
         self.events: list[Json] = []
         self.due = float("inf")  # the soonest decision timer asked for in the last SleepUntil
         self.relaunch_seen: float | None = None
@@ -231,10 +240,6 @@ class PodTracker:
         self.may_read_workloads = True
         self.workload: str | None = None
         self.workload_for: float | None = None
-
-    @property
-    def quiet_limit(self) -> float:
-        return max(QUIET_LIMIT, 3 * self.poll_interval)
 
     # -- the decisions --------------------------------------------------------------------------
 
@@ -464,13 +469,9 @@ class PodTracker:
         self.note_at = now + (queues.QUEUE_NOTE_EVERY if queued else GRACE_NOTE_EVERY)
         since = self._grace_since(verdict, now) or now
         assert verdict.deadline is not None
-        if queued:
-            return self._queue_note(verdict, since)
-        awaited = verdict.reason.value
-        return f"{awaited}: waiting since {_clock(since)}, giving up at {_clock(verdict.deadline)}"
-
-    def _queue_note(self, verdict: Verdict, since: float) -> str:
-        assert verdict.deadline is not None
+        if not queued:
+            awaited = verdict.reason.value
+            return f"{awaited}: waiting since {_clock(since)}, giving up at {_clock(verdict.deadline)}"
         until, what = verdict.deadline, "queue_timeout"
         if self.execution_deadline is not None and self.execution_deadline <= until:
             until, what = self.execution_deadline, "execution_timeout"
@@ -522,15 +523,9 @@ class PodTracker:
         overdue = now - self.execution_deadline
         state = f"; the pod was {last.reason.value}" if last is not None else ""
         message = f"execution_timeout reached ({overdue:.0f} s past the deadline){state}"
-        return Verdict(
-            outcome=Outcome.RETRY,
-            reason=Reason.EXECUTION_TIMEOUT,
-            message=message,
-            rule="execution_timeout",
-            evidence=(
-                Evidence(reason=Reason.EXECUTION_TIMEOUT, source="trigger", message=message, seen_at=now),
-            ),
-            history=last.history if last is not None else self.initial_history,
+        history = last.history if last is not None else self.initial_history
+        return retry_verdict(
+            Reason.EXECUTION_TIMEOUT, message, "execution_timeout", seen_at=now, history=history
         )
 
 
@@ -600,7 +595,4 @@ def _uid_of(pod: Mapping[str, Any] | None) -> str | None:
 
 
 def _clock(at: float) -> str:
-    try:
-        return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):  # past year 9999: say so rather than crash
-        return "never"
+    return queues.clock(at, "%H:%M:%S UTC")

@@ -27,7 +27,8 @@ from airflow_k8s_retry.exceptions import PodFailure, PodFailurePermanent
 from airflow_k8s_retry.kube.pods import OUTAGE_BACKOFF
 from airflow_k8s_retry.sensors import PodCompletionSensor
 from airflow_k8s_retry.sensors import pod as sensor_module
-from airflow_k8s_retry.triggers.target import Judged, Target, TargetEvent
+from airflow_k8s_retry.triggers.pod import PodEvent
+from airflow_k8s_retry.triggers.target import Target, TargetEvent
 from tests.simulated.sensor.stepping import phase, run_until
 from tests.support.following import external_pod
 
@@ -62,7 +63,7 @@ def verdict(outcome: Outcome, reason: Reason, message: str = "m") -> Verdict:
 
 def target_event(pod: dict[str, Any] | None, outcome: Outcome, reason: Reason, **kw: Any) -> dict[str, Any]:
     meta = (pod or {}).get("metadata") or {}
-    judged = Judged("default", meta.get("name", ""), meta.get("uid", ""), verdict(outcome, reason))
+    judged = PodEvent("default", meta.get("name", ""), meta.get("uid", ""), verdict(outcome, reason), 0)
     target = Target("default", pod_name=meta.get("name") or "report-1")
     return TargetEvent(target, "m", event=judged, **kw).to_payload()
 
