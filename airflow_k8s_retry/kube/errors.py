@@ -140,18 +140,18 @@ def error_for_status(status: int, message: str, *, reason: str = "", body: Any =
     return cls(message, status=status, reason=reason, body=body)
 
 
-def _status_message(body: Any, fallback: str) -> tuple[str, str]:
-    """Pull ``message`` and ``reason`` out of a Kubernetes ``Status`` body."""
+def status_fields(body: Any, fallback: str) -> tuple[str, str, Any]:
+    """``message``, ``reason`` and the parsed body of a Kubernetes ``Status`` answer."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     if isinstance(body, str):
         try:
             body = json.loads(body)
         except ValueError:
-            return (body.strip() or fallback), ""
+            return (body.strip() or fallback), "", body
     if isinstance(body, dict):
-        return str(body.get("message") or fallback), str(body.get("reason") or "")
-    return fallback, ""
+        return str(body.get("message") or fallback), str(body.get("reason") or ""), body
+    return fallback, "", body
 
 
 def translate(exc: BaseException) -> KubeError:
@@ -163,7 +163,7 @@ def translate(exc: BaseException) -> KubeError:
     is_api_exception = any(cls.__name__ == "ApiException" for cls in type(exc).__mro__)
     if isinstance(status, int) and status > 0 and is_api_exception:
         body = getattr(exc, "body", None)
-        message, reason = _status_message(body, getattr(exc, "reason", None) or f"HTTP {status}")
+        message, reason, _ = status_fields(body, getattr(exc, "reason", None) or f"HTTP {status}")
         return error_for_status(status, message, reason=reason, body=body)
     if _certificate_failure(exc):
         return CertificateError(f"{type(exc).__name__}: {exc}".rstrip(": "))

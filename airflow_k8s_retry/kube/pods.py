@@ -39,8 +39,8 @@ from airflow_k8s_retry.kube.errors import (
     KubeError,
     NotFound,
     TransportError,
-    _status_message,
     error_for_status,
+    status_fields,
     translate,
 )
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity, encode_stamp
@@ -126,7 +126,7 @@ def _refused_upgrade(exc: BaseException, what: str) -> KubeError | None:
         status = getattr(current, "status_code", None)
         if type(current).__name__ == "WebSocketBadStatusException" and isinstance(status, int):
             body = getattr(current, "resp_body", None)
-            message, reason = _status_message(body, f"HTTP {status}")
+            message, reason, _ = status_fields(body, f"HTTP {status}")
             return error_for_status(status, f"{what}: {message}", reason=reason, body=body)
         current = current.__cause__ or current.__context__
     return None
