@@ -57,10 +57,11 @@ T = TypeVar("T")
 #: The cncf provider's XCom convention (its sidecar's name and the file the task writes).
 XCOM_SIDECAR_NAME = "airflow-xcom-sidecar"
 XCOM_RESULT_PATH = "/airflow/xcom/return.json"
+#: What the cncf provider's sidecar read prints when the task wrote no result, so that "no result"
+#: and "could not read" differ.
+EMPTY_RESULT = "__airflow_xcom_result_empty__"
 #: The cncf provider's read of the result: the file, or the empty-result marker.
-READ_RESULT = (
-    f"if [ -s {XCOM_RESULT_PATH} ]; then cat {XCOM_RESULT_PATH}; else echo __airflow_xcom_result_empty__; fi"
-)
+READ_RESULT = f"if [ -s {XCOM_RESULT_PATH} ]; then cat {XCOM_RESULT_PATH}; else echo {EMPTY_RESULT}; fi"
 
 
 class PodOfAnotherTry(Conflict):
@@ -73,9 +74,6 @@ class XComReadError(KubeError):
 
 #: The exec protocol's status channel (``v4.channel.k8s.io``: a ``Status`` once the command ends).
 ERROR_CHANNEL = 3
-#: What the cncf provider's sidecar read prints when the task wrote no result, so that "no result"
-#: and "could not read" differ.
-EMPTY_RESULT = "__airflow_xcom_result_empty__"
 
 
 def _exec_failure(status: str) -> str | None:
@@ -95,14 +93,11 @@ def _client_errors() -> tuple[type[BaseException], ...]:
     import urllib3
     from kubernetes.client.exceptions import ApiException, OpenApiException
 
-    errors: list[type[BaseException]] = [ApiException, OpenApiException, OSError]
-    errors.append(urllib3.exceptions.HTTPError)
-    try:
+    errors = [ApiException, OpenApiException, OSError, urllib3.exceptions.HTTPError]
+    with suppress(ImportError):  # websocket-client is installed with kubernetes
         import websocket
 
         errors.append(websocket.WebSocketException)
-    except ImportError:  # pragma: no cover - installed with kubernetes
-        pass
     return tuple(errors)
 
 
@@ -194,7 +189,8 @@ class PodClient:
         """Create ``pod``; on 409 adopt the existing pod only if its labels name this try and relaunch."""
         meta = pod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        try:
+
+        def create() -> CreatedPod:
             with _translated():
                 created = self._json(
                     self.core.create_namespaced_pod(
@@ -202,17 +198,13 @@ class PodClient:
                     )
                 )
             return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
+
+        try:
+            return create()
         except Conflict:
             existing = self.read(namespace, name)
             if existing is None:
-                # It went away between the create and the read: try once more, without adopting.
-                with _translated():
-                    created = self._json(
-                        self.core.create_namespaced_pod(
-                            namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
-                        )
-                    )
-                return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
+                return create()  # it went away between the create and the read: once more, not adopting
             labels = existing["metadata"].get("labels") or {}
             if not identity.owns(labels) or labels.get(RELAUNCH_LABEL, "0") != str(relaunch):
                 raise PodOfAnotherTry(
