@@ -171,15 +171,10 @@ class AsyncKube:
         if self.watch_client is not self.api_client:
             await self.watch_client.close()
 
-    @property
-    def auth_generation(self) -> int:
-        """How many times the credentials were reloaded; read it before sending a request."""
-        return self._auth_generation
-
     async def reauthenticate(self, since: int | None = None) -> bool:
         """Load the credentials again after a ``401``; True when the caller should try again.
 
-        ``since`` is the :attr:`auth_generation` the failed request was sent under: when the
+        ``since`` is how many reloads the failed request was sent after: when the
         credentials were reloaded after that (a concurrent request's 401 got there first), the
         caller just tries again with them, without a reload of its own. Without it, only a reload
         that finishes while this call waits for another counts.
@@ -409,14 +404,6 @@ class AsyncKube:
         """The Kueue Workload of a plain pod (labelled with the pod's UID; None: none yet, or the read
         failed), and whether asking again may answer: not after a 403, nor where no Kueue serves
         Workloads (404), which is how a caller that merely wants to tell more stays quiet."""
-        try:
-            return await self._find_workload(namespace, pod_uid), True
-        except (Forbidden, NotFound):
-            return None, False
-        except KubeError:
-            return None, True
-
-    async def _find_workload(self, namespace: str, pod_uid: str) -> Json | None:
         from kubernetes_asyncio import client
 
         api = client.CustomObjectsApi(self.api_client)
@@ -429,11 +416,13 @@ class AsyncKube:
                     label_selector=f"{KUEUE_JOB_UID_LABEL}={pod_uid}",
                 )
             except NotFound:
-                if version == KUEUE_VERSIONS[-1]:
-                    raise
                 continue  # a Kueue older than 0.15 serves v1beta1 only
-            return dict(listing.items[0]) if listing.items else None
-        return None
+            except Forbidden:
+                return None, False
+            except KubeError:
+                return None, True
+            return (dict(listing.items[0]) if listing.items else None), True
+        return None, False  # no version is served: no Kueue
 
     # -- jobs (batch/v1), for the sensor following a Job's pods -------------------------------
 

@@ -79,15 +79,7 @@ class ClusterConfig:
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        chosen = [
-            name
-            for name, value in (
-                ("kube_config_path", self.kube_config_path),
-                ("kube_config", self.kube_config),
-                ("in_cluster", self.in_cluster),
-            )
-            if value
-        ]
+        chosen = [name for name in ("kube_config_path", "kube_config", "in_cluster") if getattr(self, name)]
         if len(chosen) > 1:
             raise ClusterConfigError(
                 f"cluster config{self._where()}: {' and '.join(chosen)} are mutually exclusive; "

@@ -396,7 +396,9 @@ class PodClient:
         try:
             raw = self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["sh", "-c", READ_RESULT])
         finally:
-            self.stop_xcom_sidecar(namespace, name)
+            # Let the sidecar exit; a failure means it is gone already (the pod is deleted next anyway).
+            with suppress(KubeError):
+                self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["kill", "-s", "SIGINT", "1"])
         if raw.strip() == EMPTY_RESULT:  # the task wrote no result (an empty or missing file)
             return None
         if not raw.strip():
@@ -411,11 +413,6 @@ class PodClient:
                 f"pod {namespace}/{name} wrote {XCOM_RESULT_PATH} but it is not valid JSON: {exc}; "
                 "write the result with json.dump"
             ) from None
-
-    def stop_xcom_sidecar(self, namespace: str, name: str) -> None:
-        # A failure means the sidecar is gone already; the pod is deleted next anyway.
-        with suppress(KubeError):
-            self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["kill", "-s", "SIGINT", "1"])
 
 
 #: The clients log every response body at DEBUG: pod specs with env values, Secrets' data.
@@ -457,16 +454,12 @@ KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 CREATE_BACKOFF = (1.0, 2.0)
 
 
-def _always(_exc: KubeError) -> bool:
-    return True
-
-
 def retrying(
     call: Callable[[], T],
     pauses: Sequence[float],
     *,
     sleep: Callable[[float], None] = time.sleep,
-    retry_if: Callable[[KubeError], bool] = _always,
+    retry_if: Callable[[KubeError], bool] = lambda _exc: True,
     before_pause: Callable[[KubeError], None] | None = None,
 ) -> T:
     """``call()``, again after each of ``pauses`` while it raises a :class:`KubeError` that
