@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,9 +39,10 @@ from airflow_k8s_retry.kube.errors import (
     KubeError,
     NotFound,
     TransportError,
+    client_errors,
     error_for_status,
     status_fields,
-    translate,
+    translated,
 )
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity, encode_stamp
 from airflow_k8s_retry.kube.ordering import event_sort_key
@@ -87,29 +88,6 @@ def _exec_failure(status: str) -> str | None:
     if not isinstance(parsed, dict) or parsed.get("status") == "Success":
         return None
     return str(parsed.get("message") or parsed.get("reason") or "Failure")[:300]
-
-
-def _client_errors() -> tuple[type[BaseException], ...]:
-    import urllib3
-    from kubernetes.client.exceptions import ApiException, OpenApiException
-
-    errors = [ApiException, OpenApiException, OSError, urllib3.exceptions.HTTPError]
-    with suppress(ImportError):  # websocket-client is installed with kubernetes
-        import websocket
-
-        errors.append(websocket.WebSocketException)
-    return tuple(errors)
-
-
-@contextmanager
-def _translated() -> Iterator[None]:
-    """Client-library and transport errors leave ``kube/`` as :class:`KubeError`, nothing else."""
-    try:
-        yield
-    except KubeError:
-        raise
-    except _client_errors() as exc:
-        raise translate(exc) from exc
 
 
 def _refused_upgrade(exc: BaseException, what: str) -> KubeError | None:
@@ -191,7 +169,7 @@ class PodClient:
         namespace, name = meta["namespace"], meta["name"]
 
         def create() -> CreatedPod:
-            with _translated():
+            with translated():
                 created = self._json(
                     self.core.create_namespaced_pod(
                         namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
@@ -225,7 +203,7 @@ class PodClient:
     def read(self, namespace: str, name: str) -> Json | None:
         """The pod as API JSON, or None when it does not exist."""
         try:
-            with _translated():
+            with translated():
                 return self._json(
                     self.core.read_namespaced_pod(
                         name=name, namespace=namespace, _request_timeout=self.request_timeout
@@ -235,7 +213,7 @@ class PodClient:
             return None
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Json]:
-        with _translated():
+        with translated():
             result = self.core.list_namespaced_pod(
                 namespace=namespace, label_selector=label_selector, _request_timeout=self.request_timeout
             )
@@ -253,7 +231,7 @@ class PodClient:
             ),
             "nodes": lambda: self.core.list_node(_request_timeout=self.request_timeout),
         }
-        with _translated():
+        with translated():
             result = calls[resource]()
         return [self._json(item) for item in result.items]
 
@@ -263,7 +241,7 @@ class PodClient:
         that pod is gone or replaced."""
         body = {"metadata": {"uid": uid, "annotations": {VERDICT_ANNOTATION: stamp}}}
         try:
-            with _translated():
+            with translated():
                 self.core.patch_namespaced_pod(
                     name=name,
                     namespace=namespace,
@@ -289,7 +267,7 @@ class PodClient:
             propagation_policy="Background",
         )
         try:
-            with _translated():
+            with translated():
                 self.core.delete_namespaced_pod(
                     name=name, namespace=namespace, body=options, _request_timeout=self.request_timeout
                 )
@@ -302,7 +280,7 @@ class PodClient:
         selector = f"involvedObject.name={name}"
         if uid:
             selector += f",involvedObject.uid={uid}"
-        with _translated():
+        with translated():
             result = self.core.list_namespaced_event(
                 namespace=namespace, field_selector=selector, _request_timeout=self.request_timeout
             )
@@ -323,7 +301,7 @@ class PodClient:
         each line after the kubelet's timestamp with ``timestamps``); empty when there is none yet."""
         window: dict[str, Any] = {"since_seconds": since_seconds} if since_seconds is not None else {}
         try:
-            with _translated():
+            with translated():
                 text = self.core.read_namespaced_pod_log(
                     name=name,
                     namespace=namespace,
@@ -347,8 +325,8 @@ class PodClient:
         """Run ``command`` in a container over the exec websocket; return its stdout."""
         from kubernetes.stream import stream
 
-        upgrade_errors: tuple[type[BaseException], ...] = (AttributeError, *_client_errors())
-        with _translated():
+        upgrade_errors: tuple[type[BaseException], ...] = (AttributeError, *client_errors())
+        with translated():
             try:
                 resp = stream(
                     self.core.connect_get_namespaced_pod_exec,
