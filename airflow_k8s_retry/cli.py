@@ -296,10 +296,12 @@ def _explain_live(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     now = time.time()
     relaunches = args.relaunches or live.relaunches
-    if live.history is not None and not args.elapsed:
-        # The trigger's own memory of this pod: its timers, as they stand now.
-        verdict = classify(live.pod, live.events, live.history, now=now, policy=policy, relaunches=relaunches)
-        seen = live.history.first_seen
+    # The trigger's own memory of this pod (its timers, as they stand now), unless --elapsed says
+    # how long the signals have been seen.
+    remembered = live.history if not args.elapsed else None
+    if remembered is not None:
+        verdict = classify(live.pod, live.events, remembered, now=now, policy=policy, relaunches=relaunches)
+        seen = remembered.first_seen
         elapsed = max(0.0, now - min(seen.values())) if seen else 0.0
     else:
         verdict = classify_seen_for(
@@ -308,7 +310,6 @@ def _explain_live(args: argparse.Namespace) -> int:
         elapsed = args.elapsed
     # The trace reads the same memory as the verdict: a decayed pull message is explained by the
     # strongest cause the trigger remembers, as it was for the verdict.
-    remembered = live.history if live.history is not None and not args.elapsed else None
     checks = trace(live.pod, live.events, remembered, now=now) if args.trace else None
     if args.json:
         result = explanation(verdict, now=now, elapsed=elapsed, checks=checks)

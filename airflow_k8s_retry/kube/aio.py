@@ -88,23 +88,18 @@ class Listing:
     resource_version: str
 
 
-async def _check(resp: aiohttp.ClientResponse, what: str) -> None:
-    """Raise the matching :class:`KubeError` for a non-2xx answer (and release the response)."""
-    if 200 <= resp.status < 300:
-        return
-    try:
-        raw = await resp.read()
-    finally:
-        resp.release()
-    message, reason, body = status_fields(raw, f"HTTP {resp.status}")
-    raise error_for_status(resp.status, f"{what}: {message}", reason=reason, body=body)
-
-
 async def _answer(send: Callable[[], Awaitable[Any]], what: str) -> aiohttp.ClientResponse:
-    """``send()``'s response once it is known to be 2xx."""
+    """``send()``'s response once it is known to be 2xx; any other answer raises the matching
+    :class:`KubeError` (its response released)."""
     try:
         resp: aiohttp.ClientResponse = await send()
-        await _check(resp, what)
+        if not 200 <= resp.status < 300:
+            try:
+                raw = await resp.read()
+            finally:
+                resp.release()
+            message, reason, body = status_fields(raw, f"HTTP {resp.status}")
+            raise error_for_status(resp.status, f"{what}: {message}", reason=reason, body=body)
     except KubeError:
         raise
     except Exception as exc:

@@ -3,13 +3,11 @@ package's own error terms, and the rules of their life: create or adopt, stamp t
 by UID (with bounded retries), judge a create error.
 
 Airflow-free: it works on API JSON, so the rules that keep "one pod per try" and "nothing left
-behind" are in one place and unit-testable. Every pod is stamped before it is deleted or kept
-(:func:`finish`; the stamp's codec is :mod:`~airflow_k8s_retry.kube.naming`'s), so whatever meets
-it afterwards (a late trigger, a sweep, ``kubectl get pod`` while it terminates) reads the verdict
-instead of judging again; a pod whose delete did not get through is left to the next try's sweep
-(:mod:`airflow_k8s_retry.kills`) unless it was kept on purpose. Every retry of an API call here,
-and in the kill handlers, goes through :func:`retrying` (or :func:`aretrying`) with one of the
-pauses below.
+behind" are in one place and unit-testable. Every pod is stamped with its verdict before it is
+deleted or kept (:func:`finish` says why; the stamp's codec is :mod:`~airflow_k8s_retry.kube.naming`'s);
+a pod whose delete did not get through is left to the next try's sweep (:mod:`airflow_k8s_retry.kills`).
+Every retry of an API call here, and in the kill handlers, goes through :func:`retrying` (or
+:func:`aretrying`) with one of the pauses below.
 
 Creating is idempotent per try: a create that meets 409 adopts the existing pod only when its
 labels name the same try (and relaunch), so a retried ``execute`` never starts a second pod and
@@ -393,12 +391,9 @@ class PodClient:
             ) from None
 
 
-#: The clients log every response body at DEBUG: pod specs with env values, Secrets' data.
-_BODY_LOGGERS = ("kubernetes.client.rest", "kubernetes_asyncio.client.rest")
-
-
 class _WithoutResponseBodies(logging.Filter):
-    """Drop the clients' "response body" records, so a DEBUG log level cannot leak secrets."""
+    """Drop the clients' "response body" records (every body, at DEBUG: pod specs with env values,
+    Secrets' data), so a DEBUG log level cannot leak secrets."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("response body")
@@ -410,7 +405,7 @@ _BODY_FILTER = _WithoutResponseBodies()
 def keep_response_bodies_out_of_logs() -> None:
     """Filter the clients' response-body DEBUG records out, for every client the package uses
     (its own, and the cncf provider's ``KubernetesHook``'s); idempotent."""
-    for name in _BODY_LOGGERS:
+    for name in ("kubernetes.client.rest", "kubernetes_asyncio.client.rest"):
         logger = logging.getLogger(name)
         if _BODY_FILTER not in logger.filters:
             logger.addFilter(_BODY_FILTER)
