@@ -296,10 +296,12 @@ def _explain_live(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     now = time.time()
     relaunches = args.relaunches or live.relaunches
-    if live.history is not None and not args.elapsed:
-        # The trigger's own memory of this pod: its timers, as they stand now.
-        verdict = classify(live.pod, live.events, live.history, now=now, policy=policy, relaunches=relaunches)
-        seen = live.history.first_seen
+    # The trigger's own memory of this pod (its timers, as they stand now), unless --elapsed says
+    # how long the signals have been seen.
+    remembered = live.history if not args.elapsed else None
+    if remembered is not None:
+        verdict = classify(live.pod, live.events, remembered, now=now, policy=policy, relaunches=relaunches)
+        seen = remembered.first_seen
         elapsed = max(0.0, now - min(seen.values())) if seen else 0.0
     else:
         verdict = classify_seen_for(
@@ -308,7 +310,6 @@ def _explain_live(args: argparse.Namespace) -> int:
         elapsed = args.elapsed
     # The trace reads the same memory as the verdict: a decayed pull message is explained by the
     # strongest cause the trigger remembers, as it was for the verdict.
-    remembered = live.history if live.history is not None and not args.elapsed else None
     checks = trace(live.pod, live.events, remembered, now=now) if args.trace else None
     if args.json:
         result = explanation(verdict, now=now, elapsed=elapsed, checks=checks)
@@ -352,21 +353,12 @@ def _explain_task(args: argparse.Namespace) -> int:
         )
         return USAGE_ERROR
     causes = {(r.run_id, r.map_index, r.try_number): r for r in records}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for run_id, map_index, try_number, state in tries:
         cause = causes.get((run_id, map_index, try_number))
-        row: dict[str, Any] = {
-            "run_id": run_id,
-            "map_index": map_index,
-            "try_number": try_number,
-            "state": state,
-            "outcome": cause.outcome if cause else None,
-            "reason": cause.reason if cause else None,
-            "message": cause.message if cause else None,
-            "hint": cause.hint if cause else None,
-            "pod_name": cause.pod_name if cause else None,
-        }
-        rows.append(row)
+        tried = {"run_id": run_id, "map_index": map_index, "try_number": try_number, "state": state}
+        said = ("outcome", "reason", "message", "hint", "pod_name")
+        rows.append(tried | {k: getattr(cause, k) if cause else None for k in said})
     if args.json:
         json.dump({"dag_id": args.dag_id, "task_id": args.task_id, "tries": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -474,8 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     args = build_parser().parse_args(argv)
-    status: int = args.handler(args)
-    return status
+    return int(args.handler(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -59,10 +59,8 @@ class ConnectionConfigError(ClusterConfigError):
 
 def _field(extras: Mapping[str, Any], name: str) -> Any:
     """An extra by its plain name, else by its ``extra__kubernetes__`` name; empty values count as unset."""
-    if name in extras:
-        return extras[name] if extras[name] not in ("", None) else None
-    value = extras.get(_PREFIX + name)
-    return value if value not in ("", None) else None
+    value = extras[name] if name in extras else extras.get(_PREFIX + name)
+    return None if value in ("", None) else value
 
 
 def _flag(extras: Mapping[str, Any], name: str, conn_id: str | None) -> bool | None:
@@ -134,18 +132,17 @@ def cluster_config_from_extras(
         context = None  # as the provider's hook: a context means nothing in-cluster
     namespace = _field(extras, "namespace")
     disable_verify_ssl = _flag(extras, "disable_verify_ssl", conn_id)
+    kube_config = _kube_config(extras, conn_id)
     try:
         return ClusterConfig(
             kube_config_path=path,
-            kube_config=_kube_config(extras, conn_id),
+            kube_config=kube_config,
             in_cluster=in_cluster,
             cluster_context=str(context) if context is not None else None,
             verify_ssl=disable_verify_ssl is not True,
             namespace=str(namespace) if namespace is not None else None,
             source=f"connection {conn_id}" if conn_id else None,
         )
-    except ConnectionConfigError:
-        raise
     except ClusterConfigError as exc:
         raise ConnectionConfigError(f"{exc}; fix the extras of connection {conn_id!r}") from None
 

@@ -59,11 +59,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _stamps(pod: Mapping[str, Any]) -> tuple[History | None, Verdict | None]:
-    stamped = read_stamp(pod)
-    return read_history(pod), stamped.verdict if stamped is not None else None
-
-
 def read_live_pod(name: str, namespace: str | None, conn_id: str | None) -> LivePod:
     """Read pod ``name`` and its Events; :class:`LivePodError` when it cannot be read."""
     # The provider's hook (and so Airflow) loads only when a live pod is read: the CLI stays light.
@@ -95,15 +90,15 @@ def read_live_pod(name: str, namespace: str | None, conn_id: str | None) -> Live
         ) from None
     finally:
         client.close()
-    history, stamped = _stamps(pod)
+    stamped = read_stamp(pod)
     label = str(((pod.get("metadata") or {}).get("labels") or {}).get(RELAUNCH_LABEL, "0"))
     return LivePod(
         pod=pod,
         events=list(events),
         namespace=ns,
         source=source,
-        history=history,
-        stamped=stamped,
+        history=read_history(pod),
+        stamped=stamped.verdict if stamped is not None else None,
         relaunches=int(label) if label.isdigit() else 0,
     )
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -37,6 +36,7 @@ from airflow_k8s_retry.kube.errors import (
     TransportError,
     Unauthorized,
     error_for_status,
+    status_fields,
     translate,
 )
 from airflow_k8s_retry.kube.ordering import resource_version
@@ -88,46 +88,23 @@ class Listing:
     resource_version: str
 
 
-def _status_fields(raw: bytes, fallback: str) -> tuple[str, str, Any]:
-    """``message``, ``reason`` and the parsed body of a Kubernetes ``Status`` answer."""
-    text = raw.decode("utf-8", "replace")
+async def _answer(send: Callable[[], Awaitable[Any]], what: str) -> aiohttp.ClientResponse:
+    """``send()``'s response once it is known to be 2xx; any other answer raises the matching
+    :class:`KubeError` (its response released)."""
     try:
-        body: Any = json.loads(text)
-    except ValueError:
-        return (text.strip() or fallback), "", text
-    if isinstance(body, dict):
-        return str(body.get("message") or fallback), str(body.get("reason") or ""), body
-    return fallback, "", body
-
-
-async def _check(resp: aiohttp.ClientResponse, what: str) -> None:
-    """Raise the matching :class:`KubeError` for a non-2xx answer (and release the response)."""
-    if 200 <= resp.status < 300:
-        return
-    try:
-        raw = await resp.read()
-    finally:
-        resp.release()
-    message, reason, body = _status_fields(raw, f"HTTP {resp.status}")
-    raise error_for_status(resp.status, f"{what}: {message}", reason=reason, body=body)
-
-
-async def _json_of(call: Awaitable[Any], what: str) -> Json:
-    try:
-        resp = await call
-        await _check(resp, what)
-        try:
-            raw = await resp.read()
-        finally:
-            resp.release()
-        data = json.loads(raw) if raw else {}
+        resp: aiohttp.ClientResponse = await send()
+        if not 200 <= resp.status < 300:
+            try:
+                raw = await resp.read()
+            finally:
+                resp.release()
+            message, reason, body = status_fields(raw, f"HTTP {resp.status}")
+            raise error_for_status(resp.status, f"{what}: {message}", reason=reason, body=body)
     except KubeError:
         raise
     except Exception as exc:
         raise _translated(exc, what) from exc
-    if not isinstance(data, dict):
-        raise TransportError(f"{what}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return resp
 
 
 def _translated(exc: BaseException, what: str) -> KubeError:
@@ -189,15 +166,10 @@ class AsyncKube:
         if self.watch_client is not self.api_client:
             await self.watch_client.close()
 
-    @property
-    def auth_generation(self) -> int:
-        """How many times the credentials were reloaded; read it before sending a request."""
-        return self._auth_generation
-
     async def reauthenticate(self, since: int | None = None) -> bool:
         """Load the credentials again after a ``401``; True when the caller should try again.
 
-        ``since`` is the :attr:`auth_generation` the failed request was sent under: when the
+        ``since`` is how many reloads the failed request was sent after: when the
         credentials were reloaded after that (a concurrent request's 401 got there first), the
         caller just tries again with them, without a reload of its own. Without it, only a reload
         that finishes while this call waits for another counts.
@@ -223,14 +195,44 @@ class AsyncKube:
             log.info("credentials of %r reloaded after a 401", self.config)
         return changed
 
-    async def _json(self, make: Callable[[], Awaitable[Any]], what: str) -> Json:
+    async def _send(self, send: Callable[[], Awaitable[Any]], what: str) -> aiohttp.ClientResponse:
+        """``send()``'s 2xx response; after a ``401``, sent once more if the credentials changed."""
         sent_under = self._auth_generation
         try:
-            return await _json_of(make(), what)
+            return await _answer(send, what)
         except Unauthorized:
             if not await self.reauthenticate(since=sent_under):
                 raise
-        return await _json_of(make(), what)
+        return await _answer(send, what)
+
+    async def _body(self, send: Callable[[], Awaitable[Any]], what: str) -> bytes:
+        resp = await self._send(send, what)
+        try:
+            raw: bytes = await resp.read()
+        except Exception as exc:
+            raise _translated(exc, what) from exc
+        finally:
+            resp.release()
+        return raw
+
+    async def _json(self, send: Callable[[], Awaitable[Any]], what: str) -> Json:
+        raw = await self._body(send, what)
+        try:
+            data = json.loads(raw) if raw else {}
+        except Exception as exc:
+            raise _translated(exc, what) from exc
+        if not isinstance(data, dict):
+            raise TransportError(f"{what}: expected a JSON object, got {type(data).__name__}")
+        return data
+
+    async def _list(
+        self, method: Callable[..., Awaitable[Any]], args: tuple[str, ...], what: str, **selectors: str | None
+    ) -> Listing:
+        kwargs = {k: v for k, v in selectors.items() if v}
+        data = await self._json(
+            lambda: method(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs), what
+        )
+        return _listing(data)
 
     # -- pods -------------------------------------------------------------------------------
 
@@ -251,20 +253,16 @@ class AsyncKube:
         field_selector: str | None = None,
     ) -> Listing:
         """Pods of ``namespace``, or of every namespace when it is None (a cluster-wide LIST)."""
-        kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if field_selector:
-            kwargs["field_selector"] = field_selector
-        if namespace is None:
-            data = await self._json(
-                lambda: self.core.list_pod_for_all_namespaces(**kwargs), "listing pods in all namespaces"
-            )
-        else:
-            data = await self._json(
-                lambda: self.core.list_namespaced_pod(namespace, **kwargs), f"listing pods in {namespace}"
-            )
-        return _listing(data)
+        method, args, where = _scoped(
+            namespace, self.core.list_pod_for_all_namespaces, self.core.list_namespaced_pod
+        )
+        return await self._list(
+            method,
+            args,
+            f"listing pods in {where}",
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
 
     def watch_pods(
         self,
@@ -281,19 +279,17 @@ class AsyncKube:
         :class:`~airflow_k8s_retry.kube.errors.Gone` when the version is too old (re-list), and the
         matching :class:`KubeError` for any other failure, including a dropped connection.
         """
-        if namespace is None:
-            method: Callable[..., Awaitable[Any]] = self.watch_core.list_pod_for_all_namespaces
-            args: tuple[str, ...] = ()
-        else:
-            method, args = self.watch_core.list_namespaced_pod, (namespace,)
+        method, args, where = _scoped(
+            namespace, self.watch_core.list_pod_for_all_namespaces, self.watch_core.list_namespaced_pod
+        )
         return self._watch(
             method,
             args,
-            f"watching pods in {namespace or 'all namespaces'}",
+            f"watching pods in {where}",
+            timeout_seconds,
             resource_version=resource_version,
             label_selector=label_selector,
             field_selector=field_selector,
-            timeout_seconds=timeout_seconds,
         )
 
     async def patch_pod_annotations(
@@ -360,45 +356,22 @@ class AsyncKube:
             "since_seconds": since_seconds,
         }
         kwargs: dict[str, Any] = {k: v for k, v in asked.items() if v is not None}
-        what = f"reading the log of pod {namespace}/{name}"
-        for attempt in (1, 2):
-            sent_under = self._auth_generation
-            try:
-                resp = await self.core.read_namespaced_pod_log(
-                    name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
-                )
-                await _check(resp, what)
-                try:
-                    raw: bytes = await resp.read()
-                finally:
-                    resp.release()
-            except Unauthorized:
-                if attempt == 2 or not await self.reauthenticate(since=sent_under):
-                    raise
-                continue
-            except KubeError:
-                raise
-            except Exception as exc:
-                raise _translated(exc, what) from exc
-            return raw.decode("utf-8", "replace")
-        raise AssertionError("unreachable")  # pragma: no cover
+        raw = await self._body(
+            lambda: self.core.read_namespaced_pod_log(
+                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
+            ),
+            f"reading the log of pod {namespace}/{name}",
+        )
+        return raw.decode("utf-8", "replace")
 
     # -- events -----------------------------------------------------------------------------
 
     async def list_events(self, namespace: str | None, *, field_selector: str | None = None) -> Listing:
         """Events of ``namespace``, or of every namespace when it is None."""
-        kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
-        if field_selector:
-            kwargs["field_selector"] = field_selector
-        if namespace is None:
-            data = await self._json(
-                lambda: self.core.list_event_for_all_namespaces(**kwargs), "listing events in all namespaces"
-            )
-        else:
-            data = await self._json(
-                lambda: self.core.list_namespaced_event(namespace, **kwargs), f"listing events in {namespace}"
-            )
-        return _listing(data)
+        method, args, where = _scoped(
+            namespace, self.core.list_event_for_all_namespaces, self.core.list_namespaced_event
+        )
+        return await self._list(method, args, f"listing events in {where}", field_selector=field_selector)
 
     def watch_events(
         self,
@@ -408,19 +381,16 @@ class AsyncKube:
         field_selector: str | None = None,
         timeout_seconds: int = 300,
     ) -> AsyncIterator[WatchEvent]:
-        if namespace is None:
-            method: Callable[..., Awaitable[Any]] = self.watch_core.list_event_for_all_namespaces
-            args: tuple[str, ...] = ()
-        else:
-            method, args = self.watch_core.list_namespaced_event, (namespace,)
+        method, args, where = _scoped(
+            namespace, self.watch_core.list_event_for_all_namespaces, self.watch_core.list_namespaced_event
+        )
         return self._watch(
             method,
             args,
-            f"watching events in {namespace or 'all namespaces'}",
+            f"watching events in {where}",
+            timeout_seconds,
             resource_version=resource_version,
-            label_selector=None,
             field_selector=field_selector,
-            timeout_seconds=timeout_seconds,
         )
 
     # -- Kueue's Workloads, for what the task log says about a queued pod ----------------------
@@ -429,49 +399,30 @@ class AsyncKube:
         """The Kueue Workload of a plain pod (labelled with the pod's UID; None: none yet, or the read
         failed), and whether asking again may answer: not after a 403, nor where no Kueue serves
         Workloads (404), which is how a caller that merely wants to tell more stays quiet."""
-        try:
-            return await self._find_workload(namespace, pod_uid), True
-        except (Forbidden, NotFound):
-            return None, False
-        except KubeError:
-            return None, True
-
-    async def _find_workload(self, namespace: str, pod_uid: str) -> Json | None:
         from kubernetes_asyncio import client
 
         api = client.CustomObjectsApi(self.api_client)
-        selector = f"{KUEUE_JOB_UID_LABEL}={pod_uid}"
         for version in KUEUE_VERSIONS:
             try:
-                listing = functools.partial(
+                listing = await self._list(
                     api.list_namespaced_custom_object,
-                    KUEUE_GROUP,
-                    version,
-                    namespace,
-                    "workloads",
-                    label_selector=selector,
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
+                    (KUEUE_GROUP, version, namespace, "workloads"),
+                    f"listing Kueue workloads in {namespace}",
+                    label_selector=f"{KUEUE_JOB_UID_LABEL}={pod_uid}",
                 )
-                data = await self._json(listing, f"listing Kueue workloads in {namespace}")
             except NotFound:
-                if version == KUEUE_VERSIONS[-1]:
-                    raise
                 continue  # a Kueue older than 0.15 serves v1beta1 only
-            items = data.get("items") or []
-            return dict(items[0]) if items else None
-        return None
+            except Forbidden:
+                return None, False
+            except KubeError:
+                return None, True
+            return (dict(listing.items[0]) if listing.items else None), True
+        return None, False  # no version is served: no Kueue
 
     # -- jobs (batch/v1), for the sensor following a Job's pods -------------------------------
 
     async def list_jobs(self, namespace: str) -> Listing:
-        data = await self._json(
-            lambda: self.batch.list_namespaced_job(
-                namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            ),
-            f"listing jobs in {namespace}",
-        )
-        return _listing(data)
+        return await self._list(self.batch.list_namespaced_job, (namespace,), f"listing jobs in {namespace}")
 
     def watch_jobs(
         self, namespace: str, *, resource_version: str, timeout_seconds: int = 300
@@ -480,10 +431,8 @@ class AsyncKube:
             self.watch_batch.list_namespaced_job,
             (namespace,),
             f"watching jobs in {namespace}",
+            timeout_seconds,
             resource_version=resource_version,
-            label_selector=None,
-            field_selector=None,
-            timeout_seconds=timeout_seconds,
         )
 
     # -- the watch protocol -----------------------------------------------------------------
@@ -493,50 +442,37 @@ class AsyncKube:
         method: Callable[..., Awaitable[Any]],
         args: tuple[str, ...],
         what: str,
-        *,
-        resource_version: str,
-        label_selector: str | None,
-        field_selector: str | None,
         timeout_seconds: int,
+        **selectors: str | None,
     ) -> AsyncIterator[WatchEvent]:
+        """``selectors``: ``resource_version``, ``label_selector``, ``field_selector`` (unset when empty)."""
         kwargs: dict[str, Any] = {
             "watch": True,
             "allow_watch_bookmarks": True,
             "timeout_seconds": timeout_seconds,
         }
-        if resource_version:
-            kwargs["resource_version"] = resource_version
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if field_selector:
-            kwargs["field_selector"] = field_selector
+        kwargs.update((k, v) for k, v in selectors.items() if v)
         timeout = (REQUEST_TIMEOUT[0], min(timeout_seconds + WATCH_READ_SLACK, WATCH_IDLE_LIMIT))
-
-        async def open_watch() -> aiohttp.ClientResponse:
-            try:
-                resp: aiohttp.ClientResponse = await method(
-                    *args, _preload_content=False, _request_timeout=timeout, **kwargs
-                )
-                await _check(resp, what)
-            except KubeError:
-                raise
-            except Exception as exc:
-                raise _translated(exc, what) from exc
-            return resp
-
-        sent_under = self._auth_generation
-        try:
-            resp = await open_watch()
-        except Unauthorized:
-            if not await self.reauthenticate(since=sent_under):
-                raise
-            resp = await open_watch()
+        resp = await self._send(
+            lambda: method(*args, _preload_content=False, _request_timeout=timeout, **kwargs), what
+        )
         try:
             async with contextlib.aclosing(_lines(resp, what)) as lines:
                 async for line in lines:
                     yield _watch_event(line, what)
         finally:
             resp.close()
+
+
+def _scoped(
+    namespace: str | None,
+    everywhere: Callable[..., Awaitable[Any]],
+    namespaced: Callable[..., Awaitable[Any]],
+) -> tuple[Callable[..., Awaitable[Any]], tuple[str, ...], str]:
+    """The call for ``namespace`` (``everywhere`` when it is None), its arguments, and where it reads."""
+    if namespace is None:
+        return everywhere, (), "all namespaces"
+    return namespaced, (namespace,), namespace
 
 
 async def _lines(resp: aiohttp.ClientResponse, what: str) -> AsyncGenerator[bytes, None]:

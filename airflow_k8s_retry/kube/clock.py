@@ -116,8 +116,7 @@ class ManualClock:
         """Move time forward by ``seconds`` (from any thread)."""
         if seconds < 0:
             raise ValueError(f"ManualClock.advance: time only moves forward, got {seconds}")
-        self._now += seconds
-        self._wake()
+        self.set(self._now + seconds)
 
     def set(self, now: float) -> None:
         """Move time forward to ``now`` (from any thread)."""
@@ -140,8 +139,7 @@ async def within(clock: Clock, work: Awaitable[T], seconds: float) -> T:
     awaited) when the time is up or the caller is cancelled."""
     started: list[asyncio.Future[Any]] = []
     try:
-        task = asyncio.ensure_future(work)
-        started.append(task)
+        started.append(task := asyncio.ensure_future(work))
         started.append(asyncio.ensure_future(clock.sleep_until(clock.now() + seconds)))
         done, _ = await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -79,15 +79,7 @@ class ClusterConfig:
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        chosen = [
-            name
-            for name, value in (
-                ("kube_config_path", self.kube_config_path),
-                ("kube_config", self.kube_config),
-                ("in_cluster", self.in_cluster),
-            )
-            if value
-        ]
+        chosen = [name for name in ("kube_config_path", "kube_config", "in_cluster") if getattr(self, name)]
         if len(chosen) > 1:
             raise ClusterConfigError(
                 f"cluster config{self._where()}: {' and '.join(chosen)} are mutually exclusive; "
@@ -157,17 +149,11 @@ class ClusterConfig:
         return f"ClusterConfig({', '.join(parts)})"
 
 
-def _default_kubeconfig_location() -> str:
+def _kubeconfig_file(config: ClusterConfig) -> str:
+    """The kubeconfig file to load: the config's own, else ``KUBECONFIG``'s, else the default."""
+    if config.kube_config_path:
+        return os.path.expanduser(config.kube_config_path)
     return os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
-
-
-def _kubeconfig_file(config: ClusterConfig, mode: str) -> str | None:
-    """The kubeconfig file to load in ``mode`` ("file" or "default"), None for the other modes."""
-    if mode == "file":
-        return os.path.expanduser(config.kube_config_path or "")
-    if mode == "default":
-        return _default_kubeconfig_location()
-    return None
 
 
 def _in_cluster_available() -> bool:
@@ -200,12 +186,9 @@ async def async_configuration(config: ClusterConfig) -> kubernetes_asyncio.clien
     configuration = client.Configuration()
     mode = config.mode
     if mode == "default" and _in_cluster_available():
-        try:
+        with contextlib.suppress(ConfigException):  # else the kubeconfig, as the provider's hook does
             kconfig.load_incluster_config(client_configuration=configuration)
             mode = "loaded"
-        except ConfigException:
-            mode = "default"
-    path = _kubeconfig_file(config, mode)
     loader: Any = None
     if mode == "in_cluster":
         kconfig.load_incluster_config(client_configuration=configuration)
@@ -215,9 +198,9 @@ async def async_configuration(config: ClusterConfig) -> kubernetes_asyncio.clien
             context=config.cluster_context,
             client_configuration=configuration,
         )
-    elif path is not None:
+    elif mode in ("file", "default"):
         loader = await kconfig.load_kube_config(
-            config_file=path,
+            config_file=_kubeconfig_file(config),
             context=config.cluster_context,
             client_configuration=configuration,
             persist_config=False,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 
@@ -90,37 +92,33 @@ def connection_refused(exc: BaseException) -> bool:
         return False
     import aiohttp
 
-    seen: set[int] = set()
-    pending: list[object] = [exc.__cause__, exc.__context__]
-    refused = False
-    while pending:
-        item = pending.pop()
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, TimeoutError):
-            return False
-        if isinstance(item, ConnectionError | aiohttp.ClientConnectionError):
-            refused = True
-        pending += [item.__cause__, item.__context__, getattr(item, "os_error", None)]
-    return refused
+    causes = list(_chain([exc.__cause__, exc.__context__], lambda item: [getattr(item, "os_error", None)]))
+    if any(isinstance(item, TimeoutError) for item in causes):
+        return False
+    return any(isinstance(item, ConnectionError | aiohttp.ClientConnectionError) for item in causes)
 
 
 def _certificate_failure(exc: BaseException) -> bool:
     """Whether a certificate verification failure is anywhere in ``exc``'s causes (urllib3 keeps it
     in ``reason``, aiohttp in ``os_error`` or ``__cause__``)."""
+    return any(
+        isinstance(item, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(item)
+        for item in _chain(
+            [exc], lambda item: [getattr(item, "reason", None), getattr(item, "os_error", None), *item.args]
+        )
+    )
+
+
+def _chain(first: list[object], more: Callable[[BaseException], list[Any]]) -> Iterator[BaseException]:
+    """Each exception reachable from ``first`` once, through causes, contexts and ``more(it)``."""
     seen: set[int] = set()
-    pending: list[object] = [exc]
+    pending = list(first)
     while pending:
         item = pending.pop()
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(item):
-            return True
-        pending += [item.__cause__, item.__context__, getattr(item, "reason", None)]
-        pending += [getattr(item, "os_error", None), *item.args]
-    return False
+        if isinstance(item, BaseException) and id(item) not in seen:
+            seen.add(id(item))
+            yield item
+            pending += [item.__cause__, item.__context__, *more(item)]
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {
@@ -140,18 +138,18 @@ def error_for_status(status: int, message: str, *, reason: str = "", body: Any =
     return cls(message, status=status, reason=reason, body=body)
 
 
-def _status_message(body: Any, fallback: str) -> tuple[str, str]:
-    """Pull ``message`` and ``reason`` out of a Kubernetes ``Status`` body."""
+def status_fields(body: Any, fallback: str) -> tuple[str, str, Any]:
+    """``message``, ``reason`` and the parsed body of a Kubernetes ``Status`` answer."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     if isinstance(body, str):
         try:
             body = json.loads(body)
         except ValueError:
-            return (body.strip() or fallback), ""
+            return (body.strip() or fallback), "", body
     if isinstance(body, dict):
-        return str(body.get("message") or fallback), str(body.get("reason") or "")
-    return fallback, ""
+        return str(body.get("message") or fallback), str(body.get("reason") or ""), body
+    return fallback, "", body
 
 
 def translate(exc: BaseException) -> KubeError:
@@ -163,8 +161,32 @@ def translate(exc: BaseException) -> KubeError:
     is_api_exception = any(cls.__name__ == "ApiException" for cls in type(exc).__mro__)
     if isinstance(status, int) and status > 0 and is_api_exception:
         body = getattr(exc, "body", None)
-        message, reason = _status_message(body, getattr(exc, "reason", None) or f"HTTP {status}")
+        message, reason, _ = status_fields(body, getattr(exc, "reason", None) or f"HTTP {status}")
         return error_for_status(status, message, reason=reason, body=body)
     if _certificate_failure(exc):
         return CertificateError(f"{type(exc).__name__}: {exc}".rstrip(": "))
     return TransportError(f"{type(exc).__name__}: {exc}".rstrip(": "))
+
+
+def client_errors() -> tuple[type[BaseException], ...]:
+    """What the synchronous client and its transport raise (what :func:`translated` translates)."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException, OpenApiException
+
+    errors = [ApiException, OpenApiException, OSError, urllib3.exceptions.HTTPError]
+    with suppress(ImportError):  # websocket-client is installed with kubernetes
+        import websocket
+
+        errors.append(websocket.WebSocketException)
+    return tuple(errors)
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Client-library and transport errors leave ``kube/`` as :class:`KubeError`, nothing else."""
+    try:
+        yield
+    except KubeError:
+        raise
+    except client_errors() as exc:
+        raise translate(exc) from exc

@@ -69,7 +69,6 @@ class PodFeed(Feed):
             on_cluster_refused=on_cluster_refused,
         )
         self.cache: dict[PodKey, Json] = {}
-        self.by_key: dict[PodKey, set[PodSubscription]] = {}
         self._confirming: set[asyncio.Task[None]] = set()
 
     async def _list(self) -> Listing:
@@ -84,7 +83,8 @@ class PodFeed(Feed):
         )
 
     def _pod_key(self, pod: Mapping[str, Any]) -> PodKey | None:
-        return self._key_of(pod, _name(pod))
+        name, namespace = _name(pod), metadata(pod).get("namespace") or self.namespace
+        return (str(namespace), name) if name and namespace else None
 
     def _deliver(self, key: PodKey, change: PodChange) -> None:
         for sub in list(self.by_key.get(key, ())):
@@ -149,7 +149,6 @@ class PodFeed(Feed):
 
     def add(self, sub: PodSubscription) -> None:
         super().add(sub)
-        self.by_key.setdefault(sub.key, set()).add(sub)
         if not self.synced.is_set():
             return  # the first LIST delivers (or confirms) every subscriber's pod
         pod = self.cache.get(sub.key)
@@ -157,14 +156,6 @@ class PodFeed(Feed):
             sub.offer(PodChange(pod=pod))
         elif self.mode is not FeedMode.POLL_GET:
             self._confirm_later(sub.key)
-
-    def remove(self, sub: PodSubscription) -> None:
-        super().remove(sub)
-        subs = self.by_key.get(sub.key)
-        if subs is not None:
-            subs.discard(sub)
-            if not subs:
-                del self.by_key[sub.key]
 
     def snapshot(self) -> dict[str, Json]:
         return {name: pod for (_, name), pod in self.cache.items()}
@@ -222,7 +213,6 @@ class EventFeed(Feed):
             on_cluster_refused=on_cluster_refused,
         )
         self.by_pod: dict[PodKey, dict[str, Json]] = {}
-        self.by_key: dict[PodKey, set[PodSubscription]] = {}
 
     async def _list(self) -> Listing:
         return await self.conn.kube.list_events(self.namespace, field_selector=self.selector)
@@ -283,19 +273,15 @@ class EventFeed(Feed):
 
     def add(self, sub: PodSubscription) -> None:
         super().add(sub)
-        self.by_key.setdefault(sub.key, set()).add(sub)
         for event in sorted(self.by_pod.get(sub.key, {}).values(), key=event_sort_key):
             if event_matches(event, sub.uid):
                 sub.offer_event(event)
 
     def remove(self, sub: PodSubscription) -> None:
+        followed = sub.key in self.by_key
         super().remove(sub)
-        subs = self.by_key.get(sub.key)
-        if subs is not None:
-            subs.discard(sub)
-            if not subs:
-                del self.by_key[sub.key]
-                self.by_pod.pop(sub.key, None)
+        if followed and sub.key not in self.by_key:
+            self.by_pod.pop(sub.key, None)  # its last subscriber left
 
 
 class JobFeed(Feed):

@@ -30,10 +30,9 @@ import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_k8s_retry.kube.errors import Forbidden, Gone, KubeError, Unauthorized, connection_refused
-from airflow_k8s_retry.kube.ordering import metadata
 from airflow_k8s_retry.kube.subscriptions import CollectionSubscription, KubeHolder, PodKey, PodSubscription
 from airflow_k8s_retry.kube.watch_settings import HubSettings
 
@@ -140,6 +139,7 @@ class Feed:
         self.selector = selector
         self.settings = settings
         self.subscribers: set[PodSubscription] = set()
+        self.by_key: dict[PodKey, set[PodSubscription]] = {}
         self.followers: set[CollectionSubscription] = set()
         self.synced = asyncio.Event()
         #: Set while the feed holds what the API server held at its last answer (a LIST, a watch
@@ -203,10 +203,16 @@ class Feed:
     def add(self, sub: PodSubscription) -> None:
         """A subscriber for one object; it gets the object's known state at once, if any."""
         self.subscribers.add(sub)
+        self.by_key.setdefault(sub.key, set()).add(sub)
         self._asked_for(sub.poll_interval)
 
     def remove(self, sub: PodSubscription) -> None:
         self.subscribers.discard(sub)
+        subs = self.by_key.get(sub.key)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self.by_key[sub.key]
 
     def follow(self, follower: CollectionSubscription, poll_interval: float) -> None:
         """A follower of every object; once the first LIST is in it is seeded with all of them."""
@@ -438,9 +444,3 @@ class Feed:
             # Closed at once with nothing in it (a proxy, an overloaded server): back off, or this
             # loop would hammer the API.
             await self._sleep(self._backoff.next())
-
-    def _key_of(self, obj: Mapping[str, Any], name: str) -> PodKey | None:
-        namespace = metadata(obj).get("namespace") or self.namespace
-        if not name or not namespace:
-            return None
-        return (str(namespace), name)

@@ -14,16 +14,9 @@ that selector again. A subscription without a label selector (the sensor's) alwa
 namespace: a cluster-wide watch of every pod would be far too much. Set
 ``AIRFLOW_K8S_RETRY_WATCH_SCOPE=namespace`` to skip the cluster scope altogether.
 
-Failure handling, so no change is lost and none is delivered twice:
-
-* the watch resumes from the last resourceVersion it saw (bookmarks included);
-* ``410 Gone`` re-lists and diffs against the cache: changed pods are delivered, vanished pods
-  are delivered as deleted;
-* ``5xx``, ``429`` and dropped connections reconnect after a capped, jittered backoff;
-* ``401`` reloads the cluster credentials (short-lived tokens) before reconnecting;
-* ``403`` on WATCH falls back to a LIST every ``poll_interval``; ``403`` on LIST to a GET per
-  subscribed pod every ``poll_interval`` (each logged once, naming the verb and resource);
-* every delivery is de-duplicated per subscriber by resourceVersion.
+No change is lost and none is delivered twice: a feed resumes its watch, re-lists after ``410``,
+backs off and falls back to polling as :mod:`~airflow_k8s_retry.kube.feeds` describes, and every
+delivery is de-duplicated per subscriber by resourceVersion.
 
 A *follower* (:meth:`WatchHub.follow`) reads every object of a feed instead of one pod: a sensor
 waiting for a pod to appear, following the newest pod of a selector, or following a Job (the
@@ -72,47 +65,27 @@ from typing import ClassVar
 from airflow_k8s_retry.kube.aio import AsyncKube
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import KubeError
-from airflow_k8s_retry.kube.feed_types import (
-    EVENT_PODS_KEPT,
-    POD_EVENTS_SELECTOR,
-    EventFeed,
-    JobFeed,
-    PodFeed,
-)
-from airflow_k8s_retry.kube.feeds import Backoff, Feed, FeedMode, FeedStats, Step
-from airflow_k8s_retry.kube.subscriptions import (
-    EVENTS_PER_POD,
-    CollectionSubscription,
-    PodChange,
-    PodKey,
-    PodSubscription,
-)
+from airflow_k8s_retry.kube.feed_types import POD_EVENTS_SELECTOR, EventFeed, JobFeed, PodFeed
+from airflow_k8s_retry.kube.feeds import Feed, FeedStats, Step
+from airflow_k8s_retry.kube.subscriptions import CollectionSubscription, PodChange, PodSubscription
 from airflow_k8s_retry.kube.watch_settings import (
     WATCH_SCOPE_ENV,
     HubSettings,
     WatchScope,
     settings_for_new_hubs,
-    use_settings,
 )
 
+#: What callers import from here (the hub's readers and stats, with the names they need).
 __all__ = [
-    "EVENTS_PER_POD",
-    "EVENT_PODS_KEPT",
     "POD_EVENTS_SELECTOR",
     "WATCH_SCOPE_ENV",
-    "Backoff",
     "CollectionSubscription",
     "Connection",
     "Connections",
-    "FeedMode",
     "FeedStats",
-    "HubSettings",
     "PodChange",
-    "PodKey",
     "PodSubscription",
     "WatchHub",
-    "WatchScope",
-    "use_settings",
 ]
 
 log = logging.getLogger(__name__)
@@ -228,10 +201,6 @@ class WatchHub:
         #: (cluster key, kind, selector) whose cluster-wide feed RBAC refused.
         self._cluster_denied: set[tuple[str, str, str | None]] = set()
 
-    @property
-    def scope(self) -> WatchScope:
-        return self.settings.scope
-
     @classmethod
     def current(cls) -> WatchHub:
         """The hub of the running event loop, made on first use with the process's settings
@@ -309,7 +278,7 @@ class WatchHub:
     # -- feeds --------------------------------------------------------------------------------
 
     def _cluster_wide(self, config: ClusterConfig, kind: str, selector: str | None) -> bool:
-        if self.scope is not WatchScope.CLUSTER or (kind == PodFeed.kind and selector is None):
+        if self.settings.scope is not WatchScope.CLUSTER or (kind == PodFeed.kind and selector is None):
             return False
         return (config.key, kind, selector) not in self._cluster_denied
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from airflow_k8s_retry.classification.model import History, Verdict
 
@@ -47,6 +47,7 @@ TI_ANNOTATION = f"{GROUP}/ti-id"
 ON_KILL_ANNOTATION = f"{GROUP}/on-kill"
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
+T = TypeVar("T")
 
 
 def _digest(*parts: object, length: int = 8) -> str:
@@ -208,9 +209,6 @@ class TryIdentity:
 
 # -- the annotations ---------------------------------------------------------------------------
 
-#: What a malformed annotation can raise while being decoded.
-_UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)
-
 
 @dataclass(frozen=True)
 class Stamp:
@@ -232,14 +230,11 @@ def encode_stamp(verdict: Verdict, *, kept: bool) -> str:
 def read_stamp(pod: Mapping[str, Any] | None) -> Stamp | None:
     """The stamp on ``pod``; ``None`` when there is none or it cannot be read (never raises). A
     stamp that does not say ``kept`` counts as kept: what is not known to be disposable stays."""
-    raw = _annotation(pod, VERDICT_ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw)
-        return Stamp(Verdict.from_payload(data), kept=bool(data.get("kept", True)))
-    except _UNREADABLE:
-        return None
+    return _read(
+        pod,
+        VERDICT_ANNOTATION,
+        lambda data: Stamp(Verdict.from_payload(data), kept=bool(data.get("kept", True))),
+    )
 
 
 def encode_history(history: History) -> str:
@@ -249,18 +244,18 @@ def encode_history(history: History) -> str:
 
 def read_history(pod: Mapping[str, Any] | None) -> History | None:
     """The history stamped on ``pod`` by an earlier trigger; ``None`` when absent or unreadable."""
-    raw = _annotation(pod, HISTORY_ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        return History.from_payload(json.loads(raw))
-    except _UNREADABLE:
-        return None
+    return _read(pod, HISTORY_ANNOTATION, History.from_payload)
 
 
-def _annotation(pod: Mapping[str, Any] | None, key: str) -> str | None:
-    """The annotation's value, or None (also for metadata or annotations that are not mappings)."""
+def _read(pod: Mapping[str, Any] | None, key: str, decode: Callable[[Any], T]) -> T | None:
+    """The annotation's JSON value decoded, or None when it is absent or malformed (also when the
+    metadata or the annotations are not mappings)."""
     metadata = (pod or {}).get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     raw = annotations.get(key) if isinstance(annotations, Mapping) else None
-    return str(raw) if raw else None
+    if not raw:
+        return None
+    try:
+        return decode(json.loads(str(raw)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -3,13 +3,11 @@ package's own error terms, and the rules of their life: create or adopt, stamp t
 by UID (with bounded retries), judge a create error.
 
 Airflow-free: it works on API JSON, so the rules that keep "one pod per try" and "nothing left
-behind" are in one place and unit-testable. Every pod is stamped before it is deleted or kept
-(:func:`finish`; the stamp's codec is :mod:`~airflow_k8s_retry.kube.naming`'s), so whatever meets
-it afterwards (a late trigger, a sweep, ``kubectl get pod`` while it terminates) reads the verdict
-instead of judging again; a pod whose delete did not get through is left to the next try's sweep
-(:mod:`airflow_k8s_retry.kills`) unless it was kept on purpose. Every retry of an API call here,
-and in the kill handlers, goes through :func:`retrying` (or :func:`aretrying`) with one of the
-pauses below.
+behind" are in one place and unit-testable. Every pod is stamped with its verdict before it is
+deleted or kept (:func:`finish` says why; the stamp's codec is :mod:`~airflow_k8s_retry.kube.naming`'s);
+a pod whose delete did not get through is left to the next try's sweep (:mod:`airflow_k8s_retry.kills`).
+Every retry of an API call here, and in the kill handlers, goes through :func:`retrying` (or
+:func:`aretrying`) with one of the pauses below.
 
 Creating is idempotent per try: a create that meets 409 adopts the existing pod only when its
 labels name the same try (and relaunch), so a retried ``execute`` never starts a second pod and
@@ -23,8 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,9 +37,10 @@ from airflow_k8s_retry.kube.errors import (
     KubeError,
     NotFound,
     TransportError,
-    _status_message,
+    client_errors,
     error_for_status,
-    translate,
+    status_fields,
+    translated,
 )
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity, encode_stamp
 from airflow_k8s_retry.kube.ordering import event_sort_key
@@ -57,10 +56,11 @@ T = TypeVar("T")
 #: The cncf provider's XCom convention (its sidecar's name and the file the task writes).
 XCOM_SIDECAR_NAME = "airflow-xcom-sidecar"
 XCOM_RESULT_PATH = "/airflow/xcom/return.json"
+#: What the cncf provider's sidecar read prints when the task wrote no result, so that "no result"
+#: and "could not read" differ.
+EMPTY_RESULT = "__airflow_xcom_result_empty__"
 #: The cncf provider's read of the result: the file, or the empty-result marker.
-READ_RESULT = (
-    f"if [ -s {XCOM_RESULT_PATH} ]; then cat {XCOM_RESULT_PATH}; else echo __airflow_xcom_result_empty__; fi"
-)
+READ_RESULT = f"if [ -s {XCOM_RESULT_PATH} ]; then cat {XCOM_RESULT_PATH}; else echo {EMPTY_RESULT}; fi"
 
 
 class PodOfAnotherTry(Conflict):
@@ -73,9 +73,6 @@ class XComReadError(KubeError):
 
 #: The exec protocol's status channel (``v4.channel.k8s.io``: a ``Status`` once the command ends).
 ERROR_CHANNEL = 3
-#: What the cncf provider's sidecar read prints when the task wrote no result, so that "no result"
-#: and "could not read" differ.
-EMPTY_RESULT = "__airflow_xcom_result_empty__"
 
 
 def _exec_failure(status: str) -> str | None:
@@ -91,32 +88,6 @@ def _exec_failure(status: str) -> str | None:
     return str(parsed.get("message") or parsed.get("reason") or "Failure")[:300]
 
 
-def _client_errors() -> tuple[type[BaseException], ...]:
-    import urllib3
-    from kubernetes.client.exceptions import ApiException, OpenApiException
-
-    errors: list[type[BaseException]] = [ApiException, OpenApiException, OSError]
-    errors.append(urllib3.exceptions.HTTPError)
-    try:
-        import websocket
-
-        errors.append(websocket.WebSocketException)
-    except ImportError:  # pragma: no cover - installed with kubernetes
-        pass
-    return tuple(errors)
-
-
-@contextmanager
-def _translated() -> Iterator[None]:
-    """Client-library and transport errors leave ``kube/`` as :class:`KubeError`, nothing else."""
-    try:
-        yield
-    except KubeError:
-        raise
-    except _client_errors() as exc:
-        raise translate(exc) from exc
-
-
 def _refused_upgrade(exc: BaseException, what: str) -> KubeError | None:
     """The API's answer to a refused exec upgrade, found in ``exc``'s chain; None if there is none."""
     seen: set[int] = set()
@@ -126,7 +97,7 @@ def _refused_upgrade(exc: BaseException, what: str) -> KubeError | None:
         status = getattr(current, "status_code", None)
         if type(current).__name__ == "WebSocketBadStatusException" and isinstance(status, int):
             body = getattr(current, "resp_body", None)
-            message, reason = _status_message(body, f"HTTP {status}")
+            message, reason, _ = status_fields(body, f"HTTP {status}")
             return error_for_status(status, f"{what}: {message}", reason=reason, body=body)
         current = current.__cause__ or current.__context__
     return None
@@ -194,25 +165,22 @@ class PodClient:
         """Create ``pod``; on 409 adopt the existing pod only if its labels name this try and relaunch."""
         meta = pod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        try:
-            with _translated():
+
+        def create() -> CreatedPod:
+            with translated():
                 created = self._json(
                     self.core.create_namespaced_pod(
                         namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
                     )
                 )
             return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
+
+        try:
+            return create()
         except Conflict:
             existing = self.read(namespace, name)
             if existing is None:
-                # It went away between the create and the read: try once more, without adopting.
-                with _translated():
-                    created = self._json(
-                        self.core.create_namespaced_pod(
-                            namespace=namespace, body=dict(pod), _request_timeout=self.request_timeout
-                        )
-                    )
-                return CreatedPod(name, namespace, created["metadata"]["uid"], adopted=False, body=created)
+                return create()  # it went away between the create and the read: once more, not adopting
             labels = existing["metadata"].get("labels") or {}
             if not identity.owns(labels) or labels.get(RELAUNCH_LABEL, "0") != str(relaunch):
                 raise PodOfAnotherTry(
@@ -233,7 +201,7 @@ class PodClient:
     def read(self, namespace: str, name: str) -> Json | None:
         """The pod as API JSON, or None when it does not exist."""
         try:
-            with _translated():
+            with translated():
                 return self._json(
                     self.core.read_namespaced_pod(
                         name=name, namespace=namespace, _request_timeout=self.request_timeout
@@ -243,7 +211,7 @@ class PodClient:
             return None
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Json]:
-        with _translated():
+        with translated():
             result = self.core.list_namespaced_pod(
                 namespace=namespace, label_selector=label_selector, _request_timeout=self.request_timeout
             )
@@ -261,7 +229,7 @@ class PodClient:
             ),
             "nodes": lambda: self.core.list_node(_request_timeout=self.request_timeout),
         }
-        with _translated():
+        with translated():
             result = calls[resource]()
         return [self._json(item) for item in result.items]
 
@@ -271,7 +239,7 @@ class PodClient:
         that pod is gone or replaced."""
         body = {"metadata": {"uid": uid, "annotations": {VERDICT_ANNOTATION: stamp}}}
         try:
-            with _translated():
+            with translated():
                 self.core.patch_namespaced_pod(
                     name=name,
                     namespace=namespace,
@@ -297,7 +265,7 @@ class PodClient:
             propagation_policy="Background",
         )
         try:
-            with _translated():
+            with translated():
                 self.core.delete_namespaced_pod(
                     name=name, namespace=namespace, body=options, _request_timeout=self.request_timeout
                 )
@@ -310,7 +278,7 @@ class PodClient:
         selector = f"involvedObject.name={name}"
         if uid:
             selector += f",involvedObject.uid={uid}"
-        with _translated():
+        with translated():
             result = self.core.list_namespaced_event(
                 namespace=namespace, field_selector=selector, _request_timeout=self.request_timeout
             )
@@ -331,7 +299,7 @@ class PodClient:
         each line after the kubelet's timestamp with ``timestamps``); empty when there is none yet."""
         window: dict[str, Any] = {"since_seconds": since_seconds} if since_seconds is not None else {}
         try:
-            with _translated():
+            with translated():
                 text = self.core.read_namespaced_pod_log(
                     name=name,
                     namespace=namespace,
@@ -355,8 +323,8 @@ class PodClient:
         """Run ``command`` in a container over the exec websocket; return its stdout."""
         from kubernetes.stream import stream
 
-        upgrade_errors: tuple[type[BaseException], ...] = (AttributeError, *_client_errors())
-        with _translated():
+        upgrade_errors: tuple[type[BaseException], ...] = (AttributeError, *client_errors())
+        with translated():
             try:
                 resp = stream(
                     self.core.connect_get_namespaced_pod_exec,
@@ -404,7 +372,9 @@ class PodClient:
         try:
             raw = self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["sh", "-c", READ_RESULT])
         finally:
-            self.stop_xcom_sidecar(namespace, name)
+            # Let the sidecar exit; a failure means it is gone already (the pod is deleted next anyway).
+            with suppress(KubeError):
+                self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["kill", "-s", "SIGINT", "1"])
         if raw.strip() == EMPTY_RESULT:  # the task wrote no result (an empty or missing file)
             return None
         if not raw.strip():
@@ -420,18 +390,10 @@ class PodClient:
                 "write the result with json.dump"
             ) from None
 
-    def stop_xcom_sidecar(self, namespace: str, name: str) -> None:
-        # A failure means the sidecar is gone already; the pod is deleted next anyway.
-        with suppress(KubeError):
-            self.exec_command(namespace, name, XCOM_SIDECAR_NAME, ["kill", "-s", "SIGINT", "1"])
-
-
-#: The clients log every response body at DEBUG: pod specs with env values, Secrets' data.
-_BODY_LOGGERS = ("kubernetes.client.rest", "kubernetes_asyncio.client.rest")
-
 
 class _WithoutResponseBodies(logging.Filter):
-    """Drop the clients' "response body" records, so a DEBUG log level cannot leak secrets."""
+    """Drop the clients' "response body" records (every body, at DEBUG: pod specs with env values,
+    Secrets' data), so a DEBUG log level cannot leak secrets."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("response body")
@@ -443,7 +405,7 @@ _BODY_FILTER = _WithoutResponseBodies()
 def keep_response_bodies_out_of_logs() -> None:
     """Filter the clients' response-body DEBUG records out, for every client the package uses
     (its own, and the cncf provider's ``KubernetesHook``'s); idempotent."""
-    for name in _BODY_LOGGERS:
+    for name in ("kubernetes.client.rest", "kubernetes_asyncio.client.rest"):
         logger = logging.getLogger(name)
         if _BODY_FILTER not in logger.filters:
             logger.addFilter(_BODY_FILTER)
@@ -465,16 +427,12 @@ KILL_BACKOFF = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 CREATE_BACKOFF = (1.0, 2.0)
 
 
-def _always(_exc: KubeError) -> bool:
-    return True
-
-
 def retrying(
     call: Callable[[], T],
     pauses: Sequence[float],
     *,
     sleep: Callable[[float], None] = time.sleep,
-    retry_if: Callable[[KubeError], bool] = _always,
+    retry_if: Callable[[KubeError], bool] = lambda _exc: True,
     before_pause: Callable[[KubeError], None] | None = None,
 ) -> T:
     """``call()``, again after each of ``pauses`` while it raises a :class:`KubeError` that

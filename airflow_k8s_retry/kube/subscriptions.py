@@ -16,7 +16,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from airflow_k8s_retry.kube.clock import within
 from airflow_k8s_retry.kube.ordering import event_sort_key, is_newer, metadata, resource_version, rv_newer
@@ -65,7 +65,30 @@ class PodChange:
         return resource_version(self.pod)
 
 
-class PodSubscription:
+class _Reader:
+    """What both kinds of reader share: the loop's client, and leaving the hub once."""
+
+    def __init__(self, conn: KubeHolder, on_close: Callable[[Self], Awaitable[None]]) -> None:
+        self._conn = conn
+        self._on_close = on_close
+        self._wakeup = asyncio.Event()
+        self.closed = False
+
+    @property
+    def kube(self) -> AsyncKube:
+        """The shared client, for the occasional direct call (last look, annotations)."""
+        return self._conn.kube
+
+    async def close(self: Self) -> None:
+        """Stop reading; idempotent. The last reader of a feed stops it."""
+        if self.closed:
+            return
+        self.closed = True
+        self._wakeup.set()
+        await self._on_close(self)
+
+
+class PodSubscription(_Reader):
     """One trigger's view of one pod: its changes in order, and its Events.
 
     Read with :meth:`wait` then :meth:`drain`; :attr:`events` always holds the Events seen so far,
@@ -82,30 +105,22 @@ class PodSubscription:
         poll_interval: float = 10.0,
         on_close: Callable[[PodSubscription], Awaitable[None]],
     ) -> None:
+        super().__init__(conn, on_close)
         self.namespace = namespace
         self.name = name
         self.uid = uid
         self.poll_interval = poll_interval
-        self._conn = conn
-        self._on_close = on_close
         self._changes: deque[PodChange] = deque()
         self._events: dict[str, Json] = {}
         self._sorted_events: list[Json] | None = []
         self._events_changed = False
-        self._wakeup = asyncio.Event()
         self._last_rv: str | None = None
         self._gone = False
         self._events_listed: asyncio.Event | None = None  # set while the Events feed is current
-        self.closed = False
 
     @property
     def key(self) -> PodKey:
         return (self.namespace, self.name)
-
-    @property
-    def kube(self) -> AsyncKube:
-        """The shared client, for the occasional direct call (last look, annotations)."""
-        return self._conn.kube
 
     def gone_by_now(self) -> bool:
         """Whether the pod was seen deleted (or replaced by another pod of its name), for a caller
@@ -234,16 +249,8 @@ class PodSubscription:
             return False
         return True
 
-    async def close(self) -> None:
-        """Unsubscribe; idempotent. The last subscriber of a feed stops it."""
-        if self.closed:
-            return
-        self.closed = True
-        self._wakeup.set()
-        await self._on_close(self)
 
-
-class CollectionSubscription:
+class CollectionSubscription(_Reader):
     """Every object of one feed, whatever its name: the pods of a label selector, or the Jobs of a
     namespace. For a follower that does not know yet which object it waits for (a sensor waiting
     for a pod to appear, or following a Job's pods as they are replaced).
@@ -258,17 +265,10 @@ class CollectionSubscription:
         *,
         on_close: Callable[[CollectionSubscription], Awaitable[None]],
     ) -> None:
-        self._conn = conn
+        super().__init__(conn, on_close)
         self._synced = synced
-        self._on_close = on_close
         self.objects: dict[str, Json] = {}
         self._changed = False
-        self._wakeup = asyncio.Event()
-        self.closed = False
-
-    @property
-    def kube(self) -> AsyncKube:
-        return self._conn.kube
 
     @property
     def synced(self) -> bool:
@@ -311,14 +311,6 @@ class CollectionSubscription:
             return
         self._wakeup.clear()
         await self._wakeup.wait()
-
-    async def close(self) -> None:
-        """Stop following; idempotent. The last reader of a feed stops it."""
-        if self.closed:
-            return
-        self.closed = True
-        self._wakeup.set()
-        await self._on_close(self)
 
 
 def event_matches(event: Mapping[str, Any], uid: str | None) -> bool:

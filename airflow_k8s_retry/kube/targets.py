@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_k8s_retry.kube.errors import BadRequest, Forbidden, KubeError, NotFound, translate
+from airflow_k8s_retry.kube.errors import BadRequest, Forbidden, KubeError, NotFound, translated
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -31,17 +31,6 @@ _RBAC_HINT = "grant get, list and watch on {what} in that namespace (see docs/se
 
 class TargetError(KubeError):
     """What a sensor waits for can never be seen; no retry can change that."""
-
-
-def _call(fn: Callable[[], Any]) -> Any:
-    """Call the client; its errors leave as this package's :class:`KubeError` classes."""
-    import urllib3
-    from kubernetes.client.exceptions import OpenApiException
-
-    try:
-        return fn()
-    except (OpenApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise translate(exc) from exc
 
 
 def check_target(
@@ -63,11 +52,10 @@ def check_target(
     core = client.CoreV1Api(api_client)
     # 1. Listing pods, as the watch will (with the selector: the API server checks its syntax).
     try:
-        listed = _call(
-            lambda: core.list_namespaced_pod(
+        with translated():
+            listed = core.list_namespaced_pod(
                 namespace, label_selector=label_selector or "", limit=1, _request_timeout=(10, 30)
             )
-        )
     except BadRequest as exc:
         raise TargetError(
             f"label_selector {label_selector!r} is not a valid label selector: {exc}; "
@@ -104,7 +92,8 @@ def _exists(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
     """Raise :class:`TargetError` if the API says ``namespace`` does not exist. Reading it needs a
     cluster-scoped grant many credentials lack: any other answer says nothing about it."""
     try:
-        _call(lambda: core.read_namespace(namespace, _request_timeout=(10, 30)))
+        with translated():
+            core.read_namespace(namespace, _request_timeout=(10, 30))
     except NotFound:
         raise TargetError(
             f"namespace {namespace!r} does not exist; check the sensor's namespace "
@@ -117,7 +106,8 @@ def _exists(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
 
 def _readable(fn: Callable[[], Any], what: str, namespace: str) -> None:
     try:
-        _call(fn)
+        with translated():
+            fn()
     except NotFound:
         return
     except Forbidden as exc:
