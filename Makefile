@@ -52,8 +52,8 @@ COMPAT_TESTS_NEWEST := tests/airflow/structure/test_example_dags.py \
   tests/unit/operator tests/simulated/operator tests/unit/sensor tests/simulated/sensor tests/airflow/sensor \
   tests/unit/watching tests/simulated/watching
 
-.PHONY: test setup-and-lint lint lint-code docs dist-check unit demo bench bench-oom bench-stack tools constraints clean controlplane cluster-up \
-  cluster-down chaos test-compat test-cluster test-deployment test-soak-short soak test-stream-deployment test-stream-cluster \
+.PHONY: test lint lint-code docs dist-check unit demo bench bench-oom bench-stack tools constraints clean controlplane cluster-up \
+  cluster-down chaos test-compat test-cluster test-deployment test-soak-short soak test-stream-checks test-stream-deployment test-stream-cluster \
   test-clock
 
 # The provider and, beside it, the simulator's own distribution (simulator/, the [testing] extra).
@@ -118,24 +118,23 @@ dist-check: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 tests/unit
 
-# The venvs (the newest minor's and each older minor's) are built side by side, pip mostly waiting on
-# the disk and the index, and the checks run as soon as the newest minor's venv is there.
-setup-and-lint:
-	@$(MAKE) --no-print-directory -j $(words $(AIRFLOW_MINORS)) --output-sync=target lint $(COMPAT_STAMPS)
-
 # The whole suite runs on the newest minor; the older minors run test-compat's subset. Much of the
 # suite's time is spent waiting (grace periods, heartbeats, controllers), the rest mostly in Airflow's
-# start-ups (each `airflow dags test` costs about 10 s of CPU), so three streams run at once,
-# balanced by their measured times: the main suite, then the Airflow 3.1 leg; the deployment tier
-# (two deployments side by side), then the 3.2 leg; the short soak, then the cluster tier. The
-# background streams' output (.test-logs/<stream>.log) is printed at the end, then each stream's time
-# and the whole run's, and any part failing fails the target. Each pytest run writes a JUnit report
-# under .test-logs/ with every test's time.
+# start-ups (each `airflow dags test` costs about 10 s of CPU), so once the newest minor's venv is
+# there, four streams run at once, balanced by their measured times: the main suite, then the
+# Airflow 3.1 leg; the checks beside the older minors' venvs (pip mostly waits on the disk and the
+# index); the deployment tier (two deployments side by side), then the 3.2 leg; the short soak, then
+# the cluster tier. An older minor's leg starts once the checks stream has ended (it built that
+# minor's venv). The background streams' output (.test-logs/<stream>.log) is printed at the end, then
+# each stream's time and the whole run's, and any part failing fails the target. Each pytest run
+# writes a JUnit report under .test-logs/ with every test's time.
 COMPAT_STAMPS := $(foreach m,$(OLDER_MINORS),$(COMPAT)/$(m)/.installed)
 #: The background streams, each a test-stream-NAME target below.
-STREAMS := deployment cluster
+STREAMS := checks deployment cluster
+#: Wait until the checks stream has ended (an older minor's leg needs the venv it built).
+after_checks := while [ ! -e .test-logs/stream-checks.rc ]; do sleep 1; done
 
-test: test-clock setup-and-lint tools controlplane
+test: test-clock $(STAMP) tools controlplane
 	@mkdir -p .test-logs; rm -f .test-logs/stream-*.rc .test-logs/stream-*.seconds
 	@mmss() { printf '%d:%02d' $$(($$1 / 60)) $$(($$1 % 60)); }; \
 	  begun=$$(date +%s); \
@@ -145,7 +144,7 @@ test: test-clock setup-and-lint tools controlplane
 	done; \
 	  $(BIN)/pytest -m "not cluster and not deployment and not soak" -n 2 --dist loadfile --durations=25 \
 	    --junitxml=.test-logs/main.xml; \
-	  main=$$?; $(MAKE) --no-print-directory test-core-$(word 1,$(OLDER_MINORS)) || main=1; \
+	  main=$$?; $(after_checks); $(MAKE) --no-print-directory test-core-$(word 1,$(OLDER_MINORS)) || main=1; \
 	  main_seconds=$$(($$(date +%s) - begun)); wait; \
 	  status="main suite exit $$main"; failed=$$main; times=""; \
 	  for s in $(STREAMS); do \
@@ -156,19 +155,22 @@ test: test-clock setup-and-lint tools controlplane
 	  done; \
 	  started=$$(cat .test-logs/started); ended=$$(date +%s); \
 	  echo "== $$status"; \
-	  echo "== times: set-up and checks $$(mmss $$((begun - started))), main suite $$(mmss $$main_seconds)$$times;" \
+	  echo "== times: set-up $$(mmss $$((begun - started))), main suite $$(mmss $$main_seconds)$$times;" \
 	    "the whole run $$(mmss $$((ended - started))) (budget: 15:00 warm, 40:00 on a fresh machine)"; \
 	  test "$$failed" = 0
 
-# When make test started, before its set-up and checks, for the times it prints at the end.
+# When make test started, before its set-up, for the times it prints at the end.
 test-clock:
 	@mkdir -p .test-logs; date +%s > .test-logs/started
 
-# Balanced by measured times on a warm run (seconds, all three streams at once): the deployment tier
+# Balanced by measured times on a warm run (seconds, all streams at once): the deployment tier
 # (665), then the 3.2 leg (110); the short soak (250), then the cluster tier (475); the main suite
 # (560 on two workers), then the 3.1 leg (95), in the foreground. The run is CPU-bound on two cores, so the
 # soak, whose processes mostly wait, runs first, and parts that keep both cores busy run last.
-test-stream-deployment: test-deployment test-core-3.2
+test-stream-checks:
+	@$(MAKE) --no-print-directory -j $(words $(AIRFLOW_MINORS)) --output-sync=target lint $(COMPAT_STAMPS)
+test-stream-deployment: test-deployment
+	@$(after_checks); $(MAKE) --no-print-directory test-core-3.2
 test-stream-cluster: test-soak-short test-cluster
 
 # An older minor's leg without the example and sensor DAGs (COMPAT_SCOPE=core), as `make test` runs it.
