@@ -39,12 +39,14 @@ import asyncio
 import contextlib
 import importlib
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.chaos.scheduler import SimClock
 
 #: The triggerer's limit on ``on_kill`` (``[triggerer] on_kill_timeout``, default 30 s).
 ON_KILL_TIMEOUT = 30.0
@@ -434,11 +436,12 @@ class Worker:
 class ApiServer:
     """The api-server process: calls this package's listener when a user marks a deferred task
     failed, as ``_emit_state_listener_hooks`` does, with the task instance (its ``trigger_id``
-    still set) and its trigger row; the listener's own work runs in its thread."""
+    still set) and its trigger row; the listener's own work runs in its thread, its pauses on the
+    run's simulated clock."""
 
-    def __init__(self, states: TaskStates, time_scale: float) -> None:
+    def __init__(self, states: TaskStates, clock: SimClock) -> None:
         self._states = states
-        self._scale = time_scale
+        self._clock = clock
         self._threads: list[threading.Thread] = []
 
     def mark_failed(self, ti: TaskInstance, trigger_id: int, classpath: str, kwargs: dict[str, Any]) -> None:
@@ -499,64 +502,55 @@ class ApiServer:
             trigger_row_of=lambda _: trigger_row,
             state_of=self._states.state_of,
             rendered_fields_of=rendered_fields_of or (lambda _: {}),
-            sleep=lambda seconds: time.sleep(seconds * self._scale),
+            sleep=self._clock.sleep,
         )
         if thread is not None:
+            self._clock.watch_thread(thread)
             self._threads.append(thread)
 
     def idle(self, within: float) -> None:
-        """Wait (real seconds) for the listener's work to end."""
-        deadline = time.monotonic() + within
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        """Wait (simulated seconds) for the listener's work to end."""
+        self._clock.wait_for(lambda: not any(t.is_alive() for t in self._threads), within)
 
 
 # -- a triggerer ---------------------------------------------------------------------------------
 
 
-class LoopPing:
-    """Whether an event loop (in another thread) has run what was ready on it since the last
-    :meth:`ping`: it answers each ping after the callbacks queued before it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._sent = self._answered = 0
-
-    def ping(self) -> None:
-        self._sent += 1
-        sent = self._sent
-        with contextlib.suppress(RuntimeError):  # a closed loop answers no more
-            self._loop.call_soon_threadsafe(self._answer, sent)
-
-    def _answer(self, sent: int) -> None:
-        self._answered = max(self._answered, sent)
-
-    def answered(self) -> bool:
-        return self._answered == self._sent
-
-
 class Triggerer:
-    """One triggerer process: its own thread and event loop (so its own watch hub)."""
+    """One triggerer process: its own thread and event loop (so its own watch hub), watched by the
+    run's clock (time moves only while the loop has nothing to do)."""
 
     USER_ACTION = "__airflow_user_action__"
 
     def __init__(
-        self, name: str, on_event: Callable[[str, int, Any], None], start_delay: float = 0.0
+        self,
+        name: str,
+        on_event: Callable[[str, int, Any], None],
+        clock: SimClock,
+        start_delay: float = 0.0,
+        on_kill_limit: float = ON_KILL_TIMEOUT,
     ) -> None:
         self.name = name
         self._on_event = on_event
-        self._start_delay = start_delay  # real seconds a busy loop takes before a new trigger's turn
+        self._clock = clock
+        self._on_kill_limit = on_kill_limit  # simulated seconds
+        self._start_delay = start_delay  # simulated seconds a busy loop takes before a new trigger's turn
         self._loop = asyncio.new_event_loop()
+        clock.watch_loop(self._loop)
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._started: set[int] = set()
-        self.ping = LoopPing(self._loop)
-        self._thread = threading.Thread(target=self._serve, name=f"triggerer-{name}", daemon=True)
+        serving = threading.Event()
+        self._thread = threading.Thread(
+            target=self._serve, args=(serving,), name=f"triggerer-{name}", daemon=True
+        )
         self._thread.start()
+        serving.wait(10.0)
         self.alive = True
         self.on_kill_calls = 0
 
-    def _serve(self) -> None:
+    def _serve(self, serving: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(serving.set)
         self._loop.run_forever()
 
     def _submit(self, fn: Callable[[], Any]) -> None:
@@ -567,14 +561,14 @@ class Triggerer:
 
         def start() -> None:
             if self._start_delay:
-                import time
-
-                time.sleep(self._start_delay)  # the loop is busy elsewhere
+                self._clock.sleep(self._start_delay)  # the loop is busy elsewhere
             self._tasks[trigger_id] = self._loop.create_task(self._run_trigger(trigger_id, classpath, kwargs))
 
         self._submit(start)
 
     async def _run_trigger(self, trigger_id: int, classpath: str, kwargs: dict[str, Any]) -> None:
+        from airflow_k8s_retry.kube.clock import within
+
         try:
             trigger = build_trigger(classpath, kwargs)
         except Exception as exc:  # the triggerer fails the deferral of a trigger it cannot build
@@ -592,7 +586,7 @@ class Triggerer:
             if cancelled.args and cancelled.args[0] == self.USER_ACTION:
                 self.on_kill_calls += 1
                 try:
-                    await asyncio.wait_for(trigger.on_kill(), timeout=ON_KILL_TIMEOUT)
+                    await within(self._clock, trigger.on_kill(), self._on_kill_limit)
                 except (TimeoutError, asyncio.CancelledError):
                     pass
                 except Exception:
@@ -616,16 +610,12 @@ class Triggerer:
     def stall(
         self, seconds: float, trigger_id: int, thaw_delay: float = 0.0, thaw: threading.Event | None = None
     ) -> None:
-        """Freeze this process for ``seconds`` (a lapsed heartbeat), or until ``thaw`` is set; once
-        it thaws it finds the trigger assigned elsewhere and cancels its copy (the user-action
-        path: ``on_kill``)."""
-        import time
+        """Freeze this process for ``seconds`` (simulated; a lapsed heartbeat), or until ``thaw`` is
+        set; once it thaws it finds the trigger assigned elsewhere and cancels its copy (the
+        user-action path: ``on_kill``)."""
 
         def freeze() -> None:
-            if thaw is None:
-                time.sleep(seconds)
-            else:
-                thaw.wait(seconds)
+            self._clock.sleep_until_sync(self._clock.now() + seconds, wake=thaw)
             self._loop.call_later(thaw_delay, self._cancel_now, trigger_id, True)
 
         self._submit(freeze)
@@ -636,7 +626,7 @@ class Triggerer:
             task.cancel(self.USER_ACTION if user_action else None)
 
     def idle(self, within: float) -> bool:
-        """Wait (real seconds) until every trigger task here has ended, on_kill included."""
+        """Wait (simulated seconds) until every trigger task here has ended, on_kill included."""
         done = threading.Event()
 
         async def check() -> None:
@@ -655,7 +645,7 @@ class Triggerer:
             done.set()
 
         self._loop.call_soon_threadsafe(lambda: self._loop.create_task(check()))
-        return done.wait(within + 1.0)
+        return self._clock.wait_for(done.is_set, within + 1.0)
 
     def shutdown(self) -> None:
         """Graceful stop (SIGTERM): triggers are cancelled without the user-action message."""
@@ -672,7 +662,8 @@ class Triggerer:
             finished.set()
 
         self._loop.call_soon_threadsafe(lambda: self._loop.create_task(stop_all()))
-        finished.wait(10.0)
+        self._clock.wait_for(finished.is_set, 10.0)
+        self._clock.forget_loop(self._loop)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10.0)
 
@@ -681,6 +672,7 @@ class Triggerer:
         if not self.alive:
             return
         self.alive = False
+        self._clock.forget_loop(self._loop)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10.0)
 

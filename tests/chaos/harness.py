@@ -1,11 +1,13 @@
 """One seeded chaos run: a task driven as Airflow drives it, with faults, restarts, crashes and kills.
 
-A run owns one namespace of a shared :class:`FakeCluster` (runs in a process go one after another,
-so the cluster's fault list belongs to the current run). Everything random comes from
-``random.Random(seed)``: the pod fate, the operator's arguments, the API faults and when they start,
-the triggerer restart or hand-over, the worker crash, and the user's kill. The invariants are
-checked afterwards from the simulator's audit log (pod lifecycles, requests) and from the task's
-state in :mod:`tests.chaos.airflow_model`.
+A run owns one namespace of a :class:`FakeCluster` of its own (``RUNS_PER_CLUSTER``; runs in a
+process go one after another, so the cluster's fault list belongs to the current run). Everything
+random comes from ``random.Random(seed)``: the pod fate, the operator's arguments, the API faults
+and when they start, the triggerer restart or hand-over, the worker crash, and the user's kill.
+The run goes on the discrete clock of :mod:`tests.chaos.scheduler` (simulated time moves only
+while every actor is idle), so a seed gives one answer on any machine. The invariants are checked
+afterwards from the simulator's audit log (pod lifecycles, requests) and from the task's state in
+:mod:`tests.chaos.airflow_model`.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from typing import Any
 
 from tests.chaos import fates
 from tests.chaos.airflow_model import (
+    ON_KILL_TIMEOUT,
     ApiServer,
     CrashPlan,
     DagRun,
     Deferral,
-    LoopPing,
     TaskInstance,
     TaskStates,
     Triggerer,
@@ -40,8 +42,11 @@ from tests.chaos.airflow_model import (
     now_as_datetime,
     state_after,
 )
+from tests.chaos.scheduler import SimClock
 
-#: Real seconds per simulated second. A 15-minute grace takes 0.9 real seconds.
+#: The pace the runs were tuned at: real seconds per simulated second. The runs now go on a discrete
+#: clock (``tests/chaos/scheduler.py``); a bound or a wait the harness once counted in real seconds
+#: counts ``1 / TIME_SCALE`` times as many simulated ones, as it did then.
 TIME_SCALE = 0.001
 VERDICT_ANNOTATION = "airflow-k8s-retry.io/verdict"
 FAULT_VERBS = ("get", "list", "watch", "create", "patch", "delete")
@@ -250,39 +255,47 @@ class Environment:
 
     def __init__(self, time_scale: float = TIME_SCALE, triggerer_start_delay: float = 0.0) -> None:
         self.time_scale = time_scale
-        #: Real seconds a triggerer's loop is busy before a new trigger's first turn (a loaded machine).
+        #: Real seconds (at ``time_scale``) a triggerer's loop is busy before a new trigger's first
+        #: turn (a loaded machine); it waits that long in simulated seconds.
         self.triggerer_start_delay = triggerer_start_delay
         self.executions = 0
         _warm_up()
+        self.clock = SimClock(time.time())
         self._start_cluster()
-        self.clock = self.cluster.sim_clock()
         self.states = TaskStates()
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(self.states.serving())
         self._stack.enter_context(_pace(self.clock, time_scale))
         self._stack.enter_context(Worker.installed())
 
+    def sim(self, real_seconds: float) -> float:
+        """Simulated seconds for a bound the harness set in real seconds at ``time_scale``."""
+        return real_seconds / self.time_scale
+
     def _start_cluster(self) -> None:
         from airflow_k8s_retry_testing import FakeCluster
 
-        self.cluster = FakeCluster(
-            {"time_scale": self.time_scale, "nodes": [{"name": "chaos-node", "cpu": "64"}]}
-        )
+        self.cluster = FakeCluster({"nodes": [{"name": "chaos-node", "cpu": "64"}]}, clock="manual")
         self.cluster.start()
-        self.ping = LoopPing(self.cluster._loop)  # the simulator's loop (its own thread)
+        self.clock.use_cluster(self.cluster)
         self._kubeconfig_before = getattr(self, "_kubeconfig_before", os.environ.get("KUBECONFIG"))
         os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig)
         self.runs = 0
 
+    def _forget_cluster(self) -> None:
+        if self.cluster._loop is not None:
+            self.clock.forget_loop(self.cluster._loop)
+        self.cluster.stop()
+
     def renew(self) -> None:
         """A fresh simulator (same clock): the old one's leftovers no longer cost time."""
-        self.cluster.stop()
+        self._forget_cluster()
         self._start_cluster()
         self.runs = 1
 
     def close(self) -> None:
         self._stack.close()
-        self.cluster.stop()
+        self._forget_cluster()
         if self._kubeconfig_before is None:
             os.environ.pop("KUBECONFIG", None)
         else:
@@ -290,7 +303,7 @@ class Environment:
 
 
 def _warm_up() -> None:
-    """Import what a run needs first: a second of importing is 1,000 simulated seconds mid-run."""
+    """Import what a run needs first, so the first run's timings are not an import's."""
     import importlib
 
     for module in (
@@ -312,16 +325,43 @@ def _warm_up() -> None:
         importlib.import_module(module)
 
 
+class _Jitter:
+    """The ``random`` the watch hub's feeds draw their jitter and watch timeouts from, seeded per run
+    (``reseed``) so a seed draws the same ones on every replay."""
+
+    def __init__(self) -> None:
+        self._rng = random.Random(0)
+
+    def reseed(self, seed: str) -> None:
+        self._rng.seed(seed)
+
+    def Random(self, seed: Any = None) -> random.Random:  # stands in for random.Random
+        return random.Random(self._rng.random() if seed is None else seed)
+
+    def randint(self, low: int, high: int) -> int:
+        return self._rng.randint(low, high)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rng, name)
+
+
+JITTER = _Jitter()
+
+
 @contextlib.contextmanager
-def _pace(clock: Any, scale: float) -> Any:
-    """Run the trigger on the simulated clock, and the watch hub's real-time knobs at the same pace.
+def _pace(clock: SimClock, scale: float) -> Any:
+    """Run the trigger, the worker's backoff, the listener's pauses and the watch hub on the run's
+    simulated clock.
 
     These are the package's documented injection points (``PodStateTrigger.clock``,
     ``RetryingPodOperator.retry_sleep``, and the ``HubSettings`` every watch hub made meanwhile
-    takes: each triggerer's loop makes its own).
+    takes: each triggerer's loop makes its own, its waits on ``HubSettings.clock``). The hub's
+    timings stay what the runs were tuned at: its backoff and confirming delay 20 times the shipped
+    ones at ``scale``, its other delays the shipped real seconds read at ``scale``.
     """
     import dataclasses
 
+    from airflow_k8s_retry.kube import feeds
     from airflow_k8s_retry.kube.watch_settings import HubSettings, use_settings
     from airflow_k8s_retry.operators import RetryingPodOperator
     from airflow_k8s_retry.triggers import PodStateTrigger
@@ -334,18 +374,32 @@ def _pace(clock: Any, scale: float) -> Any:
     PodStateTrigger.state_lookup_timeout = saved_lookup_timeout / scale
     # The worker's backoff between API retries: a second is a simulated second, as the cluster's.
     saved_sleep = RetryingPodOperator.__dict__["retry_sleep"]
-    RetryingPodOperator.retry_sleep = staticmethod(lambda seconds: time.sleep(seconds * scale))
+    RetryingPodOperator.retry_sleep = staticmethod(clock.sleep)
     # The worker's client (urllib3) waits out a 429's Retry-After (1 s): a simulated second too.
     from urllib3.util.retry import Retry
 
-    saved_retry_after = Retry.get_retry_after
-    Retry.get_retry_after = lambda self, response: (saved_retry_after(self, response) or 0) * scale or None  # type: ignore[method-assign]
+    saved_sleep_for_retry = Retry.sleep_for_retry
+
+    def sleep_for_retry(self: Retry, response: Any) -> bool:
+        retry_after = self.get_retry_after(response)
+        if retry_after:
+            clock.sleep(retry_after)
+            return True
+        return False
+
+    Retry.sleep_for_retry = sleep_for_retry  # type: ignore[method-assign]
+    names = vars(feeds)  # the module's own ``random``, not an exported name
+    saved_random = names["random"]
+    names["random"] = JITTER
     shipped = HubSettings.from_env()
     paced = dataclasses.replace(
         shipped,
-        backoff_base=shipped.backoff_base * scale * 20,
-        backoff_cap=shipped.backoff_cap * scale * 20,
-        confirm_delay=shipped.confirm_delay * scale * 20,
+        backoff_base=shipped.backoff_base * 20,
+        backoff_cap=shipped.backoff_cap * 20,
+        confirm_delay=shipped.confirm_delay * 20,
+        reconnect_interval=shipped.reconnect_interval / scale,
+        rbac_recheck=shipped.rbac_recheck / scale,
+        clock=clock,
     )
     try:
         with use_settings(paced):
@@ -354,37 +408,11 @@ def _pace(clock: Any, scale: float) -> Any:
         PodStateTrigger.clock = saved_clock
         PodStateTrigger.state_lookup_timeout = saved_lookup_timeout
         RetryingPodOperator.retry_sleep = saved_sleep
-        Retry.get_retry_after = saved_retry_after  # type: ignore[method-assign]
+        Retry.sleep_for_retry = saved_sleep_for_retry  # type: ignore[method-assign]
+        names["random"] = saved_random
 
 
 # -- one run ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class TurnClock:
-    """Simulated seconds of the harness's turns while a trigger runs, a turn counting at most
-    ``cap``, and only when ``counts``: the simulated clock follows the wall clock (1 s = 1,000 sim
-    s), so a harness the machine starves of CPU for a real second would see a thousand simulated
-    ones pass with nothing able to answer; and a turn in which the trigger's loop (or the
-    simulator's) had no time to run what was ready on it is not one the trigger could have used.
-    A trigger that never answers still reaches any bound, turn by turn."""
-
-    cap: float
-    last: float
-    waited: float = 0.0
-
-    def tick(self, now: float, counts: bool = True) -> float:
-        if counts:
-            self.waited += min(max(now - self.last, 0.0), self.cap)
-        self.last = now
-        return self.waited
-
-
-#: Real seconds one harness turn counts at most toward a hang (a turn normally takes 5 ms).
-TURN_CAP_REAL = 0.05
-#: A trigger whose loop never gets to answer is blocked, a hang too: past this many times the
-#: bound of simulated time since its first turn, counted or not, the run ends as one.
-BLOCKED_LOOP_FACTOR = 10
 
 
 class ChaosRun:
@@ -420,10 +448,11 @@ class ChaosRun:
         self._pending_faults = sorted(plan.faults, key=lambda f: f.after)
         self._disrupted: set[str] = set()
         self._disrupt_at: dict[str, float] = {}
+        self._disrupted_pods: set[str] = set()
         self._handed_over = False
         self._waiting_killed = False
         self._thaw_on_verdict: list[threading.Event] = []
-        self.api_server = ApiServer(env.states, env.time_scale)
+        self.api_server = ApiServer(env.states, env.clock)
 
     # -- the task's pieces, as Airflow builds them ------------------------------------------------
 
@@ -473,7 +502,7 @@ class ChaosRun:
             execution_timeout=timedelta(seconds=timeout) if timeout else None,
             do_xcom_push=self.plan.do_xcom_push,
             get_logs=True,
-            poll_interval=max(0.01, 10 * self.env.time_scale),
+            poll_interval=10.0,
             **kwargs,
         )
 
@@ -487,24 +516,34 @@ class ChaosRun:
         self.events.put((triggerer, trigger_id, payload))
 
     def triggerer(self, name: str) -> Triggerer:
-        t = Triggerer(name, self.on_event, start_delay=self.env.triggerer_start_delay)
+        t = Triggerer(
+            name,
+            self.on_event,
+            self.clock,
+            start_delay=self.env.sim(self.env.triggerer_start_delay),
+            on_kill_limit=self.env.sim(ON_KILL_TIMEOUT),
+        )
         self.triggerers.append(t)
         return t
 
     def execute(self) -> Result:
         plan = self.plan
+        # What the package and the simulator draw (watch jitter and timeouts, generated names).
+        JITTER.reseed(f"{plan.seed}/jitter")
+        drawn_before = random.getstate()
+        random.seed(f"{plan.seed}/global")
         self.cluster.clear_faults()
         self.cluster.add_namespace(self.namespace)
         self.cluster.set_image(self.image, plan.fate.image)
         started_real = time.monotonic()
         lags_before = len(self.cluster.timer_lag())
         self.started = self.clock.now()
-        # Generous: a task that never ends exceeds any bound, one slowed by a loaded machine should not.
+        # Generous: a task that never ends exceeds any bound, one slowed by faults should not.
         per_try = 3 * plan.fate.bound + (self.execution_timeout() or 0) + 1500
         self.bound = self.started + (plan.retries + 1) * per_try
         # A trigger gets at least ``per_try`` from its first turn whatever the worker spent before
-        # it: at 1,000 simulated seconds per real one, a worker slowed by a loaded machine (its DAG
-        # parse, its create) would otherwise use up the task's bound before its trigger ran.
+        # it: a worker slowed by its backoff (or a busy triggerer's start) would otherwise use up
+        # the task's bound before its trigger ran.
         self.per_try = per_try
         self.dag_run = DagRun(self.dag_id, self.run_id, now_as_datetime(self.started))
         state: str | None = None
@@ -531,6 +570,7 @@ class ChaosRun:
                 t.close()
             # The run's triggerer processes are gone: their watches end with them.
             self.cluster.drop_watches(reset=True)
+            random.setstate(drawn_before)
         result = Result(
             seed=plan.seed,
             plan=plan.describe(),
@@ -541,7 +581,7 @@ class ChaosRun:
             notes=self.notes,
         )
         lags = self.cluster.timer_lag()[lags_before:]
-        result.max_lag = max(lags, default=0.0) / self.env.time_scale
+        result.max_lag = max(lags, default=0.0)  # simulated seconds on the manual clock
         if result.max_lag > 200:
             self.notes.append(f"the simulator ran up to {result.max_lag:.0f} sim s late (a loaded machine)")
         missed = [str(t) for t in range(1, try_number + 1) if str(t) not in self._disrupted]
@@ -660,7 +700,7 @@ class ChaosRun:
         wait = rng.uniform(0, 30)
         kill_at = wait * rng.random() if self.plan.waiting_kill and not self._waiting_killed else None
         start = self.clock.now()
-        while self.clock.now() < start + wait:
+        while True:
             self.advance()
             if kill_at is not None and self.clock.now() >= start + kill_at:
                 self._waiting_killed = self.killed_by_user = True
@@ -668,8 +708,9 @@ class ChaosRun:
                 self.api_server.mark_failed_waiting(ti, *resumed, self.namespace)
                 self.notes.append(f"try {ti.try_number}: user mark_failed while it waited for a worker")
                 return True
-            time.sleep(0.001)
-        return False
+            if self.clock.now() >= start + wait:
+                return False
+            self.turn(start + (kill_at if kill_at is not None else wait))
 
     def failure_callbacks(self, op: Any, context: dict[str, Any], where: str) -> None:
         """Run ``on_failure_callback`` as Airflow does: each one, an exception logged, not raised."""
@@ -734,38 +775,23 @@ class ChaosRun:
         user_kill = plan.user_kill
         # The user's action and the hand-over are timed from the trigger's first turn on a
         # triggerer, not from the deferral: a real triggerer takes a new trigger within about a
-        # second, while here a loaded machine can delay that turn by a tenth of a real second, which
-        # is a hundred simulated ones. (A trigger cancelled before its first turn gets no on_kill
+        # second, while here a busy triggerer (``triggerer_start_delay``) can delay that turn by
+        # hundreds of simulated seconds. (A trigger cancelled before its first turn gets no on_kill
         # from Airflow; docs/reliability.md lists that as a limit.)
-        # Before that turn, the trigger has ``per_try`` of the harness's turns (counted as below)
-        # from the deferral to start, whatever the earlier tries spent of the task's bound: a try a
-        # loaded machine slowed for seconds has used thousands of simulated ones.
+        # Before that turn, the trigger has ``per_try`` from the deferral to start, whatever the
+        # earlier tries spent of the task's bound.
         started_at: float | None = None
         never_started = False
-        turns = TurnClock(cap=TURN_CAP_REAL / self.env.time_scale, last=deferred_at)
-        all_turns = TurnClock(cap=turns.cap, last=deferred_at)  # every turn, answered or not (capped)
         while True:
-            now = self.clock.now()
             self.advance()
+            now = self.clock.now()
             if started_at is None:
                 if not any(t.started(tid) for t in running_on):
-                    answered = holder.ping.answered() and self.env.ping.answered()
-                    holder.ping.ping()
-                    self.env.ping.ping()
-                    waiting = turns.tick(now, answered)
-                    if waiting < self.per_try and all_turns.tick(now) < BLOCKED_LOOP_FACTOR * self.per_try:
-                        time.sleep(0.001)
+                    if now < deferred_at + self.per_try:
+                        self.turn(deferred_at + self.per_try)
                         continue
                     never_started = True  # the check below ends the run
                 started_at = now
-                turns = TurnClock(cap=turns.cap, last=started_at)
-                all_turns = TurnClock(cap=turns.cap, last=started_at)
-            # A turn counts if both loops the verdict needs ran what was ready on them since the
-            # last turn's ping (the holder's, the simulator's); then both are pinged again.
-            waited = turns.tick(now, holder.ping.answered() and self.env.ping.answered())
-            holder.ping.ping()
-            self.env.ping.ping()
-            blocked = all_turns.tick(now) >= BLOCKED_LOOP_FACTOR * self.per_try
             if handover is not None and now >= started_at + handover[1]:
                 kind = handover[0]
                 handover = None
@@ -779,13 +805,13 @@ class ChaosRun:
                 elif kind == "kill9":
                     holder.kill9()
                 else:  # stale: the holder stalls, the other adopts; the holder thaws later
-                    stall = self.env.time_scale * random.Random(plan.seed + 1).uniform(30, 300)
+                    stall = random.Random(plan.seed + 1).uniform(30, 300)
                     # Half of them thaw the moment the other's verdict is accepted: the stale copy is
                     # cancelled (on_kill) while the worker acts on that verdict (review #5's window).
                     if random.Random(f"{plan.seed}/thaw").random() < 0.5:
                         thaw = threading.Event()
                         self._thaw_on_verdict.append(thaw)
-                        holder.stall(max(stall, 2.0), tid, thaw=thaw)
+                        holder.stall(max(stall, self.env.sim(2.0)), tid, thaw=thaw)
                     else:
                         holder.stall(stall, tid)
                 other.run(tid, deferral.classpath, deferral.trigger_kwargs)
@@ -812,7 +838,7 @@ class ChaosRun:
                     )
                 for t in running_on:
                     if t.alive:
-                        t.idle(within=35.0)
+                        t.idle(within=self.env.sim(35.0))
                 return None
             if timeout_at is not None and now >= timeout_at:
                 for t in running_on:
@@ -820,7 +846,7 @@ class ChaosRun:
                         t.cancel(tid, user_action=False)  # timeout: no on_kill
                 self.notes.append(f"trigger {tid}: deferral timed out")
                 return Deferral.timed_out()
-            if never_started or (now >= self.bound and waited >= self.per_try) or blocked:
+            if never_started or (now >= self.bound and now - started_at >= self.per_try):
                 self.hang = True
                 self.env.states.set(ti, "failed")  # the user gives up on it
                 self.api_server.mark_failed(ti, tid, deferral.classpath, deferral.trigger_kwargs)
@@ -830,13 +856,16 @@ class ChaosRun:
                 self.notes.append(
                     f"trigger {tid}: no verdict within the task's bound"
                     + (" (it never started)" if never_started else "")
-                    + (" (its loop or the simulator's never answered)" if blocked else "")
                 )
                 self.killed_by_user = True
                 return None
             try:
-                source, fired_id, payload = self.events.get(timeout=0.005)
+                source, fired_id, payload = self.events.get_nowait()
             except queue.Empty:
+                due = [max(self.bound, started_at + self.per_try)]
+                due += [started_at + e[1] for e in (handover, user_kill) if e is not None]
+                due += [timeout_at] if timeout_at is not None else []
+                self.turn(min(due))
                 continue
             if fired_id != tid or ti.state != "deferred":
                 self.notes.append(f"trigger {fired_id} on {source}: event dropped (task {ti.state})")
@@ -888,20 +917,31 @@ class ChaosRun:
             due = self._disrupt_at.setdefault(meta["name"], self.clock.now() + after)
             if self.clock.now() >= due:
                 self._disrupted.add(try_number)
+                self._disrupted_pods.add(meta["name"])
                 with contextlib.suppress(KeyError):
                     self.cluster.disrupt(meta["name"], kind, self.namespace)
+
+    def turn(self, deadline: float) -> None:
+        """One turn of the run's clock, up to ``deadline`` or the next fault or disruption due."""
+        self.clock.turn(min(deadline, self.next_due()))
+
+    def next_due(self) -> float:
+        """When :meth:`advance` next has something to start."""
+        due = [self.started + f.after for f in self._pending_faults[:1]]
+        due += [at for name, at in self._disrupt_at.items() if name not in self._disrupted_pods]
+        return min((at for at in due if at > self.clock.now()), default=float("inf"))
 
     def settle(self) -> None:
         """Let on_kill work, deletions and grace periods finish before the pods are judged."""
         for t in self.triggerers:
             if t.alive:
-                t.idle(within=5.0)
-        self.api_server.idle(within=5.0)
+                t.idle(within=self.env.sim(5.0))
+        self.api_server.idle(within=self.env.sim(5.0))
 
-        def quiet(cluster: Any) -> bool:
-            return all(not p["metadata"].get("deletionTimestamp") for p in cluster.pods(self.namespace))
+        def quiet() -> bool:
+            return all(not p["metadata"].get("deletionTimestamp") for p in self.cluster.pods(self.namespace))
 
-        self.cluster.wait_for(quiet, timeout=2.0)
+        self.clock.wait_for(quiet, self.env.sim(2.0))
 
 
 # -- invariants ------------------------------------------------------------------------------------
@@ -929,6 +969,13 @@ def _intervals(audit: list[dict[str, Any]]) -> dict[str, tuple[float, float, dic
     return {uid: (a, b, labels.get(uid, {})) for uid, (a, b) in out.items()}
 
 
+def _sim_span(run: ChaosRun, start: float, end: float) -> float:
+    """Simulated seconds between two times of the audit log (its wall clock)."""
+    if end == float("inf"):
+        return end
+    return run.clock.sim_at(end) - run.clock.sim_at(start)
+
+
 def check(
     run: ChaosRun, state: str | None, audit: list[dict[str, Any]], pods: list[dict[str, Any]]
 ) -> list[Violation]:
@@ -946,7 +993,7 @@ def check(
                         "two_pods_running" if not same_try else "two_pods_running_in_one_try",
                         f"pod {uid_a[:8]} (try {labels_a.get('try_number')}) and {uid_b[:8]} "
                         f"(try {labels_b.get('try_number')}) ran at once for "
-                        f"{(min(end_a, end_b) - start_b) / run.env.time_scale:.0f} sim s",
+                        f"{_sim_span(run, start_b, min(end_a, end_b)):.0f} sim s",
                     )
                 )
 
@@ -1012,8 +1059,7 @@ def check(
             Violation(
                 "hang",
                 f"no verdict within {run.bound - run.started:.0f} sim s of the task's start "
-                f"nor {run.per_try:.0f} sim s of its trigger's first turn (a turn of the harness "
-                f"counting at most {TURN_CAP_REAL * 1000:.0f} ms of the wall clock)",
+                f"nor {run.per_try:.0f} sim s of its trigger's first turn",
             )
         )
     elif state not in TERMINAL:
@@ -1108,8 +1154,11 @@ def run_tries(run: ChaosRun) -> int:
     return max([t for t, *_ in run.verdicts], default=1)
 
 
-#: Runs one simulator serves before a fresh one replaces it (leaked pods and history pile up).
-RUNS_PER_CLUSTER = 25
+#: Runs one simulator serves before a fresh one replaces it. One: a run's result does not depend on
+#: the runs before it (a shared simulator's leftover pods stream changes to the next run's
+#: cluster-wide watches and add steps to its clock; seed 81 ended 24 simulated seconds earlier
+#: after seeds 99-82 than alone). A fresh one also costs less than those leftovers' steps.
+RUNS_PER_CLUSTER = 1
 
 
 def run_seed(env: Environment, seed: int) -> Result:

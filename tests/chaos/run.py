@@ -144,8 +144,9 @@ def report(summary_data: dict[str, Any], first: int, command: str) -> str:
         "Produced by `" + command + "` (`tests/chaos/run.py`); re-run it to refresh this page.",
         "Every run is seeded: `make chaos SEED=N` replays run N and explains what happened. The seed",
         "fixes everything the run draws (fate, arguments, faults and when they start, the triggerer",
-        "event, the crash point, the kill); the interleaving of the worker, the triggerers and the",
-        "simulator is real, so a timing-sensitive violation may need a few replays to show again.",
+        "event, the crash point, the kill), and the runs go on a discrete simulated clock that moves",
+        "only while the worker, the triggerers and the simulator are all idle, so a replay gives the",
+        "same verdicts, violations and simulated end time on a loaded machine as on an idle one.",
         "",
         "Each run drives one task the way Airflow does (execute, `TaskDeferred`, the trigger rebuilt from",
         "its `serialize()` kwargs in a triggerer, `resume_execution` with the event, `on_kill`, Airflow's",
@@ -263,13 +264,18 @@ LIMITS = """## What the suite does not show
   stays drawn. The pods carry the labels `airflow kubernetes cleanup-pods` selects on, so it
   deletes such a pod once it has finished, or once it has been pending for
   `--min-pending-minutes`.
-- A run is judged by simulated time: a machine that stalls the process for a real second moves the
-  simulation 1,000 s. The package's own waits run at the simulation's pace (the trigger's clock,
-  the worker's backoff, the watch hub's settings, and the worker client's wait for a 429's
-  `Retry-After`). Runs whose simulator timers were that late are told apart (`starved_run`). A
-  trigger's hang bound counts the harness's turns, each at most 50 ms of the wall clock and only
-  when the trigger's loop and the simulator's had time to run: from its first turn, and before
-  that from its deferral (a slow earlier try does not use up a later trigger's time to start).
+- A run is judged by simulated time, and simulated time moves only between turns: once the
+  worker's thread waits on the clock, every triggerer's loop and the simulator's have nothing
+  ready, no request is on the way and the api-server's listener waits or has ended, the clock
+  jumps to the next thing due (a simulator step, a wait of the package's) and wakes that alone.
+  The package's own waits are on that clock (the trigger's clock, the worker's backoff, the watch
+  hub's `HubSettings.clock`, the listener's pauses, and the worker client's wait for a 429's
+  `Retry-After`); the code's work between them takes no simulated time, so a loaded machine
+  changes how long a run takes, not what happens in it. What two actors do at one simulated
+  instant (the worker's requests while a triggerer's feed reads) still interleaves as the
+  machine runs them, and the simulator writes wall-clock times into objects, Events and logs. A
+  trigger's hang bound counts from its first turn, and before that from its deferral (a slow
+  earlier try does not use up a later trigger's time to start).
 - The next try's pod starts only once earlier tries' pods are out of the way: the sweep deletes
   them with no grace (a graceful delete leaves containers running until they stop) and looks
   again, for about 30 s, before it gives up and fails the try rather than run two pods at once.
