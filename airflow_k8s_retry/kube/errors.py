@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
 from typing import Any
 
 
@@ -166,27 +165,3 @@ def translate(exc: BaseException) -> KubeError:
     if _certificate_failure(exc):
         return CertificateError(f"{type(exc).__name__}: {exc}".rstrip(": "))
     return TransportError(f"{type(exc).__name__}: {exc}".rstrip(": "))
-
-
-def client_errors() -> tuple[type[BaseException], ...]:
-    """What the synchronous client and its transport raise (what :func:`translated` translates)."""
-    import urllib3
-    from kubernetes.client.exceptions import ApiException, OpenApiException
-
-    errors = [ApiException, OpenApiException, OSError, urllib3.exceptions.HTTPError]
-    with suppress(ImportError):  # websocket-client is installed with kubernetes
-        import websocket
-
-        errors.append(websocket.WebSocketException)
-    return tuple(errors)
-
-
-@contextmanager
-def translated() -> Iterator[None]:
-    """Client-library and transport errors leave ``kube/`` as :class:`KubeError`, nothing else."""
-    try:
-        yield
-    except KubeError:
-        raise
-    except client_errors() as exc:
-        raise translate(exc) from exc

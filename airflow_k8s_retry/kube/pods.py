@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,10 +37,9 @@ from airflow_k8s_retry.kube.errors import (
     KubeError,
     NotFound,
     TransportError,
-    client_errors,
     error_for_status,
     status_fields,
-    translated,
+    translate,
 )
 from airflow_k8s_retry.kube.naming import RELAUNCH_LABEL, VERDICT_ANNOTATION, TryIdentity, encode_stamp
 from airflow_k8s_retry.kube.ordering import event_sort_key
@@ -73,6 +72,30 @@ class XComReadError(KubeError):
 
 #: The exec protocol's status channel (``v4.channel.k8s.io``: a ``Status`` once the command ends).
 ERROR_CHANNEL = 3
+
+
+def client_errors() -> tuple[type[BaseException], ...]:
+    """What the synchronous client and its transport raise (what :func:`translated` translates)."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException, OpenApiException
+
+    errors = [ApiException, OpenApiException, OSError, urllib3.exceptions.HTTPError]
+    with suppress(ImportError):  # websocket-client is installed with kubernetes
+        import websocket
+
+        errors.append(websocket.WebSocketException)
+    return tuple(errors)
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Client-library and transport errors leave ``kube/`` as :class:`KubeError`, nothing else."""
+    try:
+        yield
+    except KubeError:
+        raise
+    except client_errors() as exc:
+        raise translate(exc) from exc
 
 
 def _exec_failure(status: str) -> str | None:

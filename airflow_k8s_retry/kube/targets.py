@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_k8s_retry.kube.errors import BadRequest, Forbidden, KubeError, NotFound, translated
+from airflow_k8s_retry.kube.errors import BadRequest, Forbidden, KubeError, NotFound
+from airflow_k8s_retry.kube.pods import translated
 
 if TYPE_CHECKING:
     import kubernetes.client
