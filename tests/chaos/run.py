@@ -150,7 +150,7 @@ def report(summary_data: dict[str, Any], first: int, command: str) -> str:
         "",
         "Each run drives one task the way Airflow does (execute, `TaskDeferred`, the trigger rebuilt from",
         "its `serialize()` kwargs in a triggerer, `resume_execution` with the event, `on_kill`, Airflow's",
-        "retry rule) against `FakeCluster` at `time_scale=0.001`, with a drawn pod fate, API faults, a",
+        "retry rule) against `FakeCluster` on that clock, with a drawn pod fate, API faults, a",
         "triggerer restart, `kill -9` or stalled hand-over, a worker crash, a user's kill (while the",
         "task runs, while it is deferred, or while it waits for a worker after its trigger fired) or",
         "the worker's `execution_timeout` alarm, and checks the invariants from the simulator's audit",
@@ -279,10 +279,10 @@ LIMITS = """## What the suite does not show
 - The next try's pod starts only once earlier tries' pods are out of the way: the sweep deletes
   them with no grace (a graceful delete leaves containers running until they stop) and looks
   again, for about 30 s, before it gives up and fails the try rather than run two pods at once.
-- A pod taken away before the trigger first looked leaves only its Events as evidence; when the
-  Events feed was refused (a 403 the feed takes for missing RBAC: it classifies without Events
-  until it tries again, `HubSettings.rbac_recheck` later), a preemption is judged an external
-  deletion (seed 456 in an earlier run)."""
+- A pod taken away before the trigger first looked leaves only its Events as evidence. A 403 on
+  the Events' LIST is asked again after the backoff (four refusals in a row are RBAC), so a
+  momentary denial does not cost the Events (seed 456 judged a preemption an external deletion
+  while the feed took one for missing RBAC; `tests/chaos/test_chaos.py` replays it)."""
 
 
 #: The model's differences from Airflow 3.3, kept by hand beside this file and copied into the report.
