@@ -19,8 +19,8 @@ killed while deferred with no triggerer running the          the api-server's li
 trigger, or on Airflow 3.1 and 3.2                           (:mod:`.listener`), from the trigger row
 marked failed, successful or skipped after the trigger       the api-server's listener, from the
 fired, before a worker resumed the try                       event in ``next_kwargs``
-cleared, or its DAG run deleted, after the trigger fired,    the trigger's after-firing check
-before a worker resumed the try                              (:meth:`.trigger.TriggerKill.after_firing`)
+cleared after the trigger fired, before a worker            the sweep of the try the clear starts
+resumed the try                                              (:mod:`.sweep`)
 killed while running, the kill missing ``on_kill``           the api-server's listener, by label
 the deferral timed out, or its trigger failed                ``resume_execution``, by label
                                                              (:mod:`.sweep`)
@@ -28,6 +28,10 @@ the worker died, retries left; a delete failed               the next try's swee
 the worker died on the last try, or its delete failed        the failure callback (:mod:`.callback`)
 after the last try's verdict
 ===========================================================  =========================================
+
+A DAG deleted after its trigger fired, before a worker resumed the try, calls nothing here:
+``airflow kubernetes cleanup-pods`` deletes such a pod once it has finished, or once it has been
+pending for ``--min-pending-minutes``.
 
 The kill policy (which task instance states mean a kill, which pods a kill leaves alone) is
 :mod:`.policy`, one for all of them.

@@ -21,12 +21,9 @@ from airflow_k8s_retry.kube.naming import TryIdentity, read_stamp
 #: pod belongs to someone else now, and the next try's sweep removes anything left over. ``None``
 #: is a cleared task instance.
 KILLED_STATES = frozenset({"failed", "success", "skipped", "upstream_failed", "removed", None})
-#: Task instance states between an accepted trigger event and a worker's resume: no worker holds
-#: the pod yet, so a kill there reaches no ``on_kill``.
-WAITING_STATES = frozenset({"scheduled", "queued"})
 
 #: Work on a killed try's pod that outlives its caller (``on_kill``, which Airflow cancels on each
-#: of its state syncs; the trigger, after firing); referenced here until it is done.
+#: of its state syncs); referenced here until it is done.
 _KILL_WORK: set[asyncio.Future[None]] = set()
 
 

@@ -15,31 +15,19 @@ a verdict (:func:`~airflow_k8s_retry.kills.policy.kept_on_kill`), and retries AP
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from airflow_k8s_retry import metrics
-from airflow_k8s_retry.kills.policy import WAITING_STATES, TaskInstanceGone, kept_on_kill, killed_why
+from airflow_k8s_retry.kills.policy import TaskInstanceGone, kept_on_kill, killed_why
 from airflow_k8s_retry.kube.aio import AsyncKube
 from airflow_k8s_retry.kube.clock import Clock, within
 from airflow_k8s_retry.kube.config import ClusterConfig
 from airflow_k8s_retry.kube.errors import Forbidden, KubeError, NotFound
-from airflow_k8s_retry.kube.hub import PodSubscription, WatchHub
+from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.kube.pods import KILL_BACKOFF, aretrying
 from airflow_k8s_retry.kube.rbac import rbac_message
-
-#: Pauses between looks at the task state after the trigger fired, until its event was accepted: 30 s.
-FIRED_BACKOFF = (5.0, 5.0, 5.0, 15.0)
-#: Seconds between looks while the task instance waits for a worker (a pool, ``parallelism``).
-WAITING_PAUSE = 10.0
-#: How long the after-firing check follows a task instance that waits for a worker; past it, a
-#: kill of the waiting task is left to the api-server's listener and the next try's sweep.
-WAITING_AT_MOST = 6 * 3600.0
-#: How long the after-firing check leaves a killed task's pod to its worker (whose own ``on_kill``
-#: deletes it when the kill came after the worker resumed) before it deletes what is left.
-WORKER_FIRST = 60.0
 
 #: ``(identity) -> the task instance's state``, as Airflow's execution API answers it.
 TaskStateLookup = Callable[[TryIdentity], Awaitable[str | None]]
@@ -155,53 +143,3 @@ class TriggerKill:
 
     async def _pause(self, seconds: float) -> None:
         await self.clock.sleep_until(self.clock.now() + seconds)
-
-    async def after_firing(self, sub: PodSubscription) -> None:
-        """The task was killed before a worker resumed it: delete the pod.
-
-        Airflow drops an event that arrives once the task is no longer deferred (killed, cleared or
-        its run deleted as the trigger fired) and an ended trigger gets no ``on_kill``; a kill while
-        the event waits for a worker (``scheduled``, ``queued``) starts none either. So the state is
-        read until it leaves ``deferred``, then while it waits (up to :data:`WAITING_AT_MOST`); in a
-        state only a kill leaves, what is left of the pod a minute later (unless stamped) is deleted
-        as ``on_kill`` would. Another state (``running``, a new deferral, ``up_for_retry``) means a
-        worker acts on the verdict; one that cannot be read before the event was accepted leaves the
-        pod alone. ``sub`` follows the pod on the shared feed: once it is deleted (by the resumed
-        worker, as a rule) nothing is left to read or clean up."""
-        pauses = iter(FIRED_BACKOFF)
-        waiting_since: float | None = None  # when the event was seen accepted, waiting for a worker
-        try:
-            while (pause := self._next_look(pauses, waiting_since)) is not None:
-                await self._pause(pause)
-                if sub.gone_by_now():
-                    return
-                try:
-                    state, why = await self.state()
-                except Exception:
-                    if waiting_since is None:
-                        return  # cannot tell: the worker, or the next try's sweep, decides
-                    continue
-                if why is not None:
-                    # The kill may also have come after the worker resumed: its on_kill goes first.
-                    await self._pause(WORKER_FIRST)
-                    await self.delete(f"{why} after the trigger fired")
-                    return
-                if state == "deferred" and waiting_since is None:
-                    continue
-                if state not in WAITING_STATES:
-                    return
-                if waiting_since is None:
-                    waiting_since = self.clock.now()
-        finally:
-            await sub.close()
-            metrics.send_feed_gauges(WatchHub.current())
-
-    def _next_look(self, pauses: Iterator[float], waiting_since: float | None) -> float | None:
-        """The pause before the after-firing check's next look, or None when it stops looking:
-        still ``deferred`` after :data:`FIRED_BACKOFF` (the trigger moved, or the triggerer lost
-        the event), or waiting for a worker for longer than :data:`WAITING_AT_MOST`."""
-        if waiting_since is None:
-            return next(pauses, None)
-        if self.clock.now() - waiting_since >= WAITING_AT_MOST:
-            return None
-        return WAITING_PAUSE

@@ -508,10 +508,8 @@ class RetryingPodOperator(KubernetesPodOperator):  # type: ignore[misc]
         """``deferrable=False``: the trigger's own ``run()`` in the worker, until its one event.
 
         The same watch, tracker, classifier and verdict as in a triggerer; the worker holds its slot
-        meanwhile, as KPO's sync mode does. The after-firing check stays off: the worker itself acts
-        on the event, and its ``on_kill`` deletes the pod on a kill.
+        meanwhile, as KPO's sync mode does.
         """
-        trigger.after_firing_check = False
 
         async def first_event() -> dict[str, Any] | None:
             async for event in trigger.run():

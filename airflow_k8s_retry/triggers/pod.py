@@ -284,8 +284,6 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
     #: Seconds of :attr:`clock` ``on_kill`` waits for that state before it keeps the pod: a loaded
     #: triggerer's supervisor answered after over 10 s; inside Airflow's 30 s ``on_kill_timeout``.
     state_lookup_timeout: ClassVar[float] = 25.0
-    #: After firing, check that the task resumed, else delete the pod (off for ``deferrable=False``).
-    after_firing_check: bool = True
 
     def __init__(
         self,
@@ -366,7 +364,6 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
         self._subscription = sub
         metrics.follow_feeds(hub)
         kill = self._kill()
-        handed_over = False  # to the after-firing check, which follows the pod on the shared feed
         try:
             verdict, seen = await self._follow(sub)
             metrics.time_trigger_verdict(
@@ -388,13 +385,9 @@ class PodStateTrigger(BaseTrigger):  # type: ignore[misc]
                 seen=seen,
                 connection=None if kill is None else self._connection_for_a_kill(),
             )
-            if kill is not None and self.after_firing_check:
-                keep_until_done(kill.after_firing(sub))
-                handed_over = True
         finally:
             self._subscription = None
-            if not handed_over:
-                await sub.close()
+            await sub.close()
             metrics.send_feed_gauges(hub)
         yield TriggerEvent(event.to_payload())
 

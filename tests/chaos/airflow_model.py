@@ -638,7 +638,7 @@ class Triggerer:
             ]
             from tests.support.lab import kill_work
 
-            # Work a trigger left running after it ended (on_kill's delete, the after-firing check).
+            # Work a trigger left running after it ended (on_kill's delete).
             pending += [t for t in kill_work() if not t.done()]
             if pending:
                 await asyncio.wait(pending, timeout=within)

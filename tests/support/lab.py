@@ -24,8 +24,8 @@ CONN_ID = "k8s_fake"
 
 
 def kill_work() -> set[asyncio.Future[None]]:
-    """The kill work and after-firing checks under way on the running event loop (what
-    ``kills.policy.keep_until_done`` holds on to)."""
+    """The kill work under way on the running event loop (what ``kills.policy.keep_until_done``
+    holds on to)."""
     return {f for f in policy._KILL_WORK if f.get_loop() is asyncio.get_running_loop()}
 
 

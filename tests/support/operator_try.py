@@ -58,8 +58,7 @@ def defer(op: RetryingPodOperator, context: dict[str, Any]) -> PodStateTrigger:
 
 
 def first_event(trigger: PodStateTrigger) -> TriggerEvent:
-    """The trigger's one event, as a triggerer runs it (the after-firing check is another test's)."""
-    trigger.after_firing_check = False
+    """The trigger's one event, as a triggerer runs it."""
 
     async def run() -> TriggerEvent:
         try:

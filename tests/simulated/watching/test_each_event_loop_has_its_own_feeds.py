@@ -71,8 +71,7 @@ def test_one_asyncio_run_per_trigger_like_dags_test(
             ("watch", "pods", "cluster", 200),
         ]
 
-    # The trigger's after-firing check still follows its pod when the trigger returns; the end of
-    # the loop ends it, and its feeds with it (nothing outlives the loop).
+    # The trigger closes its feeds as it returns; nothing of it outlives the loop.
     since = mark(cluster)
     outcome, created = asyncio.run(one("first"))
     assert outcome is Outcome.SUCCEED

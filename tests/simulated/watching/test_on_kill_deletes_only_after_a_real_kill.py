@@ -14,7 +14,7 @@ the code under test sleeps for: every step has one outcome, and the tests assert
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import AsyncMock
@@ -24,8 +24,7 @@ from kubernetes.config import new_client_from_config
 from pytest_mock import MockerFixture
 
 from airflow_k8s_retry.kube.clock import ManualClock
-from airflow_k8s_retry.kube.config import ClusterConfig
-from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
+from airflow_k8s_retry.kube.naming import TryIdentity
 from airflow_k8s_retry.kube.pods import KILL_BACKOFF
 from airflow_k8s_retry.triggers import PodStateTrigger
 from airflow_k8s_retry_testing import FakeCluster
@@ -429,16 +428,6 @@ async def test_a_kill_whose_deletes_fail_five_times_in_a_row_still_deletes_the_p
 # -- killed in the moment the trigger fired: Airflow drops the event and calls no on_kill ---------
 
 
-def in_turn(*states: str | None) -> Callable[[TryIdentity], Awaitable[str | None]]:
-    """A task-state lookup that answers ``states`` one after another (the last one from then on)."""
-    left = list(states)
-
-    async def answer(identity: TryIdentity) -> str | None:
-        return left.pop(0) if len(left) > 1 else left[0]
-
-    return answer
-
-
 async def fired_and_ended(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
 ) -> tuple[str, int]:
@@ -456,109 +445,22 @@ async def fired_and_ended(
     return pod["metadata"]["name"], mark(cluster)
 
 
-async def past_the_check(clock: ManualClock) -> list[float]:
-    """Move the clock to each pause of the trigger's after-firing check in turn, as soon as the
-    check sleeps, until the check has ended; those pauses."""
-    checks = kill_work()
-    assert len(checks) == 1, "the trigger started no after-firing check, or more than one"
-    return await on_clock(clock, checks)
-
-
-async def test_a_task_killed_before_its_event_was_accepted_loses_its_pod(
+async def test_a_fired_trigger_leaves_nothing_behind_on_the_triggerers_loop(
     cluster: FakeCluster,
     monkeypatch: pytest.MonkeyPatch,
     trigger_clock: ManualClock,
     task_state_lookup: AsyncMock,
 ) -> None:
-    # The trigger fired; before the triggerer handed its event over, the user marked the task
-    # failed: the event is dropped, no worker resumes, and the ended trigger gets no on_kill.
-    task_state_lookup.side_effect = in_turn("deferred", "failed")
-    name, fired = await fired_and_ended(cluster, monkeypatch, trigger_clock)
-    # A look at the state every 5 s; once it is killed, a minute for the worker's own on_kill.
-    assert await past_the_check(trigger_clock) == [5.0, 5.0, 60.0]
-    assert task_state_lookup.await_count == 2
-    assert requests(cluster, fired) == [READ, DELETED]
-    gone_once_stopped(cluster, name)
-
-
-@pytest.mark.parametrize("then", ["running", "deferred", "up_for_retry"])
-async def test_once_a_worker_resumed_the_try_the_pod_is_left_to_it(
-    cluster: FakeCluster,
-    monkeypatch: pytest.MonkeyPatch,
-    trigger_clock: ManualClock,
-    task_state_lookup: AsyncMock,
-    then: str,
-) -> None:
-    # Running: the worker acts on the verdict (its own on_kill covers a later kill). Deferred
-    # again: it relaunched the pod and a new trigger follows the new one. Up for retry: it is done.
-    task_state_lookup.side_effect = in_turn("deferred", "scheduled", "queued", then, "failed")
-    name, fired = await fired_and_ended(cluster, monkeypatch, trigger_clock)
-    # Every 5 s while deferred, every 10 s while it waits for a worker.
-    assert await past_the_check(trigger_clock) == [5.0, 5.0, 10.0, 10.0]
-    assert task_state_lookup.await_count == 4  # read until a worker had the try, then no more
-    assert cluster.pod(name) is not None
-    assert requests(cluster, fired) == []
-
-
-async def test_a_task_killed_while_it_waits_for_a_worker_loses_its_pod(
-    cluster: FakeCluster,
-    monkeypatch: pytest.MonkeyPatch,
-    trigger_clock: ManualClock,
-    task_state_lookup: AsyncMock,
-) -> None:
-    # Airflow accepted the event (scheduled, trigger_id cleared), the task waited in the queue, and
-    # the user marked it failed there. No worker resumes it and the ended trigger gets no on_kill:
-    # only this check deletes the pod.
-    task_state_lookup.side_effect = in_turn("scheduled", "queued", "queued", "failed")
-    name, fired = await fired_and_ended(cluster, monkeypatch, trigger_clock)
-    uid = cluster.pod(name)["metadata"]["uid"]
-    assert await past_the_check(trigger_clock) == [5.0, 10.0, 10.0, 10.0, 60.0]
-    assert task_state_lookup.await_count == 4
-    assert requests(cluster, fired) == [READ, DELETED]
-    deletes = [
-        r for r in cluster.audit_records() if r.get("verb") == "delete" and r.get("resource") == "pods"
-    ]
-    assert [(r["uid"], r["status"]) for r in deletes] == [(uid, 200)]
-    gone_once_stopped(cluster, name)
-
-
-async def test_a_pod_the_resumed_worker_deleted_ends_the_check_with_nothing_read(
-    cluster: FakeCluster,
-    monkeypatch: pytest.MonkeyPatch,
-    trigger_clock: ManualClock,
-    task_state_lookup: AsyncMock,
-) -> None:
-    # The usual ending: a worker resumed the task and deleted the pod before the check's first look.
-    # The check followed the pod on the shared feed and saw it go: it reads no state, touches no
-    # pod, and lets the feed close.
+    # Once the trigger fired, the pod is the resumed worker's; a kill before a worker resumed the
+    # try is the listener's, a clear the next try's sweep's (kills/__init__.py): nothing of the
+    # trigger outlives its event, and the pod is not touched.
     from airflow_k8s_retry.kube.hub import WatchHub
 
-    task_state_lookup.side_effect = in_turn("scheduled")
-    name, _ = await fired_and_ended(cluster, monkeypatch, trigger_clock)
-    assert [s.subscribers for s in WatchHub.current().stats() if s.kind == "pods"] == [1]
-    # A second subscriber on the same feed: the feed hands a change to every subscriber of the pod
-    # at once, so once this one has the deletion, so has the check (however late a busy machine
-    # lets the watch deliver it); only then does the clock move.
-    config = ClusterConfig(kube_config_path=str(cluster.kubeconfig))
-    uid = cluster.pod(name)["metadata"]["uid"]
-    probe = await WatchHub.current().subscribe(
-        config, "default", name, uid, label_selector=MANAGED_SELECTOR, events=False
-    )
-    api = new_client_from_config(config_file=str(cluster.kubeconfig), persist_config=False)
-    try:
-        from kubernetes import client as k
-
-        await asyncio.to_thread(
-            k.CoreV1Api(api).delete_namespaced_pod, name, "default", grace_period_seconds=0
-        )
-    finally:
-        api.close()
-    while not probe.gone_by_now():
-        assert await probe.wait(within=10), "the feed did not deliver the pod's deletion"
-    await probe.close()
-    before = mark(cluster)
-    assert await past_the_check(trigger_clock) == [5.0]
+    name, fired = await fired_and_ended(cluster, monkeypatch, trigger_clock)
+    assert kill_work() == set()
+    assert WatchHub.current().stats() == []  # its feeds closed with it
+    trigger_clock.advance(6 * 3600)
+    await asyncio.sleep(0)
     task_state_lookup.assert_not_awaited()
-    # No request at all: no read, patch or delete of the pod, and the feeds only closed.
-    assert requests(cluster, before) == []
-    assert WatchHub.current().stats() == []
+    assert requests(cluster, fired) == []
+    assert cluster.pod(name) is not None

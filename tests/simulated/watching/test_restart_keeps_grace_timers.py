@@ -169,13 +169,12 @@ async def test_a_stamped_pod_is_finished_business(
     first = mark(cluster)
     event = await Run(trigger_for(pod, identity)).start().finish(within=30)
     # The running pod is not re-classified: the stamped verdict is the verdict, without a last look
-    # or a stamp of the trigger's own: only the feeds' requests (they still follow the pod for the
-    # trigger's after-firing check).
+    # or a stamp of the trigger's own: only the feeds' requests.
     assert event.verdict == stamp
-    await until_watching(cluster, since=first)
-    assert sorted(requests(cluster, first)) == [
+    # The trigger closed its feeds as it returned, maybe before their watches opened.
+    made = requests(cluster, first)
+    assert {r for r in made if r[0] == "list"} == {
         ("list", "events", "cluster", 200),
         ("list", "pods", "cluster", 200),
-        ("watch", "events", "cluster", 200),
-        ("watch", "pods", "cluster", 200),
-    ]
+    }
+    assert [r for r in made if r[0] not in ("list", "watch")] == []

@@ -1,5 +1,5 @@
 """Which task instance states mean "killed, delete the pod": one policy, in ``kills.policy``, for
-the trigger's ``on_kill`` and after-firing check and for the api-server's kill listener."""
+the trigger's ``on_kill`` and for the api-server's kill listener."""
 
 from __future__ import annotations
 
@@ -32,4 +32,3 @@ def test_only_the_states_a_kill_leaves_give_a_reason_to_delete(state: str | None
 def test_the_trigger_and_the_listener_read_the_same_policy() -> None:
     assert listener.KILLED_STATES is policy.KILLED_STATES
     assert trigger.killed_why is policy.killed_why
-    assert policy.WAITING_STATES.isdisjoint(policy.KILLED_STATES)
