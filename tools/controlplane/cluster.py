@@ -427,7 +427,11 @@ class ControlPlane:
             "scenario": self.scenario.to_dict(),
             "server": self.server if "kube-apiserver" in self.ports else None,
         }
-        self.state_file.write_text(json.dumps(state, indent=2))
+        # Replaced whole, never truncated in place: the harness reads it as it starts, while this
+        # process goes on launching (a read of a half-written file failed the harness).
+        partial = self.state_file.with_suffix(".json.partial")
+        partial.write_text(json.dumps(state, indent=2))
+        os.replace(partial, self.state_file)
 
     def _died(self, name: str) -> str | None:
         if name.startswith(KWOK_PREFIX) and self.lost_marker(name[len(KWOK_PREFIX) :]).exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -94,3 +95,17 @@ def test_a_port_in_use_is_one_line_that_says_what_to_do(tmp_path: Path):
         "or leave it unset for a free one"
     )
     assert not (tmp_path / "cluster").exists()
+
+
+def test_the_state_file_is_replaced_whole_never_rewritten_in_place(tmp_path: Path):
+    # The harness reads state.json as it starts while the launching process writes it again; a
+    # file truncated and rewritten in place can be read empty.
+    cp = ControlPlane(tmp_path / "cluster", tmp_path / "bin")
+    cp.directory.mkdir(parents=True)
+    cp._write_state()
+    first = cp.state_file.stat().st_ino
+    cp.ports["kube-apiserver"] = 6443
+    cp._write_state()
+    assert cp.state_file.stat().st_ino != first
+    assert json.loads(cp.state_file.read_text())["ports"] == {"kube-apiserver": 6443}
+    assert sorted(p.name for p in cp.directory.iterdir()) == ["state.json"]
