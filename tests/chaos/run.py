@@ -282,7 +282,8 @@ LIMITS = """## What the suite does not show
 - A pod taken away before the trigger first looked leaves only its Events as evidence. A 403 on
   the Events' LIST is asked again after the backoff (four refusals in a row are RBAC), so a
   momentary denial does not cost the Events (seed 456 judged a preemption an external deletion
-  while the feed took one for missing RBAC; `tests/chaos/test_chaos.py` replays it)."""
+  while the feed took one for missing RBAC; `test_a_vanished_pod_is_judged_on_its_events.py`
+  holds it on manual clocks)."""
 
 
 #: The model's differences from Airflow 3.3, kept by hand beside this file and copied into the report.

@@ -5,7 +5,8 @@ pod to say why: only its Events (``Preempted``, a lost node's) tell a disruption
 try, from a deletion by someone else, which does. When the Events feed is behind at that moment
 (its first LIST, or a re-list after its watch expired, answered with an error and retried after a
 backoff), the trigger waits for it (at most ``EVENTS_LIST_WAIT`` on its clock) and judges with
-what it lists. Chaos seed 413 judged a preempted pod ``pod.deleted_externally`` this way.
+what it lists. Chaos seed 413 judged a preempted pod ``pod.deleted_externally`` this way, and seed
+456 too when a momentary 403 on the Events' LIST was taken for missing RBAC.
 
 Nothing here waits on real time: the cluster and the hub's feeds wait on manual clocks only the
 test moves, and so does the trigger.
@@ -72,6 +73,41 @@ async def test_a_pod_preempted_before_the_trigger_looked_relaunches_once_the_eve
     # Judged on the LIST that came through (its watch opens after it, on the loop's next turn).
     listed = [(verb, status) for verb, _, status, _ in feed_requests(fake_cluster, "events")]
     assert listed[:3] == [("list", 410), ("list", 410), ("list", 200)]
+
+
+@pytest.mark.fake_cluster(SCENARIO, clock="manual")
+async def test_a_momentary_403_on_the_events_list_does_not_judge_a_preempted_pod_deleted(
+    fake_cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger_clock: ManualClock,
+    hub_settings: Callable[..., HubSettings],
+) -> None:
+    hub_clock = hold_hub(hub_settings, confirm_delay=CONFIRM_DELAY, backoff_base=BACKOFF_BASE)
+    use_cluster(monkeypatch, fake_cluster)
+    identity = TryIdentity("denied", "task", "run-1")
+    pod = create_pod(fake_cluster, pod_body(identity, "long:1"))
+    name = pod["metadata"]["name"]
+    fake_cluster.advance(STARTED)
+    fake_cluster.disrupt(name, "preempt")
+    fake_cluster.advance(STOPPED)
+    assert fake_cluster.pod(name) is None
+    # An authorizer that denies for a moment (a webhook's timeout): the cluster-wide LIST of Events
+    # is refused (the feed moves to the namespace), then the namespace's, once.
+    fake_cluster.add_fault(verb="list", resource="events", status=403, times=2)
+    run = Run(trigger_for(pod, identity)).start()
+    relist_at = await hub_clock.wait_for_sleeper(later_than=hub_clock.now() + 1)
+    listed = [(verb, where, status) for verb, where, status, _ in feed_requests(fake_cluster, "events")]
+    assert listed == [("list", "cluster", 403), ("list", "default", 403)]
+    hub_clock.advance(CONFIRM_DELAY)
+    await woken(hub_clock)
+    # Not taken for RBAC yet: the feed asks again after its backoff, and the trigger waits for it.
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + EVENTS_LIST_WAIT)
+    assert run.events == []
+    hub_clock.set(relist_at)
+    event = await run.finish(within=30)
+    assert (event.verdict.outcome, event.verdict.reason) == (Outcome.RELAUNCH, Reason.NODE_DISRUPTION)
+    listed = [(verb, where, status) for verb, where, status, _ in feed_requests(fake_cluster, "events")]
+    assert listed[2] == ("list", "default", 200)
 
 
 @pytest.mark.fake_cluster(SCENARIO, clock="manual")
