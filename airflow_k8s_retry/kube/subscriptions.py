@@ -122,12 +122,6 @@ class PodSubscription(_Reader):
     def key(self) -> PodKey:
         return (self.namespace, self.name)
 
-    def gone_by_now(self) -> bool:
-        """Whether the pod was seen deleted (or replaced by another pod of its name), for a caller
-        that asks nothing else: what else changed is dropped."""
-        self.drain()
-        return self._gone
-
     @property
     def events(self) -> list[Json]:
         """The Events seen so far, oldest first (sorted once per change, not per read)."""
