@@ -15,6 +15,7 @@ test moves, and so does the trigger.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from airflow_k8s_retry.kube.hub import WatchHub
 from airflow_k8s_retry.kube.naming import MANAGED_SELECTOR, TryIdentity
 from airflow_k8s_retry.kube.subscriptions import EVENTS_LIST_WAIT
 from airflow_k8s_retry.kube.watch_settings import HubSettings
+from airflow_k8s_retry.triggers.pod import PodEvent
 from airflow_k8s_retry_testing import FakeCluster
 from tests.support.feeds import feed_requests, hold_hub, mark, until_watching, woken
 from tests.support.lab import Run, create_pod, pod_body, trigger_for, use_cluster
@@ -37,6 +39,37 @@ STARTED, STOPPED = 0.3, 1.0
 CONFIRM_DELAY, BACKOFF_BASE = 0.1, 10.0
 
 
+def preempted_before_any_look(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, dag_id: str
+) -> tuple[dict[str, Any], TryIdentity]:
+    """A running pod of ``dag_id``'s try, preempted and gone before any trigger looked; its
+    Preempted Event stays. The pod as created, and the try."""
+    use_cluster(monkeypatch, cluster)
+    identity = TryIdentity(dag_id, "task", "run-1")
+    pod = create_pod(cluster, pod_body(identity, "long:1"))
+    name = pod["metadata"]["name"]
+    cluster.advance(STARTED)
+    cluster.disrupt(name, "preempt")
+    cluster.advance(STOPPED)
+    assert cluster.pod(name) is None
+    assert "Preempted" in [e["reason"] for e in cluster.events(involved=name)]
+    return pod, identity
+
+
+async def judged_once_the_events_are_listed(
+    run: Run, hub_clock: ManualClock, trigger_clock: ManualClock, relist_at: float
+) -> PodEvent:
+    """The trigger's event, once the Events feed lists again at ``relist_at`` (its backoff's end)."""
+    # The pods LIST lacks the pod: after its confirm_delay the feed reads it (404) and says gone.
+    hub_clock.advance(CONFIRM_DELAY)
+    await woken(hub_clock)
+    # The trigger waits for the Events feed, on its own clock, before it judges the vanished pod.
+    await trigger_clock.wait_for_sleeper(trigger_clock.now() + EVENTS_LIST_WAIT)
+    assert run.events == []
+    hub_clock.set(relist_at)
+    return await run.finish(within=30)
+
+
 @pytest.mark.fake_cluster(SCENARIO, clock="manual")
 async def test_a_pod_preempted_before_the_trigger_looked_relaunches_once_the_events_are_listed(
     fake_cluster: FakeCluster,
@@ -45,15 +78,7 @@ async def test_a_pod_preempted_before_the_trigger_looked_relaunches_once_the_eve
     hub_settings: Callable[..., HubSettings],
 ) -> None:
     hub_clock = hold_hub(hub_settings, confirm_delay=CONFIRM_DELAY, backoff_base=BACKOFF_BASE)
-    use_cluster(monkeypatch, fake_cluster)
-    identity = TryIdentity("preempted", "task", "run-1")
-    pod = create_pod(fake_cluster, pod_body(identity, "long:1"))
-    name = pod["metadata"]["name"]
-    fake_cluster.advance(STARTED)
-    fake_cluster.disrupt(name, "preempt")
-    fake_cluster.advance(STOPPED)
-    assert fake_cluster.pod(name) is None  # gone before any trigger looked; its Preempted Event stays
-    assert "Preempted" in [e["reason"] for e in fake_cluster.events(involved=name)]
+    pod, identity = preempted_before_any_look(fake_cluster, monkeypatch, "preempted")
     # The Events feed's LIST is answered 410 twice (a LIST whose continue token expired): it lists
     # again at once, then backs off.
     fake_cluster.add_fault(verb="list", resource="events", status=410, times=2)
@@ -61,14 +86,7 @@ async def test_a_pod_preempted_before_the_trigger_looked_relaunches_once_the_eve
     relist_at = await hub_clock.wait_for_sleeper(later_than=hub_clock.now() + 1)
     listed = [(verb, status) for verb, _, status, _ in feed_requests(fake_cluster, "events")]
     assert listed == [("list", 410)] * 2
-    # The pods LIST lacks the pod: after its confirm_delay the feed reads it (404) and says gone.
-    hub_clock.advance(CONFIRM_DELAY)
-    await woken(hub_clock)
-    # The trigger waits for the Events feed, on its own clock, before it judges the vanished pod.
-    await trigger_clock.wait_for_sleeper(trigger_clock.now() + EVENTS_LIST_WAIT)
-    assert run.events == []
-    hub_clock.set(relist_at)  # the backoff runs out: the Events are listed
-    event = await run.finish(within=30)
+    event = await judged_once_the_events_are_listed(run, hub_clock, trigger_clock, relist_at)
     assert (event.verdict.outcome, event.verdict.reason) == (Outcome.RELAUNCH, Reason.NODE_DISRUPTION)
     # Judged on the LIST that came through (its watch opens after it, on the loop's next turn).
     listed = [(verb, status) for verb, _, status, _ in feed_requests(fake_cluster, "events")]
@@ -83,14 +101,7 @@ async def test_a_momentary_403_on_the_events_list_does_not_judge_a_preempted_pod
     hub_settings: Callable[..., HubSettings],
 ) -> None:
     hub_clock = hold_hub(hub_settings, confirm_delay=CONFIRM_DELAY, backoff_base=BACKOFF_BASE)
-    use_cluster(monkeypatch, fake_cluster)
-    identity = TryIdentity("denied", "task", "run-1")
-    pod = create_pod(fake_cluster, pod_body(identity, "long:1"))
-    name = pod["metadata"]["name"]
-    fake_cluster.advance(STARTED)
-    fake_cluster.disrupt(name, "preempt")
-    fake_cluster.advance(STOPPED)
-    assert fake_cluster.pod(name) is None
+    pod, identity = preempted_before_any_look(fake_cluster, monkeypatch, "denied")
     # An authorizer that denies for a moment (a webhook's timeout): the cluster-wide LIST of Events
     # is refused (the feed moves to the namespace), then the namespace's, once.
     fake_cluster.add_fault(verb="list", resource="events", status=403, times=2)
@@ -98,13 +109,8 @@ async def test_a_momentary_403_on_the_events_list_does_not_judge_a_preempted_pod
     relist_at = await hub_clock.wait_for_sleeper(later_than=hub_clock.now() + 1)
     listed = [(verb, where, status) for verb, where, status, _ in feed_requests(fake_cluster, "events")]
     assert listed == [("list", "cluster", 403), ("list", "default", 403)]
-    hub_clock.advance(CONFIRM_DELAY)
-    await woken(hub_clock)
     # Not taken for RBAC yet: the feed asks again after its backoff, and the trigger waits for it.
-    await trigger_clock.wait_for_sleeper(trigger_clock.now() + EVENTS_LIST_WAIT)
-    assert run.events == []
-    hub_clock.set(relist_at)
-    event = await run.finish(within=30)
+    event = await judged_once_the_events_are_listed(run, hub_clock, trigger_clock, relist_at)
     assert (event.verdict.outcome, event.verdict.reason) == (Outcome.RELAUNCH, Reason.NODE_DISRUPTION)
     listed = [(verb, where, status) for verb, where, status, _ in feed_requests(fake_cluster, "events")]
     assert listed[2] == ("list", "default", 200)
